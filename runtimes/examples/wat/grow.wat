@@ -1,0 +1,13 @@
+;; Grows memory a page at a time until growth fails, then traps (like a C abort on OOM).
+(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (func $alloc (export "wasmbox_alloc") (param $len i32) (result i32)
+    (local $ptr i32)
+    (local.set $ptr (global.get $heap))
+    (global.set $heap (i32.add (local.get $ptr) (local.get $len)))
+    (local.get $ptr))
+  (func (export "wasmbox_call") (param i32 i32) (result i64)
+    (loop $more
+      (br_if $more (i32.ne (memory.grow (i32.const 1)) (i32.const -1))))
+    unreachable))

@@ -1,0 +1,2 @@
+;; Exports nothing a tool needs.
+(module (func (export "hello")))

@@ -1,0 +1,11 @@
+;; Returns a result pointer far outside its memory.
+(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (func $alloc (export "wasmbox_alloc") (param $len i32) (result i32)
+    (local $ptr i32)
+    (local.set $ptr (global.get $heap))
+    (global.set $heap (i32.add (local.get $ptr) (local.get $len)))
+    (local.get $ptr))
+  (func (export "wasmbox_call") (param i32 i32) (result i64)
+    (i64.or (i64.shl (i64.const 0xfffff000) (i64.const 32)) (i64.const 64))))

@@ -1,0 +1,20 @@
+;; Returns {"ok": n}, n = how many earlier calls this instance has seen (a counter in memory
+;; and one in a global). A fresh instance per call always answers 0.
+(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (func $alloc (export "wasmbox_alloc") (param $len i32) (result i32)
+    (local $ptr i32)
+    (local.set $ptr (global.get $heap))
+    (global.set $heap (i32.add (local.get $ptr) (local.get $len)))
+    (local.get $ptr))
+  (global $calls (mut i32) (i32.const 0))
+  (data (i32.const 16) "\81\a2ok\00")
+  (func (export "wasmbox_call") (param i32 i32) (result i64)
+    (local $seen i32)
+    (local.set $seen (i32.add (i32.load (i32.const 100)) (global.get $calls)))
+    (i32.store (i32.const 100) (i32.add (i32.load (i32.const 100)) (i32.const 1)))
+    (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+    ;; positive fixint (capped at 127)
+    (i32.store8 (i32.const 20) (select (local.get $seen) (i32.const 127) (i32.lt_u (local.get $seen) (i32.const 128))))
+    (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 5))))

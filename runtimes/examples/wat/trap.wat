@@ -1,0 +1,12 @@
+;; Divides by zero: a wasm trap.
+(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (func $alloc (export "wasmbox_alloc") (param $len i32) (result i32)
+    (local $ptr i32)
+    (local.set $ptr (global.get $heap))
+    (global.set $heap (i32.add (local.get $ptr) (local.get $len)))
+    (local.get $ptr))
+  (func (export "wasmbox_call") (param i32 i32) (result i64)
+    (drop (i32.div_u (i32.const 1) (i32.sub (local.get 1) (local.get 1))))
+    (i64.const 0)))

@@ -1,0 +1,122 @@
+"""The on-disk cache of compiled modules: trusted code, so private and checked.
+
+An entry is `<key>.cwasm` (Wasmtime's serialized module) beside `<key>.json` (the key's inputs,
+the artifact's size and sha256). The key is sha256(wasm) + Wasmtime version + engine settings.
+Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
+never loaded. The directory is created 0700 and refused if another user owns it or can write it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+
+from ._engine import EngineSettings
+from ._errors import WasmboxError
+
+
+def default_cache_dir() -> Path:
+    """`$WASMBOX_CACHE_DIR`, else `$XDG_CACHE_HOME/wasmbox`, else `~/.cache/wasmbox`."""
+    explicit = os.environ.get("WASMBOX_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "wasmbox"
+
+
+@dataclass
+class CacheStats:
+    """What the cache did in this process."""
+
+    hits: int = 0
+    compiles: int = 0
+    rejected: int = 0  # entries found but not trusted (corrupt, mismatched), then rebuilt
+
+
+class ArtifactCache:
+    """Compiled modules by content, shared by every Sandbox that uses the same directory."""
+
+    def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
+        self.directory = directory
+        self.stats = CacheStats()
+        self._fingerprint = settings.fingerprint()
+        self._lock = threading.Lock()
+        if directory is not None:
+            _ensure_private_dir(directory)
+
+    def module(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
+        """The compiled module for `wasm` (binary), from the cache when a trusted entry exists."""
+        digest = hashlib.sha256(wasm).hexdigest()
+        if self.directory is None:
+            return self._compile(engine, wasm)
+        key = f"{digest}-{self._fingerprint}"
+        artifact = self.directory / f"{key}.cwasm"
+        meta = self.directory / f"{key}.json"
+        expected = {"wasm_sha256": digest, "engine": self._fingerprint}
+        module = self._load(engine, artifact, meta, expected)
+        if module is not None:
+            with self._lock:
+                self.stats.hits += 1
+            return module
+        module = self._compile(engine, wasm)
+        data = bytes(module.serialize())
+        record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        _write_atomic(artifact, data)
+        _write_atomic(meta, json.dumps(record).encode())
+        return module
+
+    def _compile(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
+        with self._lock:
+            self.stats.compiles += 1
+        return wasmtime.Module(engine, wasm)
+
+    def _load(
+        self, engine: wasmtime.Engine, artifact: Path, meta: Path, expected: dict[str, str]
+    ) -> wasmtime.Module | None:
+        try:
+            record = json.loads(meta.read_bytes())
+            data = artifact.read_bytes()
+        except (OSError, ValueError):
+            return None
+        trusted = (
+            isinstance(record, dict)
+            and all(record.get(k) == v for k, v in expected.items())
+            and record.get("size") == len(data)
+            and record.get("sha256") == hashlib.sha256(data).hexdigest()
+        )
+        if trusted:
+            try:
+                return wasmtime.Module.deserialize(engine, data)
+            except wasmtime.WasmtimeError:
+                pass
+        with self._lock:
+            self.stats.rejected += 1
+        return None
+
+
+def _ensure_private_dir(directory: Path) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.stat()
+    if info.st_uid != os.getuid():
+        raise WasmboxError(f"cache directory {directory} is owned by another user")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise WasmboxError(f"cache directory {directory} is writable by others; chmod 700 it")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,356 @@
+"""Runs one call of a core module: a fresh Store and instance from the tool's InstancePre.
+
+Everything the guest can reach is set up here from the manifest alone: the WASI context
+(preopens, env, argv, stdin, captured stdout/stderr), the granted host functions, fuel,
+the memory cap and the epoch deadline. Every failure becomes a `CallResult` with an error kind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from . import _abi
+from ._engine import EpochTicker
+from ._errors import ErrorKind
+from ._hostfuncs import HostFunction, HostReply, refusal
+from ._inspect import ModuleInfo, ToolKind
+from ._manifest import Manifest
+from ._results import CallError, CallResult, HostCallRecord
+from ._units import format_size
+
+_HOST_CALL_TYPE = wasmtime.FuncType(
+    [wasmtime.ValType.i32(), wasmtime.ValType.i32()], [wasmtime.ValType.i64()]
+)
+_OOM_WORDING = re.compile(r"out of memory|memoryerror|cannot allocate|enomem", re.IGNORECASE)
+_TRAP_KINDS = {
+    wasmtime.TrapCode.OUT_OF_FUEL: ErrorKind.OUT_OF_FUEL,
+    wasmtime.TrapCode.INTERRUPT: ErrorKind.TIMEOUT,
+}
+# Failures that a guest may show because its output was cut: the cut is then the cause.
+_MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
+_current = threading.local()  # the _CallState of the call running on this thread
+
+
+class Output:
+    """A guest output stream, kept up to `cap` bytes; writes past the cap fail with ENOSPC."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.size = 0
+        self.truncated = False
+        self._chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        room = self.cap - self.size
+        if len(data) > room:
+            self.truncated = True
+            if room <= 0:
+                return -errno.ENOSPC
+            data = data[:room]
+        self._chunks.append(data)
+        self.size += len(data)
+        return len(data)
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+@dataclass
+class _CallState:
+    host_calls_left: int
+    deadline: float
+    records: list[HostCallRecord] = field(default_factory=list)
+    failure: ErrorKind | None = None  # root cause a host call reported, if the guest then fails
+    abort: CallError | None = None  # set by the host to stop the guest; wins over its result
+    fuel_left_at_abort: int | None = None
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """One call's input: args for ABI v1 tools; argv/stdin for WASI commands."""
+
+    args: Mapping[str, Any]
+    argv: tuple[str, ...] = ()
+    stdin: bytes = b""
+
+
+class _Failure(Exception):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.error = CallError(kind=kind, message=message)
+
+
+class ModuleRunner:
+    """Calls of one loaded core module. Thread-safe: each call has its own Store."""
+
+    def __init__(
+        self,
+        engine: wasmtime.Engine,
+        module: wasmtime.Module,
+        info: ModuleInfo,
+        manifest: Manifest,
+        host_functions: Mapping[str, HostFunction],
+        ticker: EpochTicker,
+    ) -> None:
+        assert info.kind is not None
+        self.kind = info.kind
+        self._engine = engine
+        self._manifest = manifest
+        self._limits = manifest.limits
+        self._ticker = ticker
+        self._uses_wasi = info.uses_wasi
+        self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
+        linker = wasmtime.Linker(engine)
+        if info.uses_wasi:
+            linker.define_wasi()
+        for name in sorted(set(info.host_functions)):
+            linker.define_func(
+                _abi.ABI_MODULE, name, _HOST_CALL_TYPE,
+                _host_import(host_functions[name]), access_caller=True,
+            )  # fmt: skip
+        self._pre = linker.instantiate_pre(module)
+
+    def call(self, call: CallInput) -> CallResult:
+        start = time.perf_counter()
+        limits = self._limits
+        state = _CallState(limits.host_calls, start + limits.timeout)
+        stdout, stderr = Output(limits.output), Output(limits.output)
+        store = wasmtime.Store(self._engine)
+        store.set_limits(memory_size=limits.memory)
+        store.set_fuel(limits.fuel)
+        store.set_epoch_deadline(self._ticker.ticks(limits.timeout))
+        if self._uses_wasi:
+            store.set_wasi(self._wasi(call, stdout, stderr))
+        memory: wasmtime.Memory | None = None
+        value: Any = None
+        error: CallError | None = None
+        _current.state = state
+        try:
+            instance = self._pre.instantiate(store)
+            exports = instance.exports(store)
+            mem = exports.get(_abi.EXPORT_MEMORY)
+            memory = mem if isinstance(mem, wasmtime.Memory) else None
+            if self.kind is ToolKind.COMMAND:
+                value = _run_command(store, exports)
+            else:
+                value = self._run_reactor(store, exports, memory, call)
+        except _Failure as failure:
+            error = failure.error
+        except wasmtime.Trap as trap:
+            error = self._classify_trap(trap, store, memory)
+        except wasmtime.ExitTrap as exit_trap:
+            error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
+        except wasmtime.WasmtimeError as exc:
+            error = _classify_wasmtime_error(exc)
+        finally:
+            _current.state = None
+        if state.abort is not None:
+            error = state.abort
+        elif error is not None and error.kind is ErrorKind.GUEST_ERROR:
+            if state.failure is not None:
+                error = CallError(kind=state.failure, message=error.message)
+            elif _OOM_WORDING.search(error.message) or _exhausted(store, memory):
+                error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message)
+        truncated = stdout.truncated or stderr.truncated
+        if truncated and (error is None or error.kind in _MAY_FOLLOW_TRUNCATION):
+            which = "stdout" if stdout.truncated else "stderr"
+            error = CallError(
+                kind=ErrorKind.OUTPUT_LIMIT,
+                message=f"{which} exceeded the {format_size(limits.output)} output cap",
+            )
+        fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
+        fuel_used = limits.fuel - fuel_left
+        return CallResult.model_construct(
+            tool=self._manifest.name,
+            ok=error is None,
+            value=value if error is None else None,
+            error=error,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            truncated=truncated,
+            fuel_used=fuel_used,
+            duration_s=time.perf_counter() - start,
+            host_calls=state.records,
+        )
+
+    def _wasi(self, call: CallInput, stdout: Output, stderr: Output) -> wasmtime.WasiConfig:
+        manifest = self._manifest
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = [manifest.name, *manifest.args, *call.argv]
+        if manifest.env:
+            wasi.env = list(manifest.env.items())
+        for preopen in manifest.preopens:
+            wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
+        wasi.stdout_custom = stdout.write
+        wasi.stderr_custom = stderr.write
+        if call.stdin:
+            _set_stdin(wasi, call.stdin)
+        return wasi
+
+    def _run_reactor(
+        self,
+        store: wasmtime.Store,
+        exports: wasmtime.InstanceExports,
+        memory: wasmtime.Memory | None,
+        call: CallInput,
+    ) -> Any:
+        assert memory is not None
+        if call.argv or call.stdin:
+            raise _Failure(ErrorKind.INVALID_ARGUMENTS, "argv and stdin are for WASI command tools")
+        try:
+            payload = _abi.pack(dict(call.args))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
+        if self._initialize:
+            exports[_abi.EXPORT_INITIALIZE](store)
+        alloc: Callable[..., int] = exports[_abi.EXPORT_ALLOC]  # type: ignore[assignment]
+        ptr = alloc(store, len(payload)) & 0xFFFF_FFFF
+        if ptr == 0 or ptr + len(payload) > memory.data_len(store):
+            raise _Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
+        memory.write(store, payload, ptr)
+        packed = exports[_abi.EXPORT_CALL](store, ptr, len(payload))  # type: ignore[operator]
+        if not isinstance(packed, int):
+            raise _Failure(ErrorKind.BAD_RESPONSE, "wasmbox_call did not return an i64")
+        rptr, rlen = _abi.split(packed)
+        if rlen > self._limits.output:
+            raise _Failure(
+                ErrorKind.OUTPUT_LIMIT,
+                f"result of {rlen} bytes exceeds the {format_size(self._limits.output)} output cap",
+            )
+        if rptr + rlen > memory.data_len(store):
+            raise _Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")
+        try:
+            is_ok, value = _abi.unpack_reply(memory.read(store, rptr, rptr + rlen))
+        except _abi.FramingError as exc:
+            raise _Failure(ErrorKind.BAD_RESPONSE, str(exc)) from None
+        if not is_ok:
+            raise _Failure(ErrorKind.GUEST_ERROR, value)
+        return value
+
+    def _classify_trap(
+        self, trap: wasmtime.Trap, store: wasmtime.Store, memory: wasmtime.Memory | None
+    ) -> CallError:
+        code = trap.trap_code
+        kind = _TRAP_KINDS.get(code) if code is not None else None
+        if kind is ErrorKind.OUT_OF_FUEL:
+            return CallError(kind=kind, message=f"used all {self._limits.fuel:,} units of fuel")
+        if kind is ErrorKind.TIMEOUT:
+            return CallError(kind=kind, message=f"exceeded the {self._limits.timeout:g}s deadline")
+        message = _trap_message(trap)
+        if _exhausted(store, memory):
+            return CallError(kind=ErrorKind.MEMORY_LIMIT, message=f"{message} (memory cap reached)")
+        return CallError(kind=ErrorKind.TRAP, message=message)
+
+
+def _run_command(store: wasmtime.Store, exports: wasmtime.InstanceExports) -> dict[str, int]:
+    try:
+        exports[_abi.EXPORT_START](store)  # type: ignore[operator]
+    except wasmtime.ExitTrap as exit_trap:
+        return {"exit_code": exit_trap.code}
+    return {"exit_code": 0}
+
+
+def _host_import(function: HostFunction) -> Callable[[wasmtime.Caller, int, int], int]:
+    """The linker-side wrapper of a host function: guest memory in, reply written back.
+
+    It never raises (an exception here would cross threads through wasmtime-py's global
+    last-exception slot). To stop the guest it sets the store's fuel to zero and records why.
+    """
+    name = function.name
+
+    def host_import(caller: wasmtime.Caller, ptr: int, length: int) -> int:
+        state: _CallState = _current.state
+        memory = caller.get(_abi.EXPORT_MEMORY)
+        if not isinstance(memory, wasmtime.Memory):
+            return _abort(caller, state, ErrorKind.BAD_RESPONSE, "guest exports no memory")
+        ptr &= 0xFFFF_FFFF
+        length &= 0xFFFF_FFFF
+        if ptr + length > memory.data_len(caller):
+            return _abort(caller, state, ErrorKind.BAD_RESPONSE, f"{name}: request out of bounds")
+        request = bytes(memory.read(caller, ptr, ptr + length))
+        if state.host_calls_left <= 0:
+            message = f"host-call limit ({len(state.records)}) exceeded"
+            state.records.append(refusal(name, "limit", message, length).record)
+            return _abort(caller, state, ErrorKind.HOST_ERROR, message)
+        state.host_calls_left -= 1
+        reply = function.invoke(request)
+        state.records.append(reply.record)
+        if time.perf_counter() > state.deadline:
+            return _abort(caller, state, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+        if reply.failure is not None and state.failure is None:
+            state.failure = reply.failure
+        return _write_reply(caller, state, memory, reply)
+
+    return host_import
+
+
+def _write_reply(
+    caller: wasmtime.Caller, state: _CallState, memory: wasmtime.Memory, reply: HostReply
+) -> int:
+    alloc = caller.get(_abi.EXPORT_ALLOC)
+    if not isinstance(alloc, wasmtime.Func):
+        return _abort(caller, state, ErrorKind.BAD_RESPONSE, "guest exports no wasmbox_alloc")
+    size = len(reply.payload)
+    try:
+        rptr = alloc(caller, size) & 0xFFFF_FFFF
+    except wasmtime.Trap as trap:
+        kind = _TRAP_KINDS.get(trap.trap_code) if trap.trap_code is not None else None
+        return _abort(caller, state, kind or ErrorKind.TRAP, _trap_message(trap))
+    if rptr == 0 or rptr + size > memory.data_len(caller):
+        return _abort(caller, state, ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
+    memory.write(caller, reply.payload, rptr)
+    return _abi.join(rptr, size)
+
+
+def _abort(caller: wasmtime.Caller, state: _CallState, kind: ErrorKind, message: str) -> int:
+    if state.abort is None:
+        state.abort = CallError(kind=kind, message=message)
+        left = ctypes.c_uint64(0)
+        ffi.wasmtime_context_get_fuel(caller._context(), ctypes.byref(left))
+        state.fuel_left_at_abort = left.value
+    ffi.wasmtime_context_set_fuel(caller._context(), 0)
+    return 0
+
+
+def _set_stdin(wasi: wasmtime.WasiConfig, data: bytes) -> None:
+    vec = ffi.wasm_byte_vec_t()
+    buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    ffi.wasm_byte_vec_new(ctypes.byref(vec), len(data), buffer)
+    ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
+
+
+def _exhausted(store: wasmtime.Store, memory: wasmtime.Memory | None) -> bool:
+    """True when the guest's memory cannot grow by one more page (the cap is reached)."""
+    if memory is None:
+        return False
+    try:
+        memory.grow(store, 1)
+    except wasmtime.WasmtimeError:
+        return True
+    return False
+
+
+def _trap_message(trap: wasmtime.Trap) -> str:
+    text = trap.message
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("wasm trap:"):
+            return line
+    return lines[-1] if lines else "trap"
+
+
+def _classify_wasmtime_error(exc: wasmtime.WasmtimeError) -> CallError:
+    text = str(exc)
+    if "memory" in text and "limit" in text:
+        return CallError(kind=ErrorKind.MEMORY_LIMIT, message=text.splitlines()[0])
+    return CallError(kind=ErrorKind.TRAP, message=text.splitlines()[0][:500])
