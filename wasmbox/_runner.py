@@ -28,9 +28,6 @@ from ._manifest import Manifest
 from ._results import CallError, CallResult, HostCallRecord
 from ._units import format_size
 
-_HOST_CALL_TYPE = wasmtime.FuncType(
-    [wasmtime.ValType.i32(), wasmtime.ValType.i32()], [wasmtime.ValType.i64()]
-)
 _OOM_WORDING = re.compile(r"out of memory|memoryerror|cannot allocate|enomem", re.IGNORECASE)
 _TRAP_KINDS = {
     wasmtime.TrapCode.OUT_OF_FUEL: ErrorKind.OUT_OF_FUEL,
@@ -114,8 +111,12 @@ class ModuleRunner:
         if info.uses_wasi:
             linker.define_wasi()
         for name in sorted(set(info.host_functions)):
+            # A FuncType belongs to the first engine it meets, so each linker gets its own.
+            host_call_type = wasmtime.FuncType(
+                [wasmtime.ValType.i32(), wasmtime.ValType.i32()], [wasmtime.ValType.i64()]
+            )
             linker.define_func(
-                _abi.ABI_MODULE, name, _HOST_CALL_TYPE,
+                _abi.ABI_MODULE, name, host_call_type,
                 _host_import(host_functions[name]), access_caller=True,
             )  # fmt: skip
         self._pre = linker.instantiate_pre(module)

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wasmbox
+
+ROOT = Path(__file__).resolve().parent.parent
+WAT = ROOT / "runtimes" / "examples" / "wat"
+BUILD = ROOT / "runtimes" / "examples" / "build"
+CAPABILITIES = ROOT / "capabilities"
+
+
+def wat(name: str) -> str:
+    return str(WAT / f"{name}.wat")
+
+
+def manifest(module: str, **fields: Any) -> dict[str, Any]:
+    """A dict manifest for the WAT module `module`; `fields` override or add keys."""
+    return {"name": module, "module": wat(module), **fields}
+
+
+@pytest.fixture(scope="session")
+def built_examples() -> Path:
+    """The C example tools, compiled with the ziglang package (once per session)."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "runtimes" / "examples" / "build.py")], check=True
+    )
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache") / "wasmbox"
+
+
+@pytest.fixture
+def box(cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
+    with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
+        yield sandbox
