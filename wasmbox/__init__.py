@@ -22,6 +22,7 @@ from ._errors import (
     TrapError,
     WasmboxError,
 )
+from ._engine import EngineSettings
 from ._inspect import ToolKind
 from ._manifest import Limits, Manifest, Preopen
 from ._results import CallError, CallResult, HostCallRecord
@@ -36,6 +37,7 @@ __all__ = [
     "CallResult",
     "CapabilityDeniedError",
     "CapabilityError",
+    "EngineSettings",
     "ErrorKind",
     "GuestError",
     "HostCallRecord",

@@ -13,6 +13,13 @@ from . import _abi
 from ._errors import CapabilityError, ManifestError
 
 _HOST_CALL_TYPE = "(i32, i32) -> i64"
+_VOID = "() -> ()"
+# Exact export types of ABI v1; the runner calls these without per-call type checks.
+_REACTOR_EXPORTS = {
+    _abi.EXPORT_MEMORY: "memory",
+    _abi.EXPORT_ALLOC: "(i32) -> i32",
+    _abi.EXPORT_CALL: _HOST_CALL_TYPE,
+}
 
 
 class ToolKind(str, Enum):
@@ -67,12 +74,14 @@ def inspect_module(module: wasmtime.Module) -> ModuleInfo:
         Import(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
     )
     exports = tuple((exp.name, _describe(exp.type)) for exp in module.exports)
-    names = {name for name, _ in exports}
+    types = dict(exports)
     kind = None
-    if {_abi.EXPORT_CALL, _abi.EXPORT_ALLOC, _abi.EXPORT_MEMORY} <= names:
+    if all(types.get(name, "").startswith(ty) for name, ty in _REACTOR_EXPORTS.items()):
         kind = ToolKind.REACTOR
-    elif _abi.EXPORT_START in names:
+    elif types.get(_abi.EXPORT_START) == _VOID:
         kind = ToolKind.COMMAND
+    if kind is not None and types.get(_abi.EXPORT_INITIALIZE, _VOID) != _VOID:
+        kind = None
     return ModuleInfo(imports, exports, kind)
 
 

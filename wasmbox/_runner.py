@@ -19,7 +19,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi
+from . import _abi, _rawcall
 from ._engine import EpochTicker
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -35,6 +35,11 @@ _TRAP_KINDS = {
 }
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
+_MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
+_ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
+_CALL = _rawcall.ExportName(_abi.EXPORT_CALL)
+_INITIALIZE = _rawcall.ExportName(_abi.EXPORT_INITIALIZE)
+_START = _rawcall.ExportName(_abi.EXPORT_START)
 _current = threading.local()  # the _CallState of the call running on this thread
 
 
@@ -138,13 +143,11 @@ class ModuleRunner:
         _current.state = state
         try:
             instance = self._pre.instantiate(store)
-            exports = instance.exports(store)
-            mem = exports.get(_abi.EXPORT_MEMORY)
-            memory = mem if isinstance(mem, wasmtime.Memory) else None
             if self.kind is ToolKind.COMMAND:
-                value = _run_command(store, exports)
+                value = _run_command(store, instance)
             else:
-                value = self._run_reactor(store, exports, memory, call)
+                memory = _rawcall.memory(_MEMORY.get(store, instance))
+                value = self._run_reactor(store, instance, memory, call)
         except _Failure as failure:
             error = failure.error
         except wasmtime.Trap as trap:
@@ -201,11 +204,10 @@ class ModuleRunner:
     def _run_reactor(
         self,
         store: wasmtime.Store,
-        exports: wasmtime.InstanceExports,
-        memory: wasmtime.Memory | None,
+        instance: wasmtime.Instance,
+        memory: wasmtime.Memory,
         call: CallInput,
     ) -> Any:
-        assert memory is not None
         if call.argv or call.stdin:
             raise _Failure(ErrorKind.INVALID_ARGUMENTS, "argv and stdin are for WASI command tools")
         try:
@@ -213,15 +215,12 @@ class ModuleRunner:
         except (TypeError, ValueError, OverflowError) as exc:
             raise _Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
         if self._initialize:
-            exports[_abi.EXPORT_INITIALIZE](store)
-        alloc: Callable[..., int] = exports[_abi.EXPORT_ALLOC]  # type: ignore[assignment]
-        ptr = alloc(store, len(payload)) & 0xFFFF_FFFF
+            _rawcall.call_void(store, _INITIALIZE.get(store, instance))
+        ptr = _rawcall.call_i32(store, _ALLOC.get(store, instance), len(payload))
         if ptr == 0 or ptr + len(payload) > memory.data_len(store):
             raise _Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
         memory.write(store, payload, ptr)
-        packed = exports[_abi.EXPORT_CALL](store, ptr, len(payload))  # type: ignore[operator]
-        if not isinstance(packed, int):
-            raise _Failure(ErrorKind.BAD_RESPONSE, "wasmbox_call did not return an i64")
+        packed = _rawcall.call_i64(store, _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
         if rlen > self._limits.output:
             raise _Failure(
@@ -253,9 +252,9 @@ class ModuleRunner:
         return CallError(kind=ErrorKind.TRAP, message=message)
 
 
-def _run_command(store: wasmtime.Store, exports: wasmtime.InstanceExports) -> dict[str, int]:
+def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:
     try:
-        exports[_abi.EXPORT_START](store)  # type: ignore[operator]
+        _rawcall.call_void(store, _START.get(store, instance))
     except wasmtime.ExitTrap as exit_trap:
         return {"exit_code": exit_trap.code}
     return {"exit_code": 0}
@@ -271,9 +270,10 @@ def _host_import(function: HostFunction) -> Callable[[wasmtime.Caller, int, int]
 
     def host_import(caller: wasmtime.Caller, ptr: int, length: int) -> int:
         state: _CallState = _current.state
-        memory = caller.get(_abi.EXPORT_MEMORY)
-        if not isinstance(memory, wasmtime.Memory):
+        item = _MEMORY.get_from_caller(caller)
+        if item is None or item.kind != ffi.WASMTIME_EXTERN_MEMORY.value:
             return _abort(caller, state, ErrorKind.BAD_RESPONSE, "guest exports no memory")
+        memory = _rawcall.memory(item)
         ptr &= 0xFFFF_FFFF
         length &= 0xFFFF_FFFF
         if ptr + length > memory.data_len(caller):
@@ -298,12 +298,13 @@ def _host_import(function: HostFunction) -> Callable[[wasmtime.Caller, int, int]
 def _write_reply(
     caller: wasmtime.Caller, state: _CallState, memory: wasmtime.Memory, reply: HostReply
 ) -> int:
-    alloc = caller.get(_abi.EXPORT_ALLOC)
-    if not isinstance(alloc, wasmtime.Func):
+    # The reactor's exports were type-checked at load, so the raw call is safe.
+    alloc = _ALLOC.get_from_caller(caller)
+    if alloc is None:
         return _abort(caller, state, ErrorKind.BAD_RESPONSE, "guest exports no wasmbox_alloc")
     size = len(reply.payload)
     try:
-        rptr = alloc(caller, size) & 0xFFFF_FFFF
+        rptr = _rawcall.call_i32(caller, alloc, size)
     except wasmtime.Trap as trap:
         kind = _TRAP_KINDS.get(trap.trap_code) if trap.trap_code is not None else None
         return _abort(caller, state, kind or ErrorKind.TRAP, _trap_message(trap))

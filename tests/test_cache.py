@@ -1,0 +1,110 @@
+"""The compile cache: shared across processes, private, and never trusting a bad entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wasmbox
+from wasmbox._errors import WasmboxError
+
+from .conftest import manifest
+
+LOAD_AND_REPORT = """
+import json, sys, wasmbox
+box = wasmbox.Sandbox(cache_dir=sys.argv[1])
+tool = box.load({"name": "echo", "module": sys.argv[2]})
+value = tool.call({"n": 1}).unwrap()
+s = box.cache_stats
+print(json.dumps({"compiles": s.compiles, "hits": s.hits, "rejected": s.rejected, "value": value}))
+"""
+
+
+def _load_in_new_process(cache: Path, module: str) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_REPORT, str(cache), module],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def test_second_process_does_not_recompile(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    module = manifest("echo")["module"]
+    first = _load_in_new_process(cache, module)
+    second = _load_in_new_process(cache, module)
+    assert first == {"compiles": 1, "hits": 0, "rejected": 0, "value": {"n": 1}}
+    assert second == {"compiles": 0, "hits": 1, "rejected": 0, "value": {"n": 1}}
+
+
+def test_cache_dir_is_private(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    wasmbox.Sandbox(cache_dir=cache).close()
+    assert cache.stat().st_mode & 0o777 == 0o700
+
+
+def test_group_writable_cache_dir_is_refused(tmp_path: Path) -> None:
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o777)
+    with pytest.raises(WasmboxError, match="writable by others"):
+        wasmbox.Sandbox(cache_dir=cache)
+
+
+def _entries(cache: Path) -> tuple[Path, Path]:
+    (artifact,) = cache.glob("*.cwasm")
+    return artifact, artifact.with_suffix(".json")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "swap_meta", "garbage_meta", "delete_meta"])
+def test_damaged_entry_is_rebuilt_not_trusted(tmp_path: Path, damage: str) -> None:
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        box.load(manifest("echo"))
+    artifact, meta = _entries(cache)
+    data = artifact.read_bytes()
+    if damage == "truncate":
+        artifact.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        # same size, one byte of code changed: only the digest can tell
+        i = len(data) // 2
+        artifact.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :])
+    elif damage == "swap_meta":
+        record = json.loads(meta.read_text())
+        record["wasm_sha256"] = "0" * 64
+        meta.write_text(json.dumps(record))
+    elif damage == "garbage_meta":
+        meta.write_text("{not json")
+    else:
+        meta.unlink()
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        tool = box.load(manifest("echo"))
+        assert box.cache_stats.compiles == 1 and box.cache_stats.hits == 0
+        assert tool.call({"ok": True}).unwrap() == {"ok": True}
+    # the entry was rewritten and is trusted again
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        box.load(manifest("echo"))
+        assert box.cache_stats.hits == 1
+
+
+def test_engine_settings_are_part_of_the_key(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        box.load(manifest("echo"))
+    settings = wasmbox.EngineSettings(max_wasm_stack=256 * 1024)
+    with wasmbox.Sandbox(cache_dir=cache, settings=settings) as box:
+        box.load(manifest("echo"))
+        assert box.cache_stats.compiles == 1
+    assert len(list(cache.glob("*.cwasm"))) == 2
+
+
+def test_no_cache_dir_compiles_in_memory(tmp_path: Path) -> None:
+    with wasmbox.Sandbox(cache_dir=None) as box:
+        box.load(manifest("echo"))
+        assert box.cache_stats.compiles == 1
+    assert os.listdir(tmp_path) == []

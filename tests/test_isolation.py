@@ -1,0 +1,108 @@
+"""One call, one instance: nothing one call does is visible to the next, across threads too."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import wasmbox
+
+from .conftest import manifest
+
+
+def test_memory_and_globals_are_fresh_every_call(box: wasmbox.Sandbox) -> None:
+    tool = box.load(manifest("state"))
+    # state.wat returns how many calls its instance has seen (memory and a global)
+    assert [tool.call({}).unwrap() for _ in range(5)] == [0] * 5
+
+
+def test_concurrent_calls_from_8_threads_are_independent(box: wasmbox.Sandbox) -> None:
+    echo = box.load(manifest("echo"))
+    state = box.load(manifest("state"))
+    barrier = threading.Barrier(8)
+
+    def worker(i: int) -> list[tuple[object, object]]:
+        barrier.wait()
+        out = []
+        for j in range(50):
+            args = {"thread": i, "call": j, "blob": bytes([i]) * (j * 37)}
+            out.append((echo.call(args).unwrap(), args))
+            assert state.call({}).unwrap() == 0
+        return out
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(worker, range(8)))
+    for per_thread in results:
+        for got, sent in per_thread:
+            assert got == sent
+
+
+def test_concurrent_failures_do_not_leak_into_other_calls(box: wasmbox.Sandbox) -> None:
+    echo = box.load(manifest("echo"))
+    spin = box.load(manifest("spin", limits={"fuel": 200_000}))
+    trap = box.load(manifest("trap"))
+
+    def worker(i: int) -> None:
+        for j in range(30):
+            tool = (echo, spin, trap)[(i + j) % 3]
+            result = tool.call({"i": i, "j": j})
+            if tool is echo:
+                assert result.unwrap() == {"i": i, "j": j}
+            else:
+                assert result.error is not None
+                expected = "out_of_fuel" if tool is spin else "trap"
+                assert result.error.kind.value == expected
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(worker, range(8)))
+
+
+def test_acall_runs_off_the_event_loop(box: wasmbox.Sandbox) -> None:
+    box.load(manifest("echo"))
+    box.load(manifest("spin", limits={"fuel": 10**15, "timeout": "300ms"}))
+
+    async def main() -> tuple[list[wasmbox.CallResult], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        results = await asyncio.gather(
+            box.acall("spin"), *(box.acall("echo", {"n": n}) for n in range(20))
+        )
+        task.cancel()
+        return list(results), ticks
+
+    results, ticks = asyncio.run(main())
+    assert results[0].error is not None and results[0].error.kind.value == "timeout"
+    assert [r.unwrap() for r in results[1:]] == [{"n": n} for n in range(20)]
+    assert ticks >= 5  # the loop kept running while the spinning guest waited for its deadline
+
+
+def test_call_by_name_and_unknown_name(box: wasmbox.Sandbox) -> None:
+    box.load(manifest("echo"))
+    assert box.call("echo", {"a": 1}).unwrap() == {"a": 1}
+    assert set(box.tools) == {"echo"}
+    try:
+        box.call("nope", {})
+    except KeyError as exc:
+        assert "nope" in str(exc)
+    else:
+        raise AssertionError("expected KeyError")
+
+
+def test_loading_a_name_twice_needs_replace(box: wasmbox.Sandbox) -> None:
+    box.load(manifest("echo"))
+    try:
+        box.load(manifest("echo"))
+    except wasmbox.ManifestError:
+        pass
+    else:
+        raise AssertionError("expected ManifestError")
+    box.load(manifest("state", name="echo"), replace=True)
+    assert box.call("echo", {}).unwrap() == 0
