@@ -1,0 +1,123 @@
+"""A batch of tool calls through one Sandbox: successes and each kind of refusal, with timings.
+
+Run it with `./dev demo` (which sets up the venv and builds the C example tools first).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import wasmbox
+
+ROOT = Path(__file__).resolve().parent
+CAPS = ROOT / "capabilities"
+WAT = ROOT / "runtimes" / "examples" / "wat"
+KV = {"greeting": "hello from the host", "answer": "42"}
+
+
+def wat(name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "module": str(WAT / f"{name}.wat"), **fields}
+
+
+def main() -> int:
+    box = wasmbox.Sandbox()
+
+    @box.host_function("kv.get")
+    def kv_get(key: str) -> str | None:
+        if key.startswith("secret"):
+            raise wasmbox.CapabilityDeniedError(f"key {key!r} is not readable by tools")
+        return KV.get(key)
+
+    @box.host_function("host.fn")
+    def host_fn(fail: bool = False, sleep: float = 0.0) -> str:
+        if sleep:
+            time.sleep(sleep)
+        if fail:
+            raise ConnectionError("db at 10.0.0.5 refused (password hunter2)")
+        return "pong"
+
+    start = time.perf_counter()
+    tools = {
+        "word_count": box.load(CAPS / "word_count.toml"),
+        "kv_lookup": box.load(CAPS / "kv_lookup.toml"),
+        "fsprobe": box.load(CAPS / "fsprobe.toml"),
+        "echo": box.load(wat("echo", input_schema={"type": "object", "required": ["text"]})),
+        "spin": box.load(wat("spin", limits={"fuel": 5_000_000})),
+        "spin_slow": box.load(wat("spin", name="spin_slow", limits={"fuel": 10**15, "timeout": "100ms"})),
+        "grow": box.load(wat("grow", limits={"memory": "4MiB"})),
+        "trap": box.load(wat("trap")),
+        "guest_error": box.load(wat("guest_error")),
+        "garbage": box.load(wat("garbage")),
+        "spam": box.load(wat("spam", limits={"output": "4KiB"})),
+        "forward": box.load(wat("forward", host_functions=["host.fn"], limits={"timeout": "200ms"})),
+    }
+    load_ms = (time.perf_counter() - start) * 1e3
+    print(f"loaded {len(tools)} tools in {load_ms:.1f} ms "
+          f"(compiled {box.cache_stats.compiles}, from cache {box.cache_stats.hits})\n")
+
+    batch: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+        ("word count of a preopened file", "word_count", {"path": "/data/sample.txt"}, {}),
+        ("word count of inline text", "word_count", {"text": "to be or not to be"}, {}),
+        ("host function round trip", "kv_lookup", {"key": "greeting"}, {}),
+        ("WASI command reads a granted dir", "fsprobe", {}, {"argv": ["ls", "/data"]}),
+        ("echo through the ABI", "echo", {"text": "hi", "n": [1, 2.5, None]}, {}),
+        ("file outside the grant", "word_count", {"path": "/etc/passwd"}, {}),
+        ("'..' out of the preopen", "fsprobe", {}, {"argv": ["read", "/data/../../etc/passwd"]}),
+        ("write to a read-only preopen", "fsprobe", {}, {"argv": ["write", "/data/x", "pwned"]}),
+        ("host env is invisible", "fsprobe", {}, {"argv": ["env"]}),
+        ("out_of_fuel: infinite loop", "spin", {}, {}),
+        ("timeout: infinite loop", "spin_slow", {}, {}),
+        ("timeout: slow host function", "forward", {"sleep": 0.4}, {}),
+        ("memory_limit: grows until refused", "grow", {}, {}),
+        ("trap: divide by zero", "trap", {}, {}),
+        ("guest_error", "guest_error", {}, {}),
+        ("capability_denied by a host function", "kv_lookup", {"key": "secret/token"}, {}),
+        ("invalid_arguments: schema", "echo", {"txt": "typo"}, {}),
+        ("output_limit: stdout flood", "spam", {}, {}),
+        ("bad_response: garbage result", "garbage", {}, {}),
+        ("host_error: host function raised", "forward", {"fail": True}, {}),
+    ]
+    print(f"{'call':38} {'outcome':20} {'fuel':>10} {'µs':>8}  detail")
+    print("-" * 110)
+    for label, name, args, extra in batch:
+        result = tools[name].call(args, **extra)
+        outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+        detail = _detail(result)
+        print(f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {detail}")
+
+    print("\nwarm latency, 2,000 calls each (median / p99):")
+    for name, args in [("echo", {"text": "hi"}), ("word_count", {"text": "a b c"}),
+                       ("kv_lookup", {"key": "answer"})]:
+        times = []
+        for _ in range(2000):
+            t0 = time.perf_counter()
+            tools[name].call(args)
+            times.append((time.perf_counter() - t0) * 1e6)
+        times.sort()
+        print(f"  {name:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs")
+    box.close()
+    return 0
+
+
+def _detail(result: wasmbox.CallResult) -> str:
+    if result.ok:
+        text = json.dumps(result.value, default=repr)
+        if result.stdout:
+            text += "  stdout=" + json.dumps(result.stdout[:60])
+        if result.stderr:
+            text += "  stderr=" + json.dumps(result.stderr[:60])
+    else:
+        text = result.error.message  # type: ignore[union-attr]
+        hidden = [r.detail for r in result.host_calls if r.detail]
+        if hidden:
+            text += f"  [host-side only: {hidden[0][:50]}]"
+    return text[:110]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The `wasmbox` command: run, inspect, schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wasmbox.cli import main
+
+from .conftest import wat
+
+
+def _write(tmp_path: Path, module: str, **fields: object) -> Path:
+    path = tmp_path / f"{module}.json"
+    path.write_text(json.dumps({"name": module, "module": wat(module), **fields}))
+    return path
+
+
+def test_run_prints_result_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "echo")
+    assert main(["run", str(path), "--args", '{"x": [1, "\\u001b[31mred"]}', "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out  # escapes are data, not terminal commands
+    result = json.loads(out)
+    assert result["ok"] is True and result["value"] == {"x": [1, "\x1b[31mred"]}
+
+
+def test_run_failed_call_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "trap")
+    assert main(["run", str(path), "--no-cache"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["kind"] == "trap"
+
+
+def test_run_bad_manifest_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "echo", surprise=True)
+    assert main(["run", str(path)]) == 2
+    assert "surprise" in capsys.readouterr().err
+    assert main(["run", str(_write(tmp_path, "trap")), "--args", "{nope"]) == 2
+
+
+def test_inspect_lists_imports_and_grants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", wat("forward"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "reactor"
+    assert report["grants_needed"]["host_functions"] == ["host.fn"]
+    assert {"name": "wasmbox_call", "type": "(i32, i32) -> i64"} in report["exports"]
+    assert main(["inspect", wat("foreign_import")]) == 0
+    assert "never granted" in capsys.readouterr().out
+
+
+def test_console_script_and_module_entry_point() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "schema"], check=True, capture_output=True, text=True
+    ).stdout
+    assert json.loads(out)["title"] == "Manifest"
