@@ -20,8 +20,8 @@ WAT = ROOT / "runtimes" / "examples" / "wat"
 KV = {"greeting": "hello from the host", "answer": "42"}
 
 
-def wat(name: str, **fields: Any) -> dict[str, Any]:
-    return {"name": name, "module": str(WAT / f"{name}.wat"), **fields}
+def wat(module: str, **fields: Any) -> dict[str, Any]:
+    return {"name": module, "module": str(WAT / f"{module}.wat"), **fields}
 
 
 def main() -> int:

@@ -129,13 +129,29 @@ payload:
     return p + n;
 }
 
-/* Reads one whole value from buf[0..len): true and *v filled (v->end = just past it), or false
- * if the bytes are not a complete MessagePack value. Nested containers are walked with a counter,
- * not recursion, so deep nesting cannot exhaust the stack. */
-WB_API bool wb_read(const uint8_t *buf, size_t len, wb_value *v) {
+/* The length of the longest valid UTF-8 prefix of s[0..n) (as strict as Python's decoder). */
+static inline size_t wb__utf8_prefix(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i], lo = 0x80, hi = 0xbf;
+        size_t len = 1;
+        if (c >= 0xc2 && c <= 0xdf) len = 2;
+        else if (c >= 0xe0 && c <= 0xef) { len = 3; lo = c == 0xe0 ? 0xa0 : 0x80; hi = c == 0xed ? 0x9f : 0xbf; }
+        else if (c >= 0xf0 && c <= 0xf4) { len = 4; lo = c == 0xf0 ? 0x90 : 0x80; hi = c == 0xf4 ? 0x8f : 0xbf; }
+        else if (c >= 0x80) return i;
+        if (n - i < len || (len > 1 && (s[i + 1] < lo || s[i + 1] > hi))) return i;
+        for (size_t k = 2; k < len; k++)
+            if ((s[i + k] & 0xc0) != 0x80) return i;
+        i += len;
+    }
+    return n;
+}
+WB_API bool wb_utf8_valid(const void *s, size_t n) { return wb__utf8_prefix(s, n) == n; }
+
+static inline bool wb__read(const uint8_t *buf, size_t len, wb_value *v, bool utf8) {
     const uint8_t *end = buf + len;
     const uint8_t *p = wb__head(buf, end, v);
-    if (!p) return false;
+    if (!p || (utf8 && v->type == WB_STR && !wb_utf8_valid(v->data, v->len))) return false;
     uint64_t pending = 0; /* items still to skip */
     if (v->type == WB_ARRAY) pending = v->len;
     else if (v->type == WB_MAP) pending = 2 * (uint64_t)v->len;
@@ -143,6 +159,7 @@ WB_API bool wb_read(const uint8_t *buf, size_t len, wb_value *v) {
         wb_value item;
         if (pending > (uint64_t)(end - p)) return false; /* every item takes at least one byte */
         if (!(p = wb__head(p, end, &item))) return false;
+        if (utf8 && item.type == WB_STR && !wb_utf8_valid(item.data, item.len)) return false;
         pending--;
         if (item.type == WB_ARRAY) pending += item.len;
         else if (item.type == WB_MAP) pending += 2 * (uint64_t)item.len;
@@ -150,6 +167,11 @@ WB_API bool wb_read(const uint8_t *buf, size_t len, wb_value *v) {
     v->end = p;
     return true;
 }
+/* Reads one whole value from buf[0..len): true and *v filled (v->end = just past it), or false
+ * if the bytes are not a complete MessagePack value. Nested containers are walked with a counter,
+ * not recursion, so deep nesting cannot exhaust the stack. (Strings are not checked for UTF-8:
+ * see wb_utf8_valid.) */
+WB_API bool wb_read(const uint8_t *buf, size_t len, wb_value *v) { return wb__read(buf, len, v, false); }
 
 /* Iterating an array (wb_next) or a map (wb_map_next) that came from wb_read. */
 typedef struct { const uint8_t *pos, *end; uint64_t left; } wb_iter;
@@ -295,10 +317,20 @@ WB_API void wb_writer_free(wb_writer *w) { free(w->buf); *w = (wb_writer){0}; }
 /* ---- results ------------------------------------------------------------------------------ */
 
 /* Replace whatever the handler wrote with {"error": msg}; returns 1 so a handler can
- * `return wb_error_n(out, msg, len);`. The message is sent unchanged (it must be UTF-8). */
+ * `return wb_error_n(out, msg, len);`. Bytes that are not UTF-8 become U+FFFD. */
 WB_API int wb_error_n(wb_writer *out, const char *msg, size_t n) {
+    wb_writer text = {0};
+    for (size_t ok; n; msg += ok + 1, n -= ok + 1) {
+        ok = wb__utf8_prefix((const uint8_t *)msg, n);
+        wb_write_raw(&text, msg, ok);
+        if (ok == n) break;
+        wb_write_raw(&text, "\xef\xbf\xbd", 3);
+    }
     out->len = 0; out->failed = false; out->is_error = true;
-    wb_write_map(out, 1); wb_write_str(out, "error", 5); wb_write_str(out, msg, n);
+    wb_write_map(out, 1); wb_write_str(out, "error", 5);
+    if (text.failed) wb_write_str(out, "out of memory", 13);
+    else wb_write_str(out, (const char *)text.buf, text.len);
+    wb_writer_free(&text);
     return 1;
 }
 /* printf-style wb_error_n: `return wb_error(out, "cannot open %s: %s", path, strerror(errno));` */
@@ -337,11 +369,11 @@ static inline int64_t wb__call(wb_handler handler, int32_t ptr, int32_t len) {
     else if (handler(&args, &out) != 0 && !out.is_error)
         wb_error(&out, "the tool failed without a message");
     fflush(NULL); /* a reactor never exits, so stdio would keep what it buffered */
-    wb_value reply; /* {"ok": <exactly one value>} or {"error": ...}: nothing else goes back */
+    wb_value reply; /* {"ok": <exactly one value>} or {"error": ...}, all strings UTF-8 */
     size_t skip = out.is_error ? 0 : 4;
-    if (!out.failed && (!wb_read(out.buf + skip, out.len - skip, &reply) ||
+    if (!out.failed && (!wb__read(out.buf + skip, out.len - skip, &reply, true) ||
                         reply.end != out.buf + out.len))
-        wb_error(&out, "the tool wrote a malformed result (not exactly one value)");
+        wb_error(&out, "the tool wrote a malformed result (not one value, or a str not UTF-8)");
     if (out.failed) return wb__pack(oom, sizeof oom - 1);
     return wb__pack(out.buf, out.len);
 }

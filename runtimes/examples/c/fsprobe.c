@@ -5,9 +5,9 @@
  *   fsprobe write PATH TEXT  create/truncate PATH and write TEXT to it
  *   fsprobe ls DIR           the names in DIR, sorted, one per line ("." and ".." left out)
  *   fsprobe env              each environment entry, one per line
- *   fsprobe argv             each argv entry (argv[0] too), one per line
+ *   fsprobe argv [ARG...]    each argv entry (argv[0] and these ARGs too), one per line
  *   fsprobe cat              copy stdin to stdout
- *   fsprobe exit N           exit with code N
+ *   fsprobe exit N           exit with code N (0..255; Wasmtime refuses 126 and up)
  *
  * Success exits 0. A failure prints "error: <strerror(errno)>" to stderr and exits 1.
  * An unknown subcommand or wrong arguments print the usage to stderr and exit 2.
@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -28,7 +29,7 @@ static int fail(int err) {
 }
 
 static int usage(void) {
-    fputs("usage: fsprobe read PATH | write PATH TEXT | ls DIR | env | argv | cat | exit N\n",
+    fputs("usage: fsprobe read PATH | write PATH TEXT | ls DIR | env | argv [ARG...] | cat | exit N\n",
           stderr);
     return 2;
 }
@@ -60,8 +61,13 @@ static int copy(int from, int to) {
 }
 
 static int cmd_read(const char *path) {
+    struct stat st;
     int fd = open(path, O_RDONLY);
     if (fd < 0) return fail(errno);
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return fail(EISDIR);
+    }
     int rc = copy(fd, STDOUT_FILENO);
     close(fd);
     return rc;
@@ -119,7 +125,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "write") && nargs == 2) return cmd_write(argv[2], argv[3]);
     if (!strcmp(cmd, "ls") && nargs == 1) return cmd_ls(argv[2]);
     if (!strcmp(cmd, "env") && nargs == 0) return print_lines(environ);
-    if (!strcmp(cmd, "argv") && nargs == 0) return print_lines(argv);
+    if (!strcmp(cmd, "argv")) return print_lines(argv);
     if (!strcmp(cmd, "cat") && nargs == 0) return copy(STDIN_FILENO, STDOUT_FILENO);
     if (!strcmp(cmd, "exit") && nargs == 1) {
         char *end;

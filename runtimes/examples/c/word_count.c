@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "wasmbox.h"
@@ -39,9 +40,13 @@ static int count_file(const wb_value *path, counts *c, wb_writer *out) {
         if (memchr(path->data, 0, path->len)) return wb_error(out, "args: \"path\" contains a NUL byte");
         return wb_error(out, "out of memory");
     }
+    struct stat st;
     int rc = 0, fd = open(name, O_RDONLY);
     if (fd < 0) {
         rc = wb_error(out, "cannot open %s: %s", name, strerror(errno));
+    } else if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        rc = wb_error(out, "cannot read %s: %s", name, strerror(EISDIR));
+        close(fd);
     } else {
         for (;;) {
             ssize_t n = read(fd, buf, sizeof buf);
