@@ -19,13 +19,21 @@
  *     WASMBOX_TOOL(greet)
  *
  * Build as a reactor: zig cc -target wasm32-wasi -mexec-model=reactor -O2 -I runtimes tool.c
+ * (runtimes/examples/build.py does that for each .c file in runtimes/examples/c/).
  *
  * Reading: `wb_read` checks a whole value (nesting included, without recursion) against the
  * buffer's bounds before anything else looks at it, so malformed or hostile input gives `false`,
  * never an out-of-bounds read. Strings are (data, len) views into the input, not NUL-terminated;
- * `wb_cstr` makes a terminated copy. Writing: a `wb_writer` grows with realloc; if memory runs
- * out it sets `failed` and ignores further writes (the call then reports "out of memory").
- * Strings you write must be UTF-8 (the host rejects a reply that is not); use bin for bytes.
+ * `wb_cstr` makes a terminated copy. `wb_next`/`wb_map_get` re-check each item they return, so
+ * walking every level of a deeply nested value costs depth x size; top-level lookups are linear.
+ *
+ * Writing: a `wb_writer` grows with realloc; if memory runs out it sets `failed` and ignores
+ * further writes (the call then reports "out of memory", which the host files as memory_limit).
+ * Strings must be UTF-8 (use bin for bytes): WASMBOX_TOOL checks the reply before it goes back,
+ * so a handler bug becomes a clean {"error"}, and error messages get U+FFFD for bad bytes.
+ *
+ * Host functions: WASMBOX_HOST_FUNCTION declares the import, wb_call_host sends a request map,
+ * wb_parse_reply splits the host's {"ok"}/{"error"} reply.
  */
 #ifndef WASMBOX_H
 #define WASMBOX_H
@@ -97,8 +105,16 @@ static inline const uint8_t *wb__head(const uint8_t *p, const uint8_t *end, wb_v
     case 0xca: case 0xcb: {
         if (left < (c == 0xca ? 4u : 8u)) return NULL;
         v->type = WB_FLOAT;
-        if (c == 0xca) { uint32_t b = (uint32_t)wb__be(p, 4); float f; memcpy(&f, &b, 4); v->as.f = f; return p + 4; }
-        uint64_t b = wb__be(p, 8); memcpy(&v->as.f, &b, 8); return p + 8;
+        if (c == 0xca) {
+            uint32_t b = (uint32_t)wb__be(p, 4);
+            float f;
+            memcpy(&f, &b, 4);
+            v->as.f = f;
+            return p + 4;
+        }
+        uint64_t b = wb__be(p, 8);
+        memcpy(&v->as.f, &b, 8);
+        return p + 8;
     }
     case 0xcc: case 0xcd: case 0xce: case 0xcf: case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
         int w = 1 << (c & 3);
@@ -135,10 +151,15 @@ static inline size_t wb__utf8_prefix(const uint8_t *s, size_t n) {
     while (i < n) {
         uint8_t c = s[i], lo = 0x80, hi = 0xbf;
         size_t len = 1;
-        if (c >= 0xc2 && c <= 0xdf) len = 2;
-        else if (c >= 0xe0 && c <= 0xef) { len = 3; lo = c == 0xe0 ? 0xa0 : 0x80; hi = c == 0xed ? 0x9f : 0xbf; }
-        else if (c >= 0xf0 && c <= 0xf4) { len = 4; lo = c == 0xf0 ? 0x90 : 0x80; hi = c == 0xf4 ? 0x8f : 0xbf; }
-        else if (c >= 0x80) return i;
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+        } else if (c >= 0xe0 && c <= 0xef) { /* no overlongs (e0), no surrogates (ed) */
+            len = 3; lo = c == 0xe0 ? 0xa0 : 0x80; hi = c == 0xed ? 0x9f : 0xbf;
+        } else if (c >= 0xf0 && c <= 0xf4) { /* no overlongs (f0), nothing past U+10FFFF (f4) */
+            len = 4; lo = c == 0xf0 ? 0x90 : 0x80; hi = c == 0xf4 ? 0x8f : 0xbf;
+        } else if (c >= 0x80) {
+            return i;
+        }
         if (n - i < len || (len > 1 && (s[i + 1] < lo || s[i + 1] > hi))) return i;
         for (size_t k = 2; k < len; k++)
             if ((s[i + k] & 0xc0) != 0x80) return i;
@@ -171,7 +192,9 @@ static inline bool wb__read(const uint8_t *buf, size_t len, wb_value *v, bool ut
  * if the bytes are not a complete MessagePack value. Nested containers are walked with a counter,
  * not recursion, so deep nesting cannot exhaust the stack. (Strings are not checked for UTF-8:
  * see wb_utf8_valid.) */
-WB_API bool wb_read(const uint8_t *buf, size_t len, wb_value *v) { return wb__read(buf, len, v, false); }
+WB_API bool wb_read(const uint8_t *buf, size_t len, wb_value *v) {
+    return wb__read(buf, len, v, false);
+}
 
 /* Iterating an array (wb_next) or a map (wb_map_next) that came from wb_read. */
 typedef struct { const uint8_t *pos, *end; uint64_t left; } wb_iter;
@@ -281,8 +304,12 @@ static inline void wb__len(wb_writer *w, size_t n, uint8_t fixbase, int fixmax,
 }
 WB_API void wb_write_nil(wb_writer *w) { wb__put(w, 0xc0, 0, 0); }
 WB_API void wb_write_bool(wb_writer *w, bool b) { wb__put(w, b ? 0xc3 : 0xc2, 0, 0); }
-WB_API void wb_write_map(wb_writer *w, size_t pairs) { wb__len(w, pairs, 0x80, 15, 0, 0xde, 0xdf); }
-WB_API void wb_write_array(wb_writer *w, size_t items) { wb__len(w, items, 0x90, 15, 0, 0xdc, 0xdd); }
+WB_API void wb_write_map(wb_writer *w, size_t pairs) {
+    wb__len(w, pairs, 0x80, 15, 0, 0xde, 0xdf);
+}
+WB_API void wb_write_array(wb_writer *w, size_t items) {
+    wb__len(w, items, 0x90, 15, 0, 0xdc, 0xdd);
+}
 WB_API void wb_write_uint(wb_writer *w, uint64_t v) {
     if (v <= 0x7f) wb__put(w, (uint8_t)v, 0, 0);
     else if (v <= 0xff) wb__put(w, 0xcc, v, 1);
@@ -378,11 +405,17 @@ static inline int64_t wb__call(wb_handler handler, int32_t ptr, int32_t len) {
     return wb__pack(out.buf, out.len);
 }
 
-/* memory for the host: args, and host-function replies. Traps if there is none left (the host
- * reports that as a memory-limit error when the cap is what ran out). */
+/* Memory for the host: the args, and host-function replies. If there is none left, it grows
+ * memory until that fails too and then traps: the host sees the cap reached and reports
+ * memory_limit (DESIGN.md §5), not a bare trap. */
 static inline int32_t wb__alloc(int32_t len) {
     void *p = malloc((uint32_t)len ? (uint32_t)len : 1);
-    if (!p) __builtin_trap();
+    if (!p) {
+#ifdef __wasm__
+        while (__builtin_wasm_memory_grow(0, 1) != (size_t)-1) {}
+#endif
+        __builtin_trap();
+    }
     return (int32_t)(uintptr_t)p;
 }
 

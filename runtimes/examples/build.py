@@ -1,15 +1,22 @@
 """Builds the C example tools in runtimes/examples/c/ into runtimes/examples/build/<name>.wasm.
 
-    python runtimes/examples/build.py [--force]
-    from build import build_examples; build_examples(force=False) -> [Path, ...]
+    python runtimes/examples/build.py [--force]      # from any directory
 
-Each `c/*.c` is compiled with the `ziglang` package (`zig cc -target wasm32-wasi -O2`, stripped,
-`-I runtimes` for wasmbox.h, a 256 KiB stack). A source is a wasmbox ABI v1 reactor (`-mexec-model=reactor`)
-unless its first line is `// wasmbox: command`, which makes it a WASI command (`main`/`_start`).
-A target newer than its source, wasmbox.h and this script is skipped unless `force`. Every
-module is then checked: a reactor exports exactly memory, _initialize, wasmbox_alloc and
-wasmbox_call; a command exports exactly memory and _start; imports come only from
-wasi_snapshot_preview1 and (with wasmbox_alloc exported) wasmbox, with the ABI's types.
+or from Python (the file is not in a package; load it by path, since `build` is also the name
+of a PyPI package):
+
+    spec = importlib.util.spec_from_file_location("wasmbox_examples_build", PATH_OF_THIS_FILE)
+    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+    module.build_examples(force=False)   # -> [Path of every example .wasm]
+
+Each `c/*.c` is compiled with the `ziglang` package (`zig cc -target wasm32-wasi -O2`,
+stripped, `-I runtimes` for wasmbox.h, a 256 KiB stack). A source is a wasmbox ABI v1 reactor
+(`-mexec-model=reactor`) unless its first line is `// wasmbox: command`, which makes it a WASI
+command (`main`, exported as `_start`). A target newer than its source, wasmbox.h and this
+script is skipped unless `force`. Each module built is then checked: a reactor exports exactly
+memory, _initialize, wasmbox_alloc and wasmbox_call; a command exports exactly memory and
+_start; imports come only from wasi_snapshot_preview1 and (with wasmbox_alloc exported)
+wasmbox, with the ABI's types. One line per module built goes to stderr.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ _REACTOR_EXPORTS = {
 }
 _COMMAND_EXPORTS = {"memory": "memory", "_start": "() -> ()"}
 _HOST_FUNCTION_TYPE = "(i32, i32) -> (i64)"
+_EXTERNS = ("func", "table", "memory", "global", "tag")
 
 
 class BuildError(RuntimeError):
@@ -160,7 +168,7 @@ def _surface(wasm: bytes) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
         elif section == 7:  # exports
             for _ in range(r.leb()):
                 name, kind, index = r.name(), r.byte(), r.leb()
-                exports[name] = funcs[index] if kind == 0 else ("func", "table", "memory", "global", "tag")[kind]
+                exports[name] = funcs[index] if kind == 0 else _EXTERNS[kind]
     return imports, exports
 
 

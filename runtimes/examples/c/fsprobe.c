@@ -29,8 +29,8 @@ static int fail(int err) {
 }
 
 static int usage(void) {
-    fputs("usage: fsprobe read PATH | write PATH TEXT | ls DIR | env | argv [ARG...] | cat | exit N\n",
-          stderr);
+    fputs("usage: fsprobe read PATH | write PATH TEXT | ls DIR | env | argv [ARG...] | cat"
+          " | exit N\n", stderr);
     return 2;
 }
 

@@ -14,7 +14,8 @@ static int kv_lookup(const wb_value *args, wb_writer *out) {
     wb_value key, bad, value;
     if (wb_unknown_key(args, keys, &bad)) {
         if (bad.type == WB_STR)
-            return wb_error(out, "args: unexpected key \"%.*s\"", (int)bad.len, (const char *)bad.data);
+            return wb_error(out, "args: unexpected key \"%.*s\"", (int)bad.len,
+                            (const char *)bad.data);
         return wb_error(out, "args: keys must be strings");
     }
     if (!wb_map_get(args, "key", &key)) return wb_error(out, "args: \"key\" is required");

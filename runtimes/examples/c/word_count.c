@@ -21,14 +21,26 @@ typedef struct {
     uint8_t last; /* the last byte seen */
 } counts;
 
+/* For each byte: bit 0 set if it is ASCII whitespace, bit 1 too if it is a newline. */
+static const uint8_t kind[256] = {
+    [' '] = 1, ['\t'] = 1, ['\n'] = 3, ['\v'] = 1, ['\f'] = 1, ['\r'] = 1,
+};
+
 static void count(counts *c, const uint8_t *p, size_t n) {
-    for (size_t k = 0; k < n; k++) {
-        uint8_t b = p[k];
-        bool space = b == ' ' || (b >= '\t' && b <= '\r');
-        if (b == '\n') c->lines++;
-        if (!space && !c->in_word) c->words++;
-        c->in_word = !space;
+    uint32_t in_word = c->in_word;
+    for (size_t start = 0; start < n; start += 1u << 24) { /* 32-bit sums: less fuel */
+        size_t stop = n - start > (1u << 24) ? start + (1u << 24) : n;
+        uint32_t words = 0, lines = 0;
+        for (size_t k = start; k < stop; k++) {
+            uint32_t t = kind[p[k]];
+            words += ~(t | in_word) & 1; /* a word starts: not space, and not in a word */
+            lines += t >> 1;
+            in_word = (t & 1) ^ 1;
+        }
+        c->words += words;
+        c->lines += lines;
     }
+    c->in_word = in_word;
     if (n) c->last = p[n - 1];
     c->bytes += n;
 }
@@ -37,7 +49,8 @@ static int count_file(const wb_value *path, counts *c, wb_writer *out) {
     static uint8_t buf[64 * 1024];
     char *name = wb_cstr(path);
     if (!name) {
-        if (memchr(path->data, 0, path->len)) return wb_error(out, "args: \"path\" contains a NUL byte");
+        if (memchr(path->data, 0, path->len))
+            return wb_error(out, "args: \"path\" contains a NUL byte");
         return wb_error(out, "out of memory");
     }
     struct stat st;
