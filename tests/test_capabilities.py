@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import wasmbox
 
-from .conftest import manifest
+from .conftest import CAPABILITIES, manifest
 
 
 def test_ungranted_host_function_is_refused_at_load(box: wasmbox.Sandbox) -> None:
@@ -46,3 +50,65 @@ def test_host_function_names_are_checked(box: wasmbox.Sandbox) -> None:
 def test_python_runtime_is_refused_until_it_exists(box: wasmbox.Sandbox) -> None:
     with pytest.raises(wasmbox.ManifestError, match="not available"):
         box.load({"name": "py", "runtime": "python"})
+
+
+@pytest.mark.parametrize(
+    ("module", "words"),
+    [
+        ("multi_result", "exports neither"),
+        ("bad_initialize", "_initialize"),
+        ("command_host_no_alloc", "does not export memory and wasmbox_alloc"),
+        ("no_abi", "exports neither"),
+    ],
+)
+def test_abi_exports_are_type_checked_at_load(box: wasmbox.Sandbox, module: str, words: str) -> None:
+    box.register_host_function("host.fn", lambda: 1)
+    with pytest.raises(wasmbox.ManifestError, match=words):
+        box.load(manifest(module, host_functions=["host.fn"]))
+
+
+def test_command_module_may_call_granted_host_functions(box: wasmbox.Sandbox) -> None:
+    calls = []
+    box.register_host_function("host.fn", lambda: calls.append(1))
+    result = box.load(manifest("command_host", host_functions=["host.fn"])).call()
+    assert result.value == {"exit_code": 0}
+    assert calls == [1] and [r.verdict for r in result.host_calls] == ["ok"]
+
+
+def test_tables_and_initial_memory_count_against_the_limits(box: wasmbox.Sandbox) -> None:
+    for module in ("big_table", "big_memory"):
+        result = box.load(manifest(module, limits={"memory": "64MiB"})).call({})
+        assert result.error is not None and result.error.kind is wasmbox.ErrorKind.MEMORY_LIMIT
+        assert "exceeds" in result.error.message
+
+
+def test_host_function_may_call_another_tool(box: wasmbox.Sandbox) -> None:
+    echo = box.load(manifest("echo"))
+
+    @box.host_function("host.fn")
+    def nested(**args: object) -> object:
+        return echo.call(args).unwrap()
+
+    tool = box.load(manifest("forward_loop", host_functions=["host.fn"], limits={"host_calls": 1000}))
+    result = tool.call({"n": 7})
+    assert result.unwrap() == {"n": 7}
+    assert len(result.host_calls) == 1000
+
+
+def test_no_noise_at_interpreter_exit(built_examples: Path) -> None:
+    """Wasmtime's threads must not call back into a finalizing interpreter.
+
+    With wasmtime-py's `stdout_custom`, a WASI call that touched a preopen made a Wasmtime
+    worker thread run a Python finalizer at exit: "panic in a function that cannot unwind".
+    """
+    manifest = CAPABILITIES / "fsprobe.toml"
+    script = (
+        "import wasmbox\n"
+        "box = wasmbox.Sandbox(cache_dir=None)\n"
+        f"tool = box.load({str(manifest)!r})\n"
+        "print(tool.call(argv=['ls', '/data']).stdout, end='')\n"
+    )
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout == "sample.txt\n"
+        assert out.stderr == ""

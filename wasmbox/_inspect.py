@@ -14,12 +14,6 @@ from ._errors import CapabilityError, ManifestError
 
 _HOST_CALL_TYPE = "(i32, i32) -> i64"
 _VOID = "() -> ()"
-# Exact export types of ABI v1; the runner calls these without per-call type checks.
-_REACTOR_EXPORTS = {
-    _abi.EXPORT_MEMORY: "memory",
-    _abi.EXPORT_ALLOC: "(i32) -> i32",
-    _abi.EXPORT_CALL: _HOST_CALL_TYPE,
-}
 
 
 class ToolKind(str, Enum):
@@ -76,13 +70,37 @@ def inspect_module(module: wasmtime.Module) -> ModuleInfo:
     exports = tuple((exp.name, _describe(exp.type)) for exp in module.exports)
     types = dict(exports)
     kind = None
-    if all(types.get(name, "").startswith(ty) for name, ty in _REACTOR_EXPORTS.items()):
+    if _has_reactor_exports(types):
         kind = ToolKind.REACTOR
     elif types.get(_abi.EXPORT_START) == _VOID:
         kind = ToolKind.COMMAND
-    if kind is not None and types.get(_abi.EXPORT_INITIALIZE, _VOID) != _VOID:
-        kind = None
     return ModuleInfo(imports, exports, kind)
+
+
+def abi_problem(info: ModuleInfo) -> str | None:
+    """Why the module cannot be called safely, or None. The runner calls the ABI exports
+    without per-call type checks, so their types must match exactly."""
+    types = dict(info.exports)
+    if info.kind is None:
+        return (
+            "exports neither the wasmbox ABI (memory, wasmbox_alloc (i32) -> i32, "
+            "wasmbox_call (i32, i32) -> i64) nor a WASI _start () -> ()"
+        )
+    if types.get(_abi.EXPORT_INITIALIZE, _VOID) != _VOID:
+        return f"exports _initialize of type {types[_abi.EXPORT_INITIALIZE]}, expected () -> ()"
+    if info.host_functions and not _has_allocator(types):
+        # host-function replies are written through the guest's own allocator
+        return "imports host functions but does not export memory and wasmbox_alloc (i32) -> i32"
+    return None
+
+
+def _has_allocator(types: dict[str, str]) -> bool:
+    memory = types.get(_abi.EXPORT_MEMORY, "")
+    return memory.startswith("memory") and types.get(_abi.EXPORT_ALLOC) == "(i32) -> i32"
+
+
+def _has_reactor_exports(types: dict[str, str]) -> bool:
+    return _has_allocator(types) and types.get(_abi.EXPORT_CALL) == _HOST_CALL_TYPE
 
 
 def check_grants(info: ModuleInfo, granted: Collection[str], origin: str) -> None:

@@ -8,7 +8,6 @@ the memory cap and the epoch deadline. Every failure becomes a `CallResult` with
 from __future__ import annotations
 
 import ctypes
-import errno
 import re
 import threading
 import time
@@ -25,6 +24,7 @@ from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply, refusal
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
+from ._output import Output
 from ._results import CallError, CallResult, HostCallRecord
 from ._units import format_size
 
@@ -35,36 +35,16 @@ _TRAP_KINDS = {
 }
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
+# Store limits beyond the manifest's: one instance with one memory (so `limits.memory` is the
+# whole budget), and tables small enough that they cannot be used to exhaust host memory.
+_TABLES = 8
+_TABLE_ELEMENTS = 100_000
 _MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
 _ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
 _CALL = _rawcall.ExportName(_abi.EXPORT_CALL)
 _INITIALIZE = _rawcall.ExportName(_abi.EXPORT_INITIALIZE)
 _START = _rawcall.ExportName(_abi.EXPORT_START)
 _current = threading.local()  # the _CallState of the call running on this thread
-
-
-class Output:
-    """A guest output stream, kept up to `cap` bytes; writes past the cap fail with ENOSPC."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.size = 0
-        self.truncated = False
-        self._chunks: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        room = self.cap - self.size
-        if len(data) > room:
-            self.truncated = True
-            if room <= 0:
-                return -errno.ENOSPC
-            data = data[:room]
-        self._chunks.append(data)
-        self.size += len(data)
-        return len(data)
-
-    def text(self) -> str:
-        return b"".join(self._chunks).decode("utf-8", "replace")
 
 
 @dataclass
@@ -132,7 +112,10 @@ class ModuleRunner:
         state = _CallState(limits.host_calls, start + limits.timeout)
         stdout, stderr = Output(limits.output), Output(limits.output)
         store = wasmtime.Store(self._engine)
-        store.set_limits(memory_size=limits.memory)
+        store.set_limits(
+            memory_size=limits.memory, table_elements=_TABLE_ELEMENTS, instances=1, tables=_TABLES,
+            memories=1,
+        )  # fmt: skip
         store.set_fuel(limits.fuel)
         store.set_epoch_deadline(self._ticker.ticks(limits.timeout))
         if self._uses_wasi:
@@ -140,7 +123,7 @@ class ModuleRunner:
         memory: wasmtime.Memory | None = None
         value: Any = None
         error: CallError | None = None
-        _current.state = state
+        outer, _current.state = getattr(_current, "state", None), state  # a host function may call a tool
         try:
             instance = self._pre.instantiate(store)
             if self.kind is ToolKind.COMMAND:
@@ -157,7 +140,9 @@ class ModuleRunner:
         except wasmtime.WasmtimeError as exc:
             error = _classify_wasmtime_error(exc)
         finally:
-            _current.state = None
+            _current.state = outer
+            stdout.detach()
+            stderr.detach()
         if state.abort is not None:
             error = state.abort
         elif error is not None and error.kind is ErrorKind.GUEST_ERROR:
@@ -195,8 +180,8 @@ class ModuleRunner:
             wasi.env = list(manifest.env.items())
         for preopen in manifest.preopens:
             wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
-        wasi.stdout_custom = stdout.write
-        wasi.stderr_custom = stderr.write
+        stdout.attach(wasi, "stdout")
+        stderr.attach(wasi, "stderr")
         if call.stdin:
             _set_stdin(wasi, call.stdin)
         return wasi
@@ -246,7 +231,7 @@ class ModuleRunner:
             return CallError(kind=kind, message=f"used all {self._limits.fuel:,} units of fuel")
         if kind is ErrorKind.TIMEOUT:
             return CallError(kind=kind, message=f"exceeded the {self._limits.timeout:g}s deadline")
-        message = _trap_message(trap)
+        message = _cause(trap.message)
         if _exhausted(store, memory):
             return CallError(kind=ErrorKind.MEMORY_LIMIT, message=f"{message} (memory cap reached)")
         return CallError(kind=ErrorKind.TRAP, message=message)
@@ -270,6 +255,12 @@ def _host_import(function: HostFunction) -> Callable[[wasmtime.Caller, int, int]
 
     def host_import(caller: wasmtime.Caller, ptr: int, length: int) -> int:
         state: _CallState = _current.state
+        try:
+            return _serve(caller, state, ptr, length)
+        except Exception as exc:  # a bug of ours must not escape into wasmtime-py's trampoline
+            return _abort(caller, state, ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
+
+    def _serve(caller: wasmtime.Caller, state: _CallState, ptr: int, length: int) -> int:
         item = _MEMORY.get_from_caller(caller)
         if item is None or item.kind != ffi.WASMTIME_EXTERN_MEMORY.value:
             return _abort(caller, state, ErrorKind.BAD_RESPONSE, "guest exports no memory")
@@ -300,14 +291,16 @@ def _write_reply(
 ) -> int:
     # The reactor's exports were type-checked at load, so the raw call is safe.
     alloc = _ALLOC.get_from_caller(caller)
-    if alloc is None:
+    if alloc is None or alloc.kind != ffi.WASMTIME_EXTERN_FUNC.value:
         return _abort(caller, state, ErrorKind.BAD_RESPONSE, "guest exports no wasmbox_alloc")
     size = len(reply.payload)
     try:
         rptr = _rawcall.call_i32(caller, alloc, size)
     except wasmtime.Trap as trap:
         kind = _TRAP_KINDS.get(trap.trap_code) if trap.trap_code is not None else None
-        return _abort(caller, state, kind or ErrorKind.TRAP, _trap_message(trap))
+        if kind is None:
+            kind = ErrorKind.MEMORY_LIMIT if _exhausted(caller, memory) else ErrorKind.TRAP
+        return _abort(caller, state, kind, _cause(trap.message))
     if rptr == 0 or rptr + size > memory.data_len(caller):
         return _abort(caller, state, ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
     memory.write(caller, reply.payload, rptr)
@@ -331,7 +324,7 @@ def _set_stdin(wasi: wasmtime.WasiConfig, data: bytes) -> None:
     ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
 
 
-def _exhausted(store: wasmtime.Store, memory: wasmtime.Memory | None) -> bool:
+def _exhausted(store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory | None) -> bool:
     """True when the guest's memory cannot grow by one more page (the cap is reached)."""
     if memory is None:
         return False
@@ -342,17 +335,18 @@ def _exhausted(store: wasmtime.Store, memory: wasmtime.Memory | None) -> bool:
     return False
 
 
-def _trap_message(trap: wasmtime.Trap) -> str:
-    text = trap.message
+def _cause(text: str) -> str:
+    """The line of a Wasmtime error that says what went wrong (not the backtrace)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("wasm trap:"):
-            return line
-    return lines[-1] if lines else "trap"
+    if "Caused by:" in lines:
+        cause = lines[lines.index("Caused by:") + 1 :]
+        if cause:
+            return re.sub(r"^\d+:\s*", "", cause[0])[:500]
+    return (lines[0] if lines else "unknown error")[:500]
 
 
 def _classify_wasmtime_error(exc: wasmtime.WasmtimeError) -> CallError:
-    text = str(exc)
-    if "memory" in text and "limit" in text:
-        return CallError(kind=ErrorKind.MEMORY_LIMIT, message=text.splitlines()[0])
-    return CallError(kind=ErrorKind.TRAP, message=text.splitlines()[0][:500])
+    message = _cause(str(exc))
+    if "exceeds memory limits" in message or "exceeds table limits" in message:
+        return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
+    return CallError(kind=ErrorKind.TRAP, message=message)

@@ -15,7 +15,7 @@ from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ManifestError
 from ._hostfuncs import HostFunction
-from ._inspect import check_grants, inspect_module, read_wasm
+from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
 from ._manifest import Manifest, ManifestSource
 from ._results import CallResult
 from ._runner import ModuleRunner
@@ -98,11 +98,9 @@ class Sandbox:
         except wasmtime.WasmtimeError as exc:
             raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
         info = inspect_module(module)
-        if info.kind is None:
-            raise ManifestError(
-                f"{manifest.module}: module: exports neither the wasmbox ABI "
-                "(memory, wasmbox_alloc, wasmbox_call) nor a WASI _start"
-            )
+        problem = abi_problem(info)
+        if problem is not None:
+            raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))
         runner = ModuleRunner(
             self.engine, module, info, manifest, self._host_functions, self._ticker
