@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import wasmtime
+from wasmtime import component
 
 from ._engine import EngineSettings
 from ._errors import WasmboxError
+
+
+Artifact = wasmtime.Module | component.Component
 
 
 def default_cache_dir() -> Path:
@@ -54,33 +58,45 @@ class ArtifactCache:
 
     def module(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
         """The compiled module for `wasm` (binary), from the cache when a trusted entry exists."""
+        return self._artifact(engine, wasm, wasmtime.Module)  # type: ignore[return-value]
+
+    def component(self, engine: wasmtime.Engine, wasm: bytes) -> component.Component:
+        """The compiled component for `wasm`, from the cache when a trusted entry exists."""
+        return self._artifact(engine, wasm, component.Component)  # type: ignore[return-value]
+
+    def _artifact(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
         digest = hashlib.sha256(wasm).hexdigest()
         if self.directory is None:
-            return self._compile(engine, wasm)
-        key = f"{digest}-{self._fingerprint}"
+            return self._compile(engine, wasm, kind)
+        key = f"{kind.__name__.lower()}-{digest}-{self._fingerprint}"
         artifact = self.directory / f"{key}.cwasm"
         meta = self.directory / f"{key}.json"
         expected = {"wasm_sha256": digest, "engine": self._fingerprint}
-        module = self._load(engine, artifact, meta, expected)
-        if module is not None:
+        loaded = self._load(engine, artifact, meta, expected, kind)
+        if loaded is not None:
             with self._lock:
                 self.stats.hits += 1
-            return module
-        module = self._compile(engine, wasm)
-        data = bytes(module.serialize())
+            return loaded
+        compiled = self._compile(engine, wasm, kind)
+        data = bytes(compiled.serialize())
         record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())
         _write_atomic(artifact, data)
         _write_atomic(meta, json.dumps(record).encode())
-        return module
+        return compiled
 
-    def _compile(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
+    def _compile(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
         with self._lock:
             self.stats.compiles += 1
-        return wasmtime.Module(engine, wasm)
+        return kind(engine, wasm)
 
     def _load(
-        self, engine: wasmtime.Engine, artifact: Path, meta: Path, expected: dict[str, str]
-    ) -> wasmtime.Module | None:
+        self,
+        engine: wasmtime.Engine,
+        artifact: Path,
+        meta: Path,
+        expected: dict[str, str],
+        kind: type[Artifact],
+    ) -> Artifact | None:
         try:
             record = json.loads(meta.read_bytes())
             data = artifact.read_bytes()
@@ -94,7 +110,7 @@ class ArtifactCache:
         )
         if trusted:
             try:
-                return wasmtime.Module.deserialize(engine, data)
+                return kind.deserialize(engine, data)
             except wasmtime.WasmtimeError:
                 pass
         with self._lock:
