@@ -14,6 +14,7 @@ import os
 import stat
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,11 +61,20 @@ class ArtifactCache:
         """The compiled module for `wasm` (binary), from the cache when a trusted entry exists."""
         return self._artifact(engine, wasm, wasmtime.Module)  # type: ignore[return-value]
 
-    def component(self, engine: wasmtime.Engine, wasm: bytes) -> component.Component:
-        """The compiled component for `wasm`, from the cache when a trusted entry exists."""
-        return self._artifact(engine, wasm, component.Component)  # type: ignore[return-value]
+    def component(
+        self, engine: wasmtime.Engine, wasm: bytes, on_compile: Callable[[], None] | None = None
+    ) -> component.Component:
+        """The compiled component for `wasm`, from the cache when a trusted entry exists.
+        `on_compile` is called before a (slow) compile."""
+        return self._artifact(engine, wasm, component.Component, on_compile)  # type: ignore[return-value]
 
-    def _artifact(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
+    def _artifact(
+        self,
+        engine: wasmtime.Engine,
+        wasm: bytes,
+        kind: type[Artifact],
+        on_compile: Callable[[], None] | None = None,
+    ) -> Artifact:
         digest = hashlib.sha256(wasm).hexdigest()
         if self.directory is None:
             return self._compile(engine, wasm, kind)
@@ -77,6 +87,8 @@ class ArtifactCache:
             with self._lock:
                 self.stats.hits += 1
             return loaded
+        if on_compile is not None:
+            on_compile()
         compiled = self._compile(engine, wasm, kind)
         data = bytes(compiled.serialize())
         record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())

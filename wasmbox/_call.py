@@ -111,7 +111,7 @@ def build_wasi(
     call: CallInput,
     stdout: Output,
     stderr: Output,
-    extra_preopens: tuple[tuple[Path, str], ...] = (),
+    extra_preopens: tuple[tuple[Path, str, bool], ...] = (),
 ) -> wasmtime.WasiConfig:
     """The guest's whole world, from the manifest and the call: nothing is inherited."""
     wasi = wasmtime.WasiConfig()
@@ -120,8 +120,8 @@ def build_wasi(
         wasi.env = list(manifest.env.items())
     for preopen in manifest.preopens:
         wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
-    for host, guest in extra_preopens:
-        wasi.preopen_dir(str(host), guest, fs_mutable=False)
+    for host, guest, writable in extra_preopens:
+        wasi.preopen_dir(str(host), guest, fs_mutable=writable)
     stdout.attach(wasi, "stdout")
     stderr.attach(wasi, "stderr")
     if call.stdin:

@@ -99,14 +99,20 @@ class HostFunction:
         return HostReply(payload, record, kind if verdict != "ok" else None)
 
 
-def refusal(name: str, verdict: HostCallVerdict, message: str, request_size: int) -> HostReply:
-    """A reply for a host call refused before the function ran (e.g. past the host-call cap)."""
+def refusal(
+    name: str,
+    verdict: HostCallVerdict,
+    message: str,
+    request_size: int,
+    kind: ErrorKind = ErrorKind.HOST_ERROR,
+) -> HostReply:
+    """A reply for a host call refused before the function ran (ungranted, past the cap)."""
     payload = _abi.error(message)
     record = HostCallRecord(
         name=name, verdict=verdict, duration_s=0.0, bytes_in=request_size,
         bytes_out=len(payload), detail=message,
     )  # fmt: skip
-    return HostReply(payload, record, ErrorKind.HOST_ERROR)
+    return HostReply(payload, record, kind)
 
 
 def _summary(exc: pydantic.ValidationError) -> str:

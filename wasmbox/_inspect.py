@@ -17,10 +17,12 @@ _VOID = "() -> ()"
 
 
 class ToolKind(str, Enum):
-    """How a module is called: wasmbox ABI v1 (reactor) or a WASI command (`_start`)."""
+    """How a tool is called: wasmbox ABI v1 (reactor), a WASI command (`_start`), or Python
+    source run by the CPython runtime."""
 
     REACTOR = "reactor"
     COMMAND = "command"
+    PYTHON = "python"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from ._errors import WasmboxError
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "1"  # bump when the build steps change
-STDLIB_GUEST_PATH = "/python/lib/python3.14"  # where the build saw the stdlib (sys.path)
+STDLIB_GUEST_PATH = "/python"  # where the build saw the stdlib (its FileFinders are cached)
 SOURCES = Path(__file__).resolve().parent.parent / "runtimes" / "python"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -54,8 +54,16 @@ def stderr_progress(message: str) -> None:
     print(f"wasmbox: {message}", file=sys.stderr, flush=True)
 
 
-def ensure_runtime(directory: Path, progress: Progress = stderr_progress) -> PythonRuntime:
-    """The runtime for the current inputs under `directory`, built first if missing."""
+def ensure_runtime(
+    directory: Path,
+    progress: Progress = stderr_progress,
+    prepare: Callable[[PythonRuntime], None] | None = None,
+) -> PythonRuntime:
+    """The runtime for the current inputs under `directory`, built first if missing.
+
+    `prepare` runs on the freshly built runtime before it is published (the Sandbox uses it
+    to byte-compile the stdlib inside the guest, so lazy imports do not compile at call time).
+    """
     key = _inputs_digest()
     target = directory / f"python-runtime-{key[:24]}"
     runtime = PythonRuntime(target / "runtime.wasm", target / "stdlib", key)
@@ -68,6 +76,8 @@ def ensure_runtime(directory: Path, progress: Progress = stderr_progress) -> Pyt
         stage = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))
         try:
             _build(stage, progress)
+            if prepare is not None:
+                prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
             os.replace(stage, target)
         finally:
             shutil.rmtree(stage, ignore_errors=True)

@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from functools import partial
 from typing import Any, TypeVar
 
 import wasmtime
+from wasmtime.component import Component
 
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
-from ._errors import CapabilityError, ManifestError
+from ._errors import CapabilityError, ErrorKind, ManifestError
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
-from ._manifest import Manifest, ManifestSource
+from ._manifest import Limits, Manifest, ManifestSource
+from ._pyruntime import (
+    PythonRuntime,
+    Progress,
+    RuntimeBuildError,
+    ensure_runtime,
+    stderr_progress,
+)
+from ._python_runner import PythonRuntimeRunner, PythonToolRunner
 from ._results import CallResult
 from ._runner import ModuleRunner
 from ._tool import Tool
 
 F = TypeVar("F", bound=Callable[..., Any])
+_RESERVED_GUEST_PATH = "/python"  # where the runtime's stdlib is preopened
+_PRECOMPILE = "import compileall\ncompileall.compile_dir('/python', quiet=1, workers=1)"
 _DEFAULT = object()
 
 
@@ -54,6 +70,9 @@ class Sandbox:
         self._host_functions: dict[str, HostFunction] = {}
         self._tools: dict[str, Tool] = {}
         self._lock = threading.Lock()
+        self._python: PythonRuntimeRunner | None = None
+        self._python_lock = threading.Lock()
+        self._scratch: str | None = None  # holds the Python runtime when there is no cache dir
 
     # -- host functions -------------------------------------------------------------------
 
@@ -83,14 +102,10 @@ class Sandbox:
         module imports anything its manifest does not grant or a grant cannot be honoured.
         """
         manifest = Manifest.load(source)
+        self._check_host_functions(manifest)
+        if manifest.runtime == "python":
+            return self._register(manifest, self._python_tool(manifest), replace)
         origin = manifest.name
-        if manifest.runtime is not None:
-            raise ManifestError(f"{origin}: runtime: the {manifest.runtime!r} runtime is not available yet")
-        missing = [n for n in manifest.host_functions if n not in self._host_functions]
-        if missing:
-            raise CapabilityError(
-                f"{origin}: grants host function(s) {missing} that this Sandbox has not registered"
-            )
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
         try:
@@ -105,12 +120,107 @@ class Sandbox:
         runner = ModuleRunner(
             self.engine, module, info, manifest, self._host_functions, self._ticker
         )
-        tool = Tool(manifest, info, runner, self._executor)
+        return self._register(manifest, Tool(manifest, runner, self._executor, info), replace)
+
+    def _register(self, manifest: Manifest, tool: Tool, replace: bool) -> Tool:
         with self._lock:
             if manifest.name in self._tools and not replace:
-                raise ManifestError(f"{origin}: a tool with this name is already loaded")
+                raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
             self._tools[manifest.name] = tool
         return tool
+
+    def _check_host_functions(self, manifest: Manifest) -> None:
+        missing = [n for n in manifest.host_functions if n not in self._host_functions]
+        if missing:
+            raise CapabilityError(
+                f"{manifest.name}: grants host function(s) {missing} "
+                "that this Sandbox has not registered"
+            )
+
+    # -- the CPython runtime --------------------------------------------------------------
+
+    def _python_tool(self, manifest: Manifest) -> Tool:
+        if manifest.source is None:
+            raise ManifestError(
+                f"{manifest.name}: source: a Python tool needs `source` "
+                "(a manifest without it is a grant set for run_python)"
+            )
+        _check_python_preopens(manifest)
+        try:
+            source = manifest.source.read_text(encoding="utf-8")
+            compile(source, str(manifest.source), "exec")  # syntax errors belong to load time
+        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+            raise ManifestError(f"{manifest.source}: source: {exc}") from None
+        runner = PythonToolRunner(self.python_runtime(), manifest, source)
+        return Tool(manifest, runner, self._executor)
+
+    def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
+        """The CPython runtime, built and compiled on first use (progress on stderr) and
+        cached on disk, so later processes only load it."""
+        with self._python_lock:
+            if self._python is None:
+                directory = self._cache.directory
+                if directory is None:
+                    self._scratch = tempfile.mkdtemp(prefix="wasmbox-")
+                    directory = Path(self._scratch)
+                compile_runtime = partial(self._compile_runtime, progress=progress)
+                runtime = ensure_runtime(
+                    directory, progress, partial(self._precompile_stdlib, progress=progress)
+                )
+                self._python = PythonRuntimeRunner(
+                    self.engine, compile_runtime(runtime), runtime, self._host_functions,
+                    self._ticker,
+                )  # fmt: skip
+            return self._python
+
+    def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
+        return self._cache.component(
+            self.engine, runtime.component.read_bytes(),
+            lambda: progress("compiling the Python runtime (once per cache) ..."),
+        )  # fmt: skip
+
+    def _precompile_stdlib(self, runtime: PythonRuntime, progress: Progress) -> None:
+        """Byte-compile the stdlib with the runtime itself (the .pyc must be CPython 3.14's)."""
+        started = time.perf_counter()
+        progress("byte-compiling the standard library inside the runtime ...")
+        runner = PythonRuntimeRunner(
+            self.engine, self._compile_runtime(runtime, progress), runtime, {}, self._ticker,
+            stdlib_writable=True,
+        )  # fmt: skip
+        grants = Manifest(
+            name="precompile", runtime="python",
+            limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
+        )  # fmt: skip
+        result = runner.call(grants, {"mode": "code", "code": _PRECOMPILE})
+        if not result.ok:
+            raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
+        count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
+        progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
+
+    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
+        expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
+        host functions and limits; without one the snippet gets no grants and default limits.
+        """
+        if manifest is None:
+            grants = Manifest(name="python", runtime="python")
+        else:
+            grants = Manifest.load(manifest)
+            if grants.runtime != "python" or grants.source is not None:
+                raise ManifestError(
+                    f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
+                    "and no source"
+                )
+            self._check_host_functions(grants)
+            _check_python_preopens(grants)
+        if not isinstance(code, str):
+            return CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
+        return self.python_runtime().call(grants, {"mode": "code", "code": code})
+
+    async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """`run_python` on the Sandbox's worker threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -140,9 +250,19 @@ class Sandbox:
         """Stop the epoch ticker and the worker threads. Loaded tools stop working."""
         self._ticker.close()
         self._executor.shutdown(wait=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_python_preopens(manifest: Manifest) -> None:
+    for preopen in manifest.preopens:
+        if (preopen.guest + "/").startswith(_RESERVED_GUEST_PATH + "/"):
+            raise ManifestError(
+                f"{manifest.name}: preopens: {preopen.guest} is reserved for the Python runtime"
+            )

@@ -7,24 +7,33 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from . import _schema
+from ._call import CallInput
 from ._errors import ErrorKind
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
-from ._runner import CallInput, ModuleRunner
+
+
+class Runner(Protocol):
+    """What runs a tool's calls: a core module, or the CPython runtime."""
+
+    @property
+    def kind(self) -> ToolKind: ...
+
+    def call(self, call: CallInput) -> CallResult: ...
 
 
 class Tool:
     """One tool, ready to call. Get it from `Sandbox.load`; call it from any thread."""
 
     def __init__(
-        self, manifest: Manifest, info: ModuleInfo, runner: ModuleRunner, executor: Executor
+        self, manifest: Manifest, runner: Runner, executor: Executor, info: ModuleInfo | None = None
     ) -> None:
         self.manifest = manifest
-        self.info = info
+        self.info = info  # the module's imports and exports; None for Python tools
         self._runner = runner
         self._executor = executor
 

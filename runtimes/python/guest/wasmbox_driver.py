@@ -45,9 +45,10 @@ import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import html  # noqa: F401
 import inspect
-import io  # noqa: F401
+import io
 import itertools  # noqa: F401
 import json  # noqa: F401
+import linecache
 import math  # noqa: F401
 import numbers  # noqa: F401
 import operator  # noqa: F401
@@ -57,12 +58,17 @@ import pprint  # noqa: F401
 import random
 import re  # noqa: F401
 import secrets  # noqa: F401
+import socket  # noqa: F401  (imports, but every connection is refused: no network grant)
+import sqlite3  # noqa: F401
 import statistics  # noqa: F401
 import string  # noqa: F401
 import struct  # noqa: F401
+import subprocess  # noqa: F401  (imports, but cannot start a process under WASI)
 import sys
 import textwrap  # noqa: F401
+import threading  # noqa: F401  (imports, but cannot start a thread under WASI)
 import time  # noqa: F401
+import tomllib  # noqa: F401
 import traceback
 import typing  # noqa: F401
 import unicodedata  # noqa: F401
@@ -75,6 +81,17 @@ import wasmbox_guest  # noqa: F401  (so tools import it from the snapshot)
 import wit_world
 
 TRACEBACK_CAP = 8192
+TRACEBACK_FRAMES = 30  # the innermost ones; a RecursionError has a thousand
+
+# componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops the
+# rest of a write when WASI accepts only part of it (it takes 8 KiB at a time). A buffered
+# writer retries short writes; the driver flushes at the end of every call.
+sys.stdout = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+)
+sys.stderr = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+)
 
 
 class _Refusal(Exception):
@@ -115,6 +132,7 @@ def _serve(request: bytes) -> object:
 
 def _run_tool(message: dict) -> object:
     namespace = {"__name__": "__wasmbox_tool__", "__builtins__": builtins}
+    _remember_source(message["filename"], message["source"])
     code = compile(message["source"], message["filename"], "exec")
     exec(code, namespace)
     entry = namespace.get(message["entry"])
@@ -130,6 +148,7 @@ def _run_tool(message: dict) -> object:
 
 
 def _run_code(source: str) -> object:
+    _remember_source("<code>", source)
     tree = ast.parse(source, "<code>", "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -139,6 +158,12 @@ def _run_code(source: str) -> object:
     if last is None:
         return None
     return _sendable(eval(compile(last, "<code>", "eval"), namespace), strict=False)
+
+
+def _remember_source(filename: str, source: str) -> None:
+    """Let tracebacks show the guest's source lines (there is no file to read them from)."""
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
 
 
 def _sendable(value: object, strict: bool) -> object:
@@ -176,7 +201,15 @@ def _traceback(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next  # the driver's own frames are noise to the tool's author
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    omitted = max(0, len(frames) - TRACEBACK_FRAMES)  # formatting each frame costs fuel
+    start = frames[omitted] if frames else None
+    text = "".join(traceback.format_exception(type(exc), exc, start))
+    if omitted:
+        text = f"[{omitted} outer frames omitted]\n" + text
     if len(text) > TRACEBACK_CAP:
         text = text[: TRACEBACK_CAP // 2] + "\n[...]\n" + text[-TRACEBACK_CAP // 2 :]
     return text
@@ -188,3 +221,18 @@ def _flush() -> None:
             stream.flush()
         except BaseException:  # noqa: BLE001 - a full output cap must not turn into a trap
             pass
+
+
+def _warm_up() -> None:
+    """Run once at build time, so what these paths import lazily is in the snapshot too."""
+    try:
+        raise ValueError("warm-up")
+    except ValueError as exc:
+        _traceback(exc)
+        _describe(exc)
+    inspect.signature(_warm_up).bind()
+    _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
+    msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
+
+
+_warm_up()
