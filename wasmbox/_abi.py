@@ -24,14 +24,31 @@ def pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True, datetime=False)  # type: ignore[no-any-return]
 
 
+MAX_DEPTH = 64  # deeper values break json.dumps, pydantic and the models that read them
+
+
 def unpack(data: bytes | bytearray | memoryview) -> Any:
     """The value of a single MessagePack object; FramingError on anything else."""
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
     except FramingError:
         raise
     except Exception as exc:  # msgpack raises many unrelated types on garbage
-        raise FramingError(f"not MessagePack: {type(exc).__name__}: {exc}"[:200]) from None
+        detail = f": {exc}" if str(exc) else ""
+        raise FramingError(f"not MessagePack: {type(exc).__name__}{detail}"[:200]) from None
+    _check_depth(value)
+    return value
+
+
+def _check_depth(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_DEPTH:
+                raise FramingError(f"nested deeper than {MAX_DEPTH} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
 
 
 def unpack_reply(data: bytes | bytearray | memoryview) -> tuple[bool, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import re
 import threading
 import time
@@ -17,14 +18,15 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from ._errors import ErrorKind
+from ._engine import EpochTicker
+from ._errors import ErrorKind, WasmboxError
 from ._manifest import Limits, Manifest
 from ._output import Output
 from ._results import CallError, CallResult, HostCallRecord
 from ._units import format_size
 
 # A guest that turns a failed allocation into its own error says so in words like these.
-_OOM_WORDING = re.compile(r"out of memory|memoryerror|cannot allocate|enomem", re.IGNORECASE)
+_OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
@@ -50,6 +52,7 @@ class CallState:
     failure: ErrorKind | None = None  # root cause a host call reported, if the guest then fails
     abort: CallError | None = None  # set by the host to stop the guest; wins over its result
     fuel_left_at_abort: int | None = None
+    reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
@@ -97,8 +100,13 @@ def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, mes
     ffi.wasmtime_context_set_fuel(context, 0)
 
 
-def new_store(engine: wasmtime.Engine, limits: Limits, ticks: int, **store_limits: int) -> wasmtime.Store:
+def new_store(
+    engine: wasmtime.Engine, limits: Limits, ticker: EpochTicker, **store_limits: int
+) -> wasmtime.Store:
     """A Store with the call's fuel, memory cap and epoch deadline."""
+    if not ticker.running:
+        raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
+    ticks = ticker.ticks(limits.timeout)
     store = wasmtime.Store(engine)
     store.set_limits(memory_size=limits.memory, **store_limits)
     store.set_fuel(limits.fuel)
@@ -114,6 +122,12 @@ def build_wasi(
     extra_preopens: tuple[tuple[Path, str, bool], ...] = (),
 ) -> wasmtime.WasiConfig:
     """The guest's whole world, from the manifest and the call: nothing is inherited."""
+    for preopen in manifest.preopens:
+        if os.path.realpath(preopen.host) != str(preopen.host):
+            raise Failure(
+                ErrorKind.CAPABILITY_DENIED,
+                f"preopen {preopen.guest}: {preopen.host} no longer resolves to itself",
+            )
     wasi = wasmtime.WasiConfig()
     wasi.argv = [manifest.name, *manifest.args, *call.argv]
     if manifest.env:
@@ -187,6 +201,9 @@ def finish(
             message=f"{which} exceeded the {format_size(limits.output)} output cap",
         )
     fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
+    store.close()  # free the instance's memory and files now, not when the GC finds the cycle
+    if state.reraise is not None:
+        raise state.reraise
     return CallResult.model_construct(
         tool=state.manifest.name,
         ok=error is None,
@@ -201,12 +218,8 @@ def finish(
     )
 
 
-def memory_exhausted(store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory | None) -> bool:
-    """True when `memory` cannot grow by one more page (the cap is reached)."""
-    if memory is None:
-        return False
-    try:
-        memory.grow(store, 1)
-    except wasmtime.WasmtimeError:
-        return True
-    return False
+def memory_exhausted(
+    store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory | None, cap: int
+) -> bool:
+    """True when `memory` is within one page of the cap, so the next growth was refused."""
+    return memory is not None and memory.data_len(store) + 65536 > cap

@@ -64,6 +64,10 @@ class EpochTicker:
         """Epoch ticks to allow for `timeout_s` (rounded up, plus one for the partial tick)."""
         return max(1, math.ceil(timeout_s / self.tick_s)) + 1
 
+    @property
+    def running(self) -> bool:
+        return not self._stop.is_set()
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join()

@@ -61,7 +61,9 @@ class _Strict(BaseModel):
 class Limits(_Strict):
     """Per-call limits. Every one is finite; the defaults are the safe ones."""
 
-    fuel: int = Field(50_000_000, gt=0, description="Wasm fuel units (about one per instruction).")
+    fuel: int = Field(
+        50_000_000, gt=0, le=2**63 - 1, description="Wasm fuel units (about one per instruction)."
+    )
     memory: Size = Field(64 * 1024**2, le=MAX_MEMORY, description="Linear memory cap.")
     timeout: Duration = Field(2.0, description="Wall-clock deadline, seconds or '500ms'.")
     output: Size = Field(64 * 1024, description="Cap on stdout, stderr and the result, each.")
@@ -88,6 +90,8 @@ class Preopen(_Strict):
         real = Path(os.path.realpath(value))
         if not real.is_dir():
             raise ValueError(f"not a directory: {value}")
+        if real == Path(real.anchor):
+            raise ValueError("the host's root directory cannot be granted")
         return real
 
     @field_validator("guest")
@@ -171,6 +175,9 @@ class Manifest(_Strict):
         guests = [p.guest for p in self.preopens]
         if len(set(guests)) != len(guests):
             raise ValueError("two preopens share a guest path")
+        overlap = overlapping_preopens(self.preopens, self.preopens)
+        if overlap:
+            raise ValueError(overlap)
         return self
 
     def digest(self) -> str:
@@ -210,6 +217,20 @@ class Manifest(_Strict):
 
 
 ManifestSource = Manifest | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def overlapping_preopens(ours: tuple[Preopen, ...], theirs: tuple[Preopen, ...]) -> str | None:
+    """Why two sets of grants must not coexist, or None.
+
+    Preopens are opened by path at every call, so a guest with a writable directory that
+    contains another granted directory could replace that one with a symlink and widen the
+    other grant (its own, or another tool's) to anything on the host.
+    """
+    for a in (*ours, *theirs):
+        for b in (*ours, *theirs):
+            if a.writable and a.host in b.host.parents:
+                return f"writable preopen {a.host} contains another granted directory {b.host}"
+    return None
 
 
 def _resolve(value: str, info: ValidationInfo) -> Path:

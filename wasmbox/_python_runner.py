@@ -70,7 +70,7 @@ class PythonRuntimeRunner:
         limits = manifest.limits
         state = _call.CallState.start(manifest, started)
         stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker.ticks(limits.timeout))
+        store = _call.new_store(self._engine, limits, self._ticker)
         value: Any = None
         error: CallError | None = None
         try:
@@ -80,8 +80,8 @@ class PythonRuntimeRunner:
                 manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
                 time.perf_counter() - started,
             )  # fmt: skip
-        store.set_wasi(_call.build_wasi(manifest, CallInput({}), stdout, stderr, self._stdlib))
         try:
+            store.set_wasi(_call.build_wasi(manifest, CallInput({}), stdout, stderr, self._stdlib))
             with _call.running(state):
                 instance = self._linker.instantiate(store, self._component)
                 run = instance.get_func(store, self._run)

@@ -14,10 +14,10 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _rawcall
+from . import _abi, _call, _rawcall, _wasi_poll
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
-from ._errors import ErrorKind
+from ._errors import CapabilityError, ErrorKind
 from ._hostfuncs import HostFunction, HostReply, refusal
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
@@ -58,6 +58,12 @@ class ModuleRunner:
         linker = wasmtime.Linker(engine)
         if info.uses_wasi:
             linker.define_wasi()
+            linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
+            linker.define_func(
+                _abi.WASI_MODULE, "poll_oneoff", _wasi_poll.poll_type(), _wasi_poll.poll_oneoff,
+                access_caller=True,
+            )  # fmt: skip
+            linker.allow_shadowing = False
         for name in sorted(set(info.host_functions)):
             # A FuncType belongs to the first engine it meets, so each linker gets its own.
             host_call_type = wasmtime.FuncType(
@@ -67,22 +73,23 @@ class ModuleRunner:
                 _abi.ABI_MODULE, name, host_call_type,
                 _host_import(host_functions[name]), access_caller=True,
             )  # fmt: skip
-        self._pre = linker.instantiate_pre(module)
+        try:
+            self._pre = linker.instantiate_pre(module)
+        except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have
+            raise CapabilityError(f"{manifest.module}: {_call.cause(str(exc))}") from None
 
     def call(self, call: CallInput) -> CallResult:
         started = time.perf_counter()
         limits = self._limits
         state = _call.CallState.start(self._manifest, started)
         stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(
-            self._engine, limits, self._ticker.ticks(limits.timeout), **_STORE_LIMITS
-        )
-        if self._uses_wasi:
-            store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr))
+        store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
         memory: wasmtime.Memory | None = None
         value: Any = None
         error: CallError | None = None
         try:
+            if self._uses_wasi:
+                store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr))
             with _call.running(state):
                 instance = self._pre.instantiate(store)
                 if self.kind is ToolKind.COMMAND:
@@ -101,7 +108,7 @@ class ModuleRunner:
             stderr.detach()
         return _call.finish(
             state, store, started, value, error, stdout, stderr,
-            lambda: _call.memory_exhausted(store, memory),
+            lambda: _call.memory_exhausted(store, memory, limits.memory),
         )  # fmt: skip
 
     def _run_reactor(
@@ -158,12 +165,20 @@ def _host_import(function: HostFunction) -> Callable[[wasmtime.Caller, int, int]
     name = function.name
 
     def host_import(caller: wasmtime.Caller, ptr: int, length: int) -> int:
+        state = _call.current()
         try:
-            return _serve(caller, _call.current(), ptr, length)
+            return _serve(caller, state, ptr, length)
         except Exception as exc:  # a bug of ours must not escape into wasmtime-py's trampoline
             return _abort(caller, ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
+        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
+            state.reraise = exc
+            return _abort(caller, ErrorKind.HOST_ERROR, f"{name}: interrupted")
 
     def _serve(caller: wasmtime.Caller, state: _call.CallState, ptr: int, length: int) -> int:
+        if state.abort is not None:  # the guest is being stopped: serve nothing more
+            return 0
+        if time.perf_counter() > state.deadline:
+            return _abort(caller, ErrorKind.TIMEOUT, f"{name} called after the deadline")
         item = _MEMORY.get_from_caller(caller)
         if item is None or item.kind != ffi.WASMTIME_EXTERN_MEMORY.value:
             return _abort(caller, ErrorKind.BAD_RESPONSE, "guest exports no memory")
@@ -195,12 +210,15 @@ def _write_reply(caller: wasmtime.Caller, memory: wasmtime.Memory, reply: HostRe
     if alloc is None or alloc.kind != ffi.WASMTIME_EXTERN_FUNC.value:
         return _abort(caller, ErrorKind.BAD_RESPONSE, "guest exports no wasmbox_alloc")
     size = len(reply.payload)
+    limits = _call.current().manifest.limits
     try:
         rptr = _rawcall.call_i32(caller, alloc, size)
-    except wasmtime.Trap as trap:
-        error = _call.classify(trap, _call.current().manifest.limits)
+    except wasmtime.ExitTrap as exit_trap:
+        return _abort(caller, ErrorKind.GUEST_ERROR, f"exited with code {exit_trap.code}")
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
+        error = _call.classify(trap, limits)
         kind = error.kind
-        if kind is ErrorKind.TRAP and _call.memory_exhausted(caller, memory):
+        if kind is ErrorKind.TRAP and _call.memory_exhausted(caller, memory, limits.memory):
             kind = ErrorKind.MEMORY_LIMIT
         return _abort(caller, kind, error.message)
     if rptr == 0 or rptr + size > memory.data_len(caller):

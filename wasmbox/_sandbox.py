@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
 from pathlib import Path
 from functools import partial
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
-from ._manifest import Limits, Manifest, ManifestSource
+from ._manifest import Limits, Manifest, ManifestSource, overlapping_preopens
 from ._pyruntime import (
     PythonRuntime,
     Progress,
@@ -36,9 +37,13 @@ from ._runner import ModuleRunner
 from ._tool import Tool
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Default(Enum):
+    CACHE_DIR = "default"
+
 _RESERVED_GUEST_PATH = "/python"  # where the runtime's stdlib is preopened
 _PRECOMPILE = "import compileall\ncompileall.compile_dir('/python', quiet=1, workers=1)"
-_DEFAULT = object()
 
 
 class Sandbox:
@@ -52,16 +57,15 @@ class Sandbox:
     def __init__(
         self,
         *,
-        cache_dir: str | os.PathLike[str] | None | object = _DEFAULT,
+        cache_dir: str | os.PathLike[str] | None | _Default = _Default.CACHE_DIR,
         max_workers: int | None = None,
         settings: EngineSettings | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
-        directory = default_cache_dir() if cache_dir is _DEFAULT else cache_dir
+        directory = default_cache_dir() if cache_dir is _Default.CACHE_DIR else cache_dir
         self._cache = ArtifactCache(
-            Path(directory) if directory is not None else None,  # type: ignore[arg-type]
-            self.settings,
+            Path(directory) if directory is not None else None, self.settings
         )
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._executor = ThreadPoolExecutor(
@@ -103,6 +107,7 @@ class Sandbox:
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
+        self._check_preopens(manifest, replacing=manifest.name if replace else None)
         if manifest.runtime == "python":
             return self._register(manifest, self._python_tool(manifest), replace)
         origin = manifest.name
@@ -128,6 +133,17 @@ class Sandbox:
                 raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
             self._tools[manifest.name] = tool
         return tool
+
+    def _check_preopens(self, manifest: Manifest, replacing: str | None = None) -> None:
+        theirs = tuple(
+            preopen
+            for name, tool in self._tools.items()
+            if name != replacing
+            for preopen in tool.manifest.preopens
+        )
+        problem = overlapping_preopens(manifest.preopens, theirs)
+        if problem:
+            raise CapabilityError(f"{manifest.name}: {problem}")
 
     def _check_host_functions(self, manifest: Manifest) -> None:
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
@@ -212,6 +228,7 @@ class Sandbox:
                     "and no source"
                 )
             self._check_host_functions(grants)
+            self._check_preopens(grants)
             _check_python_preopens(grants)
         if not isinstance(code, str):
             return CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")

@@ -18,7 +18,7 @@ _SIZE_UNITS = {
 _DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 _NUMBER_UNIT = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
-SIZE_PATTERN = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*([kKmMgG]i?[bB]|[bB])?\s*$"
+SIZE_PATTERN = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*([kKmMgG][iI]?[bB]|[bB])?\s*$"
 DURATION_PATTERN = r"^\s*[0-9][0-9_]*(\.[0-9]+)?\s*(us|ms|s|m)?\s*$"
 
 

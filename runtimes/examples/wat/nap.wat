@@ -1,0 +1,21 @@
+;; Sleeps 20 ms through WASI poll_oneoff and returns {"ok": <the event's userdata byte>},
+;; which must be 7 (the subscription's userdata).
+(module
+  (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 1024))
+  (func (export "wasmbox_alloc") (param $len i32) (result i32)
+    (local $ptr i32)
+    (local.set $ptr (global.get $heap))
+    (global.set $heap (i32.add (local.get $ptr) (local.get $len)))
+    (local.get $ptr))
+  (data (i32.const 16) "\81\a2ok\00")
+  (func (export "wasmbox_call") (param i32 i32) (result i64)
+    (i64.store (i32.const 256) (i64.const 7))
+    (i32.store8 (i32.const 264) (i32.const 0))
+    (i32.store (i32.const 272) (i32.const 1))
+    (i64.store (i32.const 280) (i64.const 20000000))
+    (if (call $poll (i32.const 256) (i32.const 512) (i32.const 1) (i32.const 600)) (then unreachable))
+    (if (i32.ne (i32.load (i32.const 600)) (i32.const 1)) (then unreachable))
+    (i32.store8 (i32.const 20) (i32.load8_u (i32.const 512)))
+    (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 5))))
