@@ -1,0 +1,358 @@
+"""The CPython runtime: Python tools and snippets in the same sandbox, limits and error kinds.
+
+The runtime is built from scratch once per test session (componentize-py, then compiled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wasmbox
+from wasmbox import ErrorKind
+
+from .conftest import CAPABILITIES
+
+SALES = CAPABILITIES / "data" / "sales.csv"
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "numbers.txt").write_text("1\n2\n3\n")
+    (tmp_path / "secret.txt").write_text("top secret")
+    return folder
+
+
+def grants(data: Path | None = None, **fields: Any) -> dict[str, Any]:
+    """A run_python grant set; `data` is preopened read-only at /data."""
+    manifest: dict[str, Any] = {"name": "snippet", "runtime": "python", **fields}
+    if data is not None:
+        manifest["preopens"] = [{"host": str(data), "guest": "/data"}]
+    return manifest
+
+
+def kind(result: wasmbox.CallResult) -> str:
+    return result.error.kind.value if result.error else "ok"
+
+
+# -- tools ------------------------------------------------------------------------------
+
+
+def test_python_tool_reads_a_preopened_csv(box: wasmbox.Sandbox) -> None:
+    tool = box.load(CAPABILITIES / "csv_stats.toml")
+    assert tool.kind is wasmbox.ToolKind.PYTHON
+    value = tool.call({"path": "/data/sales.csv", "group_by": "region"}).unwrap()
+    import csv
+    import statistics
+
+    rows = list(csv.DictReader(SALES.open()))
+    units = [float(r["units"]) for r in rows]
+    assert value["rows"] == len(rows)
+    assert value["all"]["sum"] == sum(units)
+    assert value["all"]["median"] == statistics.median(units)
+    assert set(value["by_region"]) == {r["region"] for r in rows}
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/data/../../etc/passwd", "/python/os.py/../../etc"])
+def test_python_tool_refused_outside_its_preopen(box: wasmbox.Sandbox, path: str) -> None:
+    result = box.load(CAPABILITIES / "csv_stats.toml").call({"path": path})
+    assert kind(result) == "guest_error"
+    assert "Error" in result.error.message  # type: ignore[union-attr]
+
+
+def test_python_tool_args_are_checked(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    source = tmp_path / "add.py"
+    source.write_text("def main(a: int, b: int = 1):\n    return a + b\n")
+    tool = box.load({"name": "add", "runtime": "python", "source": str(source)})
+    assert tool.call({"a": 2}).unwrap() == 3
+    assert kind(tool.call({"b": 2})) == "invalid_arguments"  # a is missing
+    assert kind(tool.call({"a": 1, "c": 2})) == "invalid_arguments"
+    schema_tool = box.load(CAPABILITIES / "csv_stats.toml")
+    assert kind(schema_tool.call({"path": 5})) == "invalid_arguments"
+
+
+def test_python_tool_exception_is_a_guest_error_with_its_traceback(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    source = tmp_path / "boom.py"
+    source.write_text("def helper(x):\n    return 1 / x\n\ndef main(x):\n    return helper(x)\n")
+    result = box.load({"name": "boom", "runtime": "python", "source": str(source)}).call({"x": 0})
+    assert kind(result) == "guest_error"
+    message = result.error.message  # type: ignore[union-attr]
+    assert 'File "boom.py", line 2, in helper' in message
+    assert "return 1 / x" in message and "ZeroDivisionError" in message
+    assert "wasmbox_driver" not in message
+
+
+def test_python_tool_syntax_error_and_bad_entry(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("def main(:\n")
+    with pytest.raises(wasmbox.ManifestError, match="broken.py"):
+        box.load({"name": "broken", "runtime": "python", "source": str(broken)})
+    ok = tmp_path / "ok.py"
+    ok.write_text("def main():\n    return 1\n")
+    tool = box.load({"name": "wrong_entry", "runtime": "python", "source": str(ok), "entry": "run"})
+    result = tool.call({})
+    assert kind(result) == "guest_error" and "'run'" in result.error.message  # type: ignore[union-attr]
+
+
+def test_python_tool_unsendable_return_value(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    source = tmp_path / "obj.py"
+    source.write_text("def main():\n    return object()\n")
+    result = box.load({"name": "obj", "runtime": "python", "source": str(source)}).call({})
+    assert kind(result) == "guest_error" and "cannot be sent" in result.error.message  # type: ignore[union-attr]
+
+
+# -- the code interpreter ---------------------------------------------------------------
+
+
+def test_run_python_returns_the_last_expression_and_output(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("import statistics\nprint('hello')\nstatistics.mean([1, 2, 3])")
+    assert result.ok and result.value == 2
+    assert result.stdout == "hello\n"
+    assert box.run_python("x = 1").value is None
+    assert box.run_python("import sys\nprint('oops', file=sys.stderr)").stderr == "oops\n"
+    assert box.run_python("{1, 2}").value in ([1, 2], [2, 1])  # sets travel as lists
+    assert box.run_python("object()").value.startswith("<object object")  # others as repr
+
+
+def test_run_python_errors(box: wasmbox.Sandbox) -> None:
+    syntax = box.run_python("def (")
+    assert kind(syntax) == "guest_error" and "SyntaxError" in syntax.error.message  # type: ignore[union-attr]
+    exit_ = box.run_python("import sys\nsys.exit(3)")
+    assert kind(exit_) == "guest_error" and "SystemExit" in exit_.error.message  # type: ignore[union-attr]
+    recursion = box.run_python("def f():\n    return f()\nf()")
+    assert kind(recursion) == "guest_error" and "RecursionError" in recursion.error.message  # type: ignore[union-attr]
+    assert len(recursion.error.message) < 10_000  # type: ignore[union-attr]
+
+
+def test_state_does_not_survive_between_calls(box: wasmbox.Sandbox) -> None:
+    first = box.run_python("import json, builtins\njson.MARK = 1\nbuiltins.LEAK = 'x'\nGLOBAL = 5\n1")
+    assert first.value == 1
+    second = box.run_python(
+        "import json, builtins\n[hasattr(json, 'MARK'), hasattr(builtins, 'LEAK'), 'GLOBAL' in globals()]"
+    )
+    assert second.value == [False, False, False]
+
+
+def test_random_is_seeded_per_call(box: wasmbox.Sandbox) -> None:
+    values = {box.run_python("import random\nrandom.random()").value for _ in range(3)}
+    assert len(values) == 3
+
+
+def test_stdlib_beyond_the_snapshot_imports_lazily(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("import colorsys, shlex\n[colorsys.rgb_to_hsv(1, 0, 0), shlex.split('a \"b c\"')]")
+    assert result.value == [[0.0, 1.0, 1], ["a", "b c"]]
+    assert box.run_python("import sqlite3\nsqlite3.connect(':memory:').execute('select 2').fetchone()").value == [2]
+
+
+# -- grants -----------------------------------------------------------------------------
+
+
+def test_read_only_preopen_refuses_writes(box: wasmbox.Sandbox, data: Path) -> None:
+    read = box.run_python("open('/data/numbers.txt').read()", grants(data))
+    assert read.value == "1\n2\n3\n"
+    for code in ["open('/data/new.txt', 'w')", "open('/data/numbers.txt', 'a')",
+                 "import os\nos.mkdir('/data/d')", "import os\nos.remove('/data/numbers.txt')"]:  # fmt: skip
+        result = box.run_python(code, grants(data))
+        assert kind(result) == "guest_error" and "PermissionError" in result.error.message, code  # type: ignore[union-attr]
+    assert sorted(os.listdir(data)) == ["numbers.txt"]
+
+
+def test_no_grant_no_files(box: wasmbox.Sandbox, data: Path) -> None:
+    for path in ["/data/numbers.txt", str(data / "numbers.txt"), "../secret.txt", "/etc/passwd"]:
+        result = box.run_python(f"open({path!r}).read()")
+        assert kind(result) == "guest_error", path
+    escape = box.run_python("open('/data/../secret.txt').read()", grants(data))
+    assert kind(escape) == "guest_error" and "top secret" not in escape.error.message  # type: ignore[union-attr]
+
+
+def test_stdlib_preopen_is_read_only(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("open('/python/json/__init__.py', 'a')")
+    assert kind(result) == "guest_error" and "PermissionError" in result.error.message  # type: ignore[union-attr]
+
+
+def test_python_manifest_may_not_claim_the_stdlib_path(box: wasmbox.Sandbox, data: Path) -> None:
+    with pytest.raises(wasmbox.ManifestError, match="reserved"):
+        box.run_python("1", {"name": "x", "runtime": "python",
+                             "preopens": [{"host": str(data), "guest": "/python"}]})  # fmt: skip
+
+
+def test_host_env_is_invisible(box: wasmbox.Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WASMBOX_TEST_SECRET", "hunter2")
+    assert box.run_python("import os\ndict(os.environ)").value == {}
+    assert box.run_python("import os\ndict(os.environ)", grants(env={"TZ": "UTC"})).value == {"TZ": "UTC"}
+
+
+def test_no_network(box: wasmbox.Sandbox) -> None:
+    accepted: list[object] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+
+    def accept() -> None:
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    attempts = [
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)",
+        f"import socket\ns = socket.socket()\ns.connect(('127.0.0.1', {port}))",
+    ]
+    results = [box.run_python(code) for code in attempts]
+    thread.join()
+    server.close()
+    assert [kind(r) for r in results] == ["guest_error", "guest_error"]
+    assert "gaierror" in results[0].error.message  # type: ignore[union-attr]
+    assert "PermissionError" in results[1].error.message  # type: ignore[union-attr]
+    assert accepted == []
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("import subprocess\nsubprocess.run(['ls'])", "does not support processes"),
+        ("import os\nos.system('ls')", "has no attribute 'system'"),
+        ("import threading\nthreading.Thread(target=print).start()", "can't start new thread"),
+        ("import ctypes", "No module named '_ctypes'"),
+    ],
+)
+def test_processes_threads_and_ctypes_fail_cleanly(box: wasmbox.Sandbox, code: str, words: str) -> None:
+    result = box.run_python(code)
+    assert kind(result) == "guest_error"
+    assert words in result.error.message  # type: ignore[union-attr]
+
+
+# -- host functions ---------------------------------------------------------------------
+
+ROUND_TRIP = {"nested": {"list": [1, 2.5, None, True], "bytes": b"\x00\xff"}, "n": -(2**40)}
+
+
+@pytest.fixture
+def echo_box(box: wasmbox.Sandbox) -> wasmbox.Sandbox:
+    @box.host_function("echo.back")
+    def echo_back(value: Any) -> Any:
+        return value
+
+    @box.host_function("secret.get")
+    def secret_get() -> str:
+        return "hunter2"
+
+    return box
+
+
+def test_host_function_round_trip(echo_box: wasmbox.Sandbox) -> None:
+    code = "import wasmbox_guest\nwasmbox_guest.call_host('echo.back', value=VALUE)".replace(
+        "VALUE", repr(ROUND_TRIP)
+    )
+    result = echo_box.run_python(code, grants(host_functions=["echo.back"]))
+    assert result.value == ROUND_TRIP
+    assert [(r.name, r.verdict) for r in result.host_calls] == [("echo.back", "ok")]
+
+
+def test_ungranted_host_function_is_refused(echo_box: wasmbox.Sandbox) -> None:
+    caught = echo_box.run_python(
+        "import wasmbox_guest\ntry:\n    wasmbox_guest.call_host('secret.get')\n    msg = None\n"
+        "except wasmbox_guest.HostCallError as e:\n    msg = str(e)\nmsg",
+        grants(host_functions=["echo.back"]),
+    )
+    assert caught.ok and "not granted" in caught.value
+    assert [(r.name, r.verdict) for r in caught.host_calls] == [("secret.get", "denied")]
+    uncaught = echo_box.run_python("import wasmbox_guest\nwasmbox_guest.call_host('secret.get')")
+    assert kind(uncaught) == "capability_denied"
+    assert "hunter2" not in json.dumps(uncaught.model_dump(), default=str)
+
+
+def test_host_call_cap_applies_to_python(echo_box: wasmbox.Sandbox) -> None:
+    code = "import wasmbox_guest\nfor i in range(10):\n    wasmbox_guest.call_host('echo.back', value=i)"
+    result = echo_box.run_python(code, grants(host_functions=["echo.back"], limits={"host_calls": 3}))
+    assert kind(result) == "host_error"
+    assert [r.verdict for r in result.host_calls] == ["ok"] * 3 + ["limit"]
+
+
+# -- limits -----------------------------------------------------------------------------
+
+
+def test_infinite_loop_runs_out_of_fuel(box: wasmbox.Sandbox) -> None:
+    assert kind(box.run_python("while True:\n    pass")) == "out_of_fuel"
+
+
+def test_infinite_loop_times_out(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("while True:\n    pass", grants(limits={"fuel": 10**15, "timeout": "300ms"}))
+    assert kind(result) == "timeout"
+
+
+def test_huge_allocation_is_a_memory_limit(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("x = bytearray(1 << 30)")
+    assert kind(result) == "memory_limit"
+
+
+def test_huge_print_is_cut_at_the_output_cap(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("print('x' * 10_000_000)", grants(limits={"output": "8KiB", "fuel": 10**9}))
+    assert kind(result) == "output_limit"
+    assert result.truncated and len(result.stdout) == 8192
+
+
+def test_large_output_under_the_cap_arrives_whole(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("print('y' * 100_000)", grants(limits={"output": "1MiB"}))
+    assert result.ok and result.stdout == "y" * 100_000 + "\n"
+
+
+def test_result_over_the_output_cap(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("'z' * 100_000", grants(limits={"output": "16KiB"}))
+    assert kind(result) == "output_limit"
+
+
+# -- concurrency and processes ----------------------------------------------------------
+
+
+def test_concurrent_python_calls(box: wasmbox.Sandbox) -> None:
+    results: dict[int, object] = {}
+
+    def worker(i: int) -> None:
+        for j in range(5):
+            results[i * 10 + j] = box.run_python(f"sum(range({i * 10 + j}))").value
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {n: sum(range(n)) for n in results} and len(results) == 20
+
+
+def test_new_process_neither_rebuilds_nor_recompiles(box: wasmbox.Sandbox, cache_dir: Path) -> None:
+    box.python_runtime()  # built by this session already, or now
+    script = (
+        "import json, sys, wasmbox\n"
+        "box = wasmbox.Sandbox(cache_dir=sys.argv[1])\n"
+        "value = box.run_python('6 * 7').value\n"
+        "print(json.dumps({'value': value, 'compiles': box.cache_stats.compiles}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(cache_dir)], capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == {"value": 42, "compiles": 0}
+    assert "building" not in out.stderr and "compiling" not in out.stderr
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _runtime_built_once(cache_dir: Path) -> Iterator[None]:
+    """Build the runtime once, up front, so the first test's timings are not the build's."""
+    with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
+        sandbox.python_runtime()
+    yield
