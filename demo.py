@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent
 CAPS = ROOT / "capabilities"
 WAT = ROOT / "runtimes" / "examples" / "wat"
 KV = {"greeting": "hello from the host", "answer": "42"}
+PY_KV = {"name": "py_kv", "runtime": "python", "host_functions": ["kv.get"]}
 
 
 def wat(module: str, **fields: Any) -> dict[str, Any]:
@@ -55,6 +56,7 @@ def main() -> int:
         "garbage": box.load(wat("garbage")),
         "spam": box.load(wat("spam", limits={"output": "4KiB"})),
         "forward": box.load(wat("forward", host_functions=["host.fn"], limits={"timeout": "200ms"})),
+        "csv_stats": box.load(CAPS / "csv_stats.toml"),  # Python: builds the runtime on first use
     }
     load_ms = (time.perf_counter() - start) * 1e3
     print(f"loaded {len(tools)} tools in {load_ms:.1f} ms "
@@ -81,6 +83,19 @@ def main() -> int:
         ("output_limit: stdout flood", "spam", {}, {}),
         ("bad_response: garbage result", "garbage", {}, {}),
         ("host_error: host function raised", "forward", {"fail": True}, {}),
+        ("Python tool over a preopened CSV", "csv_stats", {"path": "/data/sales.csv"}, {}),
+        ("Python tool, file outside the grant", "csv_stats", {"path": "/etc/passwd"}, {}),
+    ]
+    snippets: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("snippet: last expression + print", "import statistics\nprint('mean of 1..10')\n"
+         "statistics.mean(range(1, 11))", None),
+        ("snippet: host function", "import wasmbox_guest\n"
+         "wasmbox_guest.call_host('kv.get', key='greeting')", PY_KV),
+        ("snippet: ungranted host function", "import wasmbox_guest\n"
+         "wasmbox_guest.call_host('kv.get', key='greeting')", None),
+        ("snippet: socket connect", "import socket\nsocket.socket().connect(('127.0.0.1', 22))", None),
+        ("snippet: while True", "while True:\n    pass", None),
+        ("snippet: 1 GiB allocation", "x = bytearray(1 << 30)", None),
     ]
     print(f"{'call':38} {'outcome':20} {'fuel':>10} {'µs':>8}  detail")
     print("-" * 110)
@@ -89,17 +104,30 @@ def main() -> int:
         outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
         detail = _detail(result)
         print(f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {detail}")
+    for label, code, grants in snippets:
+        result = box.run_python(code, grants)
+        outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+        print(f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}")
 
     print("\nwarm latency, 2,000 calls each (median / p99):")
-    for name, args in [("echo", {"text": "hi"}), ("word_count", {"text": "a b c"}),
-                       ("kv_lookup", {"key": "answer"})]:
+    for name, args, count in [("echo", {"text": "hi"}, 2000), ("word_count", {"text": "a b c"}, 2000),
+                              ("kv_lookup", {"key": "answer"}, 2000), ("csv_stats", {"path": "/data/sales.csv"}, 200)]:
         times = []
-        for _ in range(2000):
+        for _ in range(count):
             t0 = time.perf_counter()
             tools[name].call(args)
             times.append((time.perf_counter() - t0) * 1e6)
         times.sort()
-        print(f"  {name:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs")
+        print(f"  {name:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
+              f"  ({count:,} calls)")
+    times = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        box.run_python("sum(range(100))")
+        times.append((time.perf_counter() - t0) * 1e6)
+    times.sort()
+    print(f"  {'run_python':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
+          "  (200 fresh interpreters, sum(range(100)))")
     box.close()
     return 0
 
@@ -112,7 +140,7 @@ def _detail(result: wasmbox.CallResult) -> str:
         if result.stderr:
             text += "  stderr=" + json.dumps(result.stderr[:60])
     else:
-        text = result.error.message  # type: ignore[union-attr]
+        text = result.error.message.strip().splitlines()[-1]  # type: ignore[union-attr]
         hidden = [r.detail for r in result.host_calls if r.detail]
         if hidden:
             text += f"  [host-side only: {hidden[0][:50]}]"

@@ -57,3 +57,21 @@ def test_console_script_and_module_entry_point() -> None:
         [sys.executable, "-m", "wasmbox", "schema"], check=True, capture_output=True, text=True
     ).stdout
     assert json.loads(out)["title"] == "Manifest"
+
+
+def test_python_and_build_commands(cache_dir: Path) -> None:
+    env = {**__import__("os").environ, "WASMBOX_CACHE_DIR": str(cache_dir)}
+    build = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "build"], capture_output=True, text=True, env=env
+    )
+    assert build.returncode == 0 and "ready" in build.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "python", "print('hi')\n6 * 7"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    result = json.loads(run.stdout)
+    assert run.returncode == 0 and result["value"] == 42 and result["stdout"] == "hi\n"
+    failed = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "python", "1/0"], capture_output=True, text=True, env=env
+    )
+    assert failed.returncode == 1 and json.loads(failed.stdout)["error"]["kind"] == "guest_error"

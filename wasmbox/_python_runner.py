@@ -64,6 +64,11 @@ class PythonRuntimeRunner:
         self._run = run
         self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
 
+    @property
+    def component_path(self) -> str:
+        """Where the built component lives (its compiled form is in the artifact cache)."""
+        return str(self._runtime.component)
+
     def call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
         """Send one request to a fresh instance under `manifest`'s grants and limits."""
         started = time.perf_counter()

@@ -34,12 +34,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     commands.add_parser("schema", help="print the JSON Schema of the manifest format")
 
+    python = commands.add_parser("python", help="run a Python snippet in a fresh interpreter")
+    python.add_argument("code", help="the code; the value of its last expression is returned")
+    python.add_argument("--manifest", type=Path, help='grants: runtime = "python", no source')
+
+    commands.add_parser(
+        "build", help="build and compile the CPython runtime into the cache (else: on first use)"
+    )
+
     options = parser.parse_args(argv)
     try:
         if options.command == "run":
             return _run(options)
         if options.command == "inspect":
             return _inspect(options)
+        if options.command == "python":
+            return _python(options)
+        if options.command == "build":
+            return _build()
         _print_json(json_schema())
         return 0
     except WasmboxError as exc:
@@ -62,6 +74,24 @@ def _run(options: argparse.Namespace) -> int:
         result = tool.call(args, argv=options.argv, stdin=stdin)
     _print_json(result.model_dump())
     return 0 if result.ok else 1
+
+
+def _python(options: argparse.Namespace) -> int:
+    from ._sandbox import Sandbox
+
+    with Sandbox() as box:
+        result = box.run_python(options.code, options.manifest)
+    _print_json(result.model_dump())
+    return 0 if result.ok else 1
+
+
+def _build() -> int:
+    from ._sandbox import Sandbox
+
+    with Sandbox() as box:
+        runtime = box.python_runtime()
+    print(f"wasmbox: the Python runtime is ready ({runtime.component_path})", file=sys.stderr)
+    return 0
 
 
 def _inspect(options: argparse.Namespace) -> int:

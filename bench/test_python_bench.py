@@ -1,0 +1,87 @@
+"""Per-call cost of the CPython runtime (pytest-benchmark). Run: ./dev bench -k python
+
+The first use builds and compiles the runtime into the benchmark's cache (tens of seconds);
+the fixture does that before any timing starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import wasmtime
+from wasmtime import component
+
+import wasmbox
+from wasmbox import _abi
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPABILITIES = ROOT / "capabilities"
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[wasmbox.Sandbox]:
+    cache = Path.home() / ".cache" / "wasmbox-bench"
+    with wasmbox.Sandbox(cache_dir=cache) as sandbox:
+
+        @sandbox.host_function("host.fn")
+        def host_fn(x: int) -> int:
+            return x + 1
+
+        sandbox.python_runtime()
+        yield sandbox
+
+
+def test_python_fresh_interpreter_sum(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """A fresh interpreter from the snapshot runs `sum(range(100))`, all limits on."""
+    assert benchmark(box.run_python, "sum(range(100))").value == 4950
+
+
+def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """The baseline: the same component and request, new Store + Linker.instantiate, no limits."""
+    runtime = box.python_runtime()._runtime  # noqa: SLF001 - the built component and stdlib
+    engine = wasmtime.Engine()
+    compiled = component.Component(engine, runtime.component.read_bytes())
+    linker = component.Linker(engine)
+    linker.add_wasip2()
+    with linker.root() as root:
+        root.add_func("call-host", lambda store, name, args: _abi.error("none"))
+    request = _abi.pack({"mode": "code", "code": "sum(range(100))"})
+
+    def call() -> object:
+        store = wasmtime.Store(engine)
+        wasi = wasmtime.WasiConfig()
+        wasi.preopen_dir(str(runtime.stdlib), "/python", fs_mutable=False)
+        store.set_wasi(wasi)
+        run = linker.instantiate(store, compiled).get_func(store, "run")
+        assert run is not None
+        out = run(store, request)
+        run.post_return(store)
+        return _abi.unpack(out)["ok"]
+
+    assert benchmark(call) == 4950
+
+
+def test_python_tool_call_small_args(benchmark, box: wasmbox.Sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "greet.py"
+    source.write_text("def main(name: str, times: int = 1) -> dict:\n"
+                      "    return {'greeting': ('hello ' + name + '! ') * times}\n")  # fmt: skip
+    tool = box.load({"name": "greet", "runtime": "python", "source": str(source)})
+    value = benchmark(tool.call, {"name": "ada", "times": 2}).unwrap()
+    assert value == {"greeting": "hello ada! hello ada! "}
+
+
+def test_python_host_round_trips_x100(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """100 guest -> host -> guest calls from Python code; subtract the x0 run, divide by 100."""
+    code = "import wasmbox_guest\nfor i in range(100):\n    wasmbox_guest.call_host('host.fn', x=i)\n1"
+    grants = {"name": "rt", "runtime": "python", "host_functions": ["host.fn"],
+              "limits": {"host_calls": 100}}  # fmt: skip
+    assert benchmark(box.run_python, code, grants).value == 1
+
+
+def test_python_host_round_trips_x0(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """The same loop without the host call, for the subtraction."""
+    code = "import wasmbox_guest\nfor i in range(100):\n    pass\n1"
+    grants = {"name": "rt0", "runtime": "python", "host_functions": ["host.fn"]}
+    assert benchmark(box.run_python, code, grants).value == 1
