@@ -356,3 +356,27 @@ def _runtime_built_once(cache_dir: Path) -> Iterator[None]:
     with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
         sandbox.python_runtime()
     yield
+
+
+def test_python_host_function_interrupt_and_slow_host(box: wasmbox.Sandbox) -> None:
+    import time
+
+    @box.host_function("stop.now")
+    def stop_now() -> None:
+        raise KeyboardInterrupt
+
+    calls: list[int] = []
+
+    @box.host_function("slow.fn")
+    def slow_fn() -> int:
+        calls.append(1)
+        time.sleep(0.3)
+        return 1
+
+    with pytest.raises(KeyboardInterrupt):
+        box.run_python("import wasmbox_guest\nwasmbox_guest.call_host('stop.now')",
+                       grants(host_functions=["stop.now"]))  # fmt: skip
+    code = "import wasmbox_guest\nfor i in range(3):\n    wasmbox_guest.call_host('slow.fn')"
+    result = box.run_python(code, grants(host_functions=["slow.fn"], limits={"timeout": "100ms"}))
+    assert kind(result) == "timeout"
+    assert len(calls) == 1

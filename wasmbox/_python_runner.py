@@ -19,7 +19,7 @@ from . import _abi, _call
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import ErrorKind
-from ._hostfuncs import HostFunction, refusal
+from ._hostfuncs import HostFunction, HostReply, refusal
 from ._inspect import ToolKind
 from ._manifest import Manifest
 from ._output import Output
@@ -126,30 +126,44 @@ class PythonRuntimeRunner:
 
     def _call_host(self, store: wasmtime.StoreContext, name: str, args: bytes) -> bytes:
         """The `call-host` import. Never raises (see `_call.abort`)."""
+        state = _call.current()
         try:
-            state = _call.current()
-            function = self._host_functions.get(name)
-            if name not in state.manifest.host_functions or function is None:
-                reply = refusal(
-                    name, "denied", f"host function {name!r} is not granted to this tool",
-                    len(args), ErrorKind.CAPABILITY_DENIED,
-                )  # fmt: skip
-            elif state.host_calls_left <= 0:
-                message = f"host-call limit ({len(state.records)}) exceeded"
-                reply = refusal(name, "limit", message, len(args))
-                _call.abort(store._context(), ErrorKind.HOST_ERROR, message)
-            else:
-                state.host_calls_left -= 1
-                reply = function.invoke(bytes(args))
-                if time.perf_counter() > state.deadline:
-                    _call.abort(store._context(), ErrorKind.TIMEOUT, f"{name} ran past the deadline")
-            state.records.append(reply.record)
-            if reply.failure is not None and state.failure is None:
-                state.failure = reply.failure
-            return reply.payload
+            reply = self._serve(store, state, name, bytes(args))
         except Exception as exc:  # a bug of ours must not escape into wasmtime-py
             _call.abort(store._context(), ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
             return _abi.error("internal error")
+        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
+            state.reraise = exc
+            _call.abort(store._context(), ErrorKind.HOST_ERROR, f"{name}: interrupted")
+            return _abi.error("interrupted")
+        state.records.append(reply.record)
+        if reply.failure is not None and state.failure is None:
+            state.failure = reply.failure
+        return reply.payload
+
+    def _serve(
+        self, store: wasmtime.StoreContext, state: _call.CallState, name: str, args: bytes
+    ) -> HostReply:
+        if state.abort is not None:  # the guest is being stopped: serve nothing more
+            return refusal(name, "limit", "the call is being stopped", len(args))
+        if time.perf_counter() > state.deadline:
+            _call.abort(store._context(), ErrorKind.TIMEOUT, f"{name} called after the deadline")
+            return refusal(name, "limit", "the deadline has passed", len(args))
+        function = self._host_functions.get(name)
+        if name not in state.manifest.host_functions or function is None:
+            return refusal(
+                name, "denied", f"host function {name!r} is not granted to this tool",
+                len(args), ErrorKind.CAPABILITY_DENIED,
+            )  # fmt: skip
+        if state.host_calls_left <= 0:
+            message = f"host-call limit ({len(state.records)}) exceeded"
+            _call.abort(store._context(), ErrorKind.HOST_ERROR, message)
+            return refusal(name, "limit", message, len(args))
+        state.host_calls_left -= 1
+        reply = function.invoke(args)
+        if time.perf_counter() > state.deadline:
+            _call.abort(store._context(), ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+        return reply
 
 
 class PythonToolRunner:
