@@ -71,10 +71,23 @@ def test_command_module_may_call_granted_host_functions(box: wasmbox.Sandbox) ->
 
 
 def test_tables_and_initial_memory_count_against_the_limits(box: wasmbox.Sandbox) -> None:
+    # the pooling allocator refuses a 10M-entry table at load; without it, the call fails
     for module in ("big_table", "big_memory"):
-        result = box.load(manifest(module, limits={"memory": "64MiB"})).call({})
+        try:
+            tool = box.load(manifest(module, limits={"memory": "64MiB"}))
+        except wasmbox.ManifestError as exc:
+            assert module == "big_table" and "exceeds the limit" in str(exc)
+            continue
+        result = tool.call({})
         assert result.error is not None and result.error.kind is wasmbox.ErrorKind.MEMORY_LIMIT
         assert "exceeds" in result.error.message
+
+
+def test_big_table_without_pooling_fails_at_call(cache_dir: Path) -> None:
+    settings = wasmbox.EngineSettings(pooling=False)
+    with wasmbox.Sandbox(cache_dir=cache_dir, settings=settings) as box:
+        result = box.load(manifest("big_table")).call({})
+        assert result.error is not None and result.error.kind is wasmbox.ErrorKind.MEMORY_LIMIT
 
 
 def test_host_function_may_call_another_tool(box: wasmbox.Sandbox) -> None:

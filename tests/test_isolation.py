@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import wasmbox
@@ -106,3 +107,28 @@ def test_loading_a_name_twice_needs_replace(box: wasmbox.Sandbox) -> None:
         raise AssertionError("expected ManifestError")
     box.load(manifest("state", name="echo"), replace=True)
     assert box.call("echo", {}).unwrap() == 0
+
+
+def test_pool_exhaustion_is_a_host_error_and_recovers(cache_dir: Path) -> None:
+    settings = wasmbox.EngineSettings(pool_slots=1)
+    with wasmbox.Sandbox(cache_dir=cache_dir, settings=settings) as box:
+        echo = box.load(manifest("echo"))
+        inner: list[wasmbox.CallResult] = []
+
+        @box.host_function("host.fn")
+        def nested(**args: object) -> int:
+            inner.append(echo.call(args))  # a second live instance: no slot left
+            return 1
+
+        outer = box.load(manifest("forward", host_functions=["host.fn"]))
+        assert outer.call({"a": 1}).unwrap() == 1
+        (result,) = inner
+        assert result.error is not None and result.error.kind.value == "host_error"
+        assert "capacity" in result.error.message
+        assert echo.call({"b": 2}).unwrap() == {"b": 2}  # the slot is free again
+
+
+def test_pooled_slots_do_not_leak_memory_between_calls(box: wasmbox.Sandbox) -> None:
+    # state.wat bumps a counter in memory and a global; pooled slots are reused, not reset lazily
+    tool = box.load(manifest("state"))
+    assert {tool.call({}).unwrap() for _ in range(200)} == {0}

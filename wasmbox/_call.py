@@ -158,6 +158,11 @@ def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> Cal
     message = cause(text)
     if "exceeds memory limits" in message or "exceeds table limits" in message:
         return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
+    if "maximum concurrent limit" in message:  # the pooling allocator's slots are all in use
+        return CallError(
+            kind=ErrorKind.HOST_ERROR,
+            message=f"the Sandbox is at capacity ({message}; see EngineSettings.pool_slots)",
+        )
     return CallError(kind=ErrorKind.TRAP, message=message)
 
 

@@ -11,22 +11,36 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version
 
 import wasmtime
+from wasmtime import _ffi as ffi
 
+MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 WASMTIME_VERSION = version("wasmtime")
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """Everything that changes compiled code; part of every cache key."""
+    """How the Sandbox's Engine is set up. The compile settings are part of every cache key.
+
+    With `pooling` (the default), instances take their memories, tables and contexts from
+    slots reserved once, instead of mapping and unmapping them per call: about 40 % off a
+    trivial core call here. A slot is reset to the module's initial image before reuse, so no
+    call sees another's data. `pool_slots` bounds how many core instances (and memories) can
+    be live at once across all threads; a component (the Python runtime) uses several.
+    """
 
     max_wasm_stack: int = 512 * 1024
     epoch_tick_s: float = 0.005
     cranelift_opt_level: str = "speed"
+    pooling: bool = True
+    pool_slots: int = 512
+    pool_components: int = 64
+    pool_keep_resident: int = 64 * 1024  # bytes of each memory reset by memset, not madvise
 
     def fingerprint(self) -> str:
         """A digest of the settings that affect compiled artifacts, plus the Wasmtime version."""
         data = asdict(self)
-        data.pop("epoch_tick_s")  # runtime only
+        for runtime_only in ("epoch_tick_s", "pool_slots", "pool_components", "pool_keep_resident"):
+            data.pop(runtime_only)
         data["wasmtime"] = WASMTIME_VERSION
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -40,7 +54,34 @@ def make_engine(settings: EngineSettings) -> wasmtime.Engine:
     config.max_wasm_stack = settings.max_wasm_stack
     config.cranelift_opt_level = settings.cranelift_opt_level
     # Wasmtime's own cache stays off (the default): ours is keyed and checked (see _cache).
+    if settings.pooling:
+        _use_pooling_allocator(config, settings)
     return wasmtime.Engine(config)
+
+
+def _use_pooling_allocator(config: wasmtime.Config, settings: EngineSettings) -> None:
+    """The C API's pooling allocator (wasmtime-py 50 has no wrapper for it)."""
+    pool = ffi.wasmtime_pooling_allocation_config_new()
+    slots = settings.pool_slots
+    for setter, value in (
+        (ffi.wasmtime_pooling_allocation_config_total_core_instances_set, slots),
+        (ffi.wasmtime_pooling_allocation_config_total_memories_set, slots),
+        (ffi.wasmtime_pooling_allocation_config_total_tables_set, 2 * slots),
+        (ffi.wasmtime_pooling_allocation_config_total_component_instances_set, settings.pool_components),
+        (ffi.wasmtime_pooling_allocation_config_total_stacks_set, 0),  # no async stacks
+        (ffi.wasmtime_pooling_allocation_config_max_memory_size_set, MAX_MEMORY),
+        (ffi.wasmtime_pooling_allocation_config_max_core_instances_per_component_set, 64),
+        (ffi.wasmtime_pooling_allocation_config_max_memories_per_component_set, 16),
+        (ffi.wasmtime_pooling_allocation_config_max_tables_per_component_set, 32),
+        (ffi.wasmtime_pooling_allocation_config_max_core_instance_size_set, 16 * 1024**2),
+        (ffi.wasmtime_pooling_allocation_config_max_component_instance_size_set, 16 * 1024**2),
+        (ffi.wasmtime_pooling_allocation_config_table_elements_set, 200_000),
+        (ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set,
+         settings.pool_keep_resident),
+    ):  # fmt: skip
+        setter(pool, value)
+    ffi.wasmtime_pooling_allocation_strategy_set(config.ptr(), pool)
+    ffi.wasmtime_pooling_allocation_config_delete(pool)
 
 
 class EpochTicker:

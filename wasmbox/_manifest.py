@@ -24,12 +24,12 @@ from pydantic import (
 )
 
 from . import _schema
+from ._engine import MAX_MEMORY
 from ._errors import ManifestError
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 _HOST_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 
 Size = Annotated[
     int,
