@@ -53,6 +53,7 @@ class CallState:
     abort: CallError | None = None  # set by the host to stop the guest; wins over its result
     fuel_left_at_abort: int | None = None
     reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
+    exports: Any = None  # what a host-call trampoline looked up once for this instance
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:

@@ -88,7 +88,7 @@ class HostFunction:
         if verdict == "error" and kind is None:
             kind = ErrorKind.HOST_ERROR
         detail = f"{type(exc).__name__}: {exc}" if exc is not None else None
-        record = HostCallRecord.model_construct(
+        record = HostCallRecord(
             name=self.name,
             verdict=verdict,
             duration_s=time.perf_counter() - start,

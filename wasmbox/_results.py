@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,17 +21,20 @@ class CallError(BaseModel):
     message: str
 
 
-class HostCallRecord(BaseModel):
-    """One guest → host function call, kept host-side (the guest saw only a short reply)."""
+@dataclass(frozen=True, slots=True)
+class HostCallRecord:
+    """One guest → host function call, kept host-side (the guest saw only a short reply).
 
-    model_config = ConfigDict(frozen=True)
+    A dataclass rather than a model: one is made per host call, on the hot path.
+    `detail` is host-side detail such as the exception text.
+    """
 
     name: str
     verdict: HostCallVerdict
     duration_s: float
     bytes_in: int
     bytes_out: int
-    detail: str | None = Field(None, description="Host-side detail, e.g. the exception text.")
+    detail: str | None = None
 
 
 class CallResult(BaseModel):

@@ -8,17 +8,16 @@ the memory cap and the epoch deadline. Every failure becomes a `CallResult` with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _rawcall, _wasi_poll
+from . import _abi, _call, _hostcall, _rawcall, _wasi_poll
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import CapabilityError, ErrorKind
-from ._hostfuncs import HostFunction, HostReply, refusal
+from ._hostfuncs import HostFunction
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._output import Output
@@ -65,14 +64,7 @@ class ModuleRunner:
             )  # fmt: skip
             linker.allow_shadowing = False
         for name in sorted(set(info.host_functions)):
-            # A FuncType belongs to the first engine it meets, so each linker gets its own.
-            host_call_type = wasmtime.FuncType(
-                [wasmtime.ValType.i32(), wasmtime.ValType.i32()], [wasmtime.ValType.i64()]
-            )
-            linker.define_func(
-                _abi.ABI_MODULE, name, host_call_type,
-                _host_import(host_functions[name]), access_caller=True,
-            )  # fmt: skip
+            _hostcall.define(linker, host_functions[name])
         try:
             self._pre = linker.instantiate_pre(module)
         except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have
@@ -125,12 +117,12 @@ class ModuleRunner:
         except (TypeError, ValueError, OverflowError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
         if self._initialize:
-            _rawcall.call_void(store, _INITIALIZE.get(store, instance))
-        ptr = _rawcall.call_i32(store, _ALLOC.get(store, instance), len(payload))
+            _rawcall.call_void(store._context(), _INITIALIZE.get(store, instance))
+        ptr = _rawcall.call_i32(store._context(), _ALLOC.get(store, instance), len(payload))
         if ptr == 0 or ptr + len(payload) > memory.data_len(store):
             raise Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
         memory.write(store, payload, ptr)
-        packed = _rawcall.call_i64(store, _CALL.get(store, instance), ptr, len(payload))
+        packed = _rawcall.call_i64(store._context(), _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
         if rlen > self._limits.output:
             raise Failure(
@@ -150,83 +142,7 @@ class ModuleRunner:
 
 def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:
     try:
-        _rawcall.call_void(store, _START.get(store, instance))
+        _rawcall.call_void(store._context(), _START.get(store, instance))
     except wasmtime.ExitTrap as exit_trap:
         return {"exit_code": exit_trap.code}
     return {"exit_code": 0}
-
-
-def _host_import(function: HostFunction) -> Callable[[wasmtime.Caller, int, int], int]:
-    """The linker-side wrapper of a host function: guest memory in, reply written back.
-
-    It never raises (an exception here would cross threads through wasmtime-py's global
-    last-exception slot). To stop the guest it sets the store's fuel to zero and records why.
-    """
-    name = function.name
-
-    def host_import(caller: wasmtime.Caller, ptr: int, length: int) -> int:
-        state = _call.current()
-        try:
-            return _serve(caller, state, ptr, length)
-        except Exception as exc:  # a bug of ours must not escape into wasmtime-py's trampoline
-            return _abort(caller, ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
-        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
-            state.reraise = exc
-            return _abort(caller, ErrorKind.HOST_ERROR, f"{name}: interrupted")
-
-    def _serve(caller: wasmtime.Caller, state: _call.CallState, ptr: int, length: int) -> int:
-        if state.abort is not None:  # the guest is being stopped: serve nothing more
-            return 0
-        if time.perf_counter() > state.deadline:
-            return _abort(caller, ErrorKind.TIMEOUT, f"{name} called after the deadline")
-        item = _MEMORY.get_from_caller(caller)
-        if item is None or item.kind != ffi.WASMTIME_EXTERN_MEMORY.value:
-            return _abort(caller, ErrorKind.BAD_RESPONSE, "guest exports no memory")
-        memory = _rawcall.memory(item)
-        ptr &= 0xFFFF_FFFF
-        length &= 0xFFFF_FFFF
-        if ptr + length > memory.data_len(caller):
-            return _abort(caller, ErrorKind.BAD_RESPONSE, f"{name}: request out of bounds")
-        request = bytes(memory.read(caller, ptr, ptr + length))
-        if state.host_calls_left <= 0:
-            message = f"host-call limit ({len(state.records)}) exceeded"
-            state.records.append(refusal(name, "limit", message, length).record)
-            return _abort(caller, ErrorKind.HOST_ERROR, message)
-        state.host_calls_left -= 1
-        reply = function.invoke(request)
-        state.records.append(reply.record)
-        if time.perf_counter() > state.deadline:
-            return _abort(caller, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
-        if reply.failure is not None and state.failure is None:
-            state.failure = reply.failure
-        return _write_reply(caller, memory, reply)
-
-    return host_import
-
-
-def _write_reply(caller: wasmtime.Caller, memory: wasmtime.Memory, reply: HostReply) -> int:
-    # The reactor's exports were type-checked at load, so the raw call is safe.
-    alloc = _ALLOC.get_from_caller(caller)
-    if alloc is None or alloc.kind != ffi.WASMTIME_EXTERN_FUNC.value:
-        return _abort(caller, ErrorKind.BAD_RESPONSE, "guest exports no wasmbox_alloc")
-    size = len(reply.payload)
-    limits = _call.current().manifest.limits
-    try:
-        rptr = _rawcall.call_i32(caller, alloc, size)
-    except wasmtime.ExitTrap as exit_trap:
-        return _abort(caller, ErrorKind.GUEST_ERROR, f"exited with code {exit_trap.code}")
-    except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
-        error = _call.classify(trap, limits)
-        kind = error.kind
-        if kind is ErrorKind.TRAP and _call.memory_exhausted(caller, memory, limits.memory):
-            kind = ErrorKind.MEMORY_LIMIT
-        return _abort(caller, kind, error.message)
-    if rptr == 0 or rptr + size > memory.data_len(caller):
-        return _abort(caller, ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
-    memory.write(caller, reply.payload, rptr)
-    return _abi.join(rptr, size)
-
-
-def _abort(caller: wasmtime.Caller, kind: ErrorKind, message: str) -> int:
-    _call.abort(caller._context(), kind, message)
-    return 0
