@@ -4,9 +4,11 @@ WASI context built from the manifest alone, and turning the outcome into a `Call
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
+import queue
 import re
 import threading
 import time
@@ -186,8 +188,12 @@ def finish(
     stdout: Output,
     stderr: Output,
     memory_exhausted: Callable[[], bool],
+    close_later: bool = False,
 ) -> CallResult:
-    """The CallResult of a finished call: the host's own verdicts first, then the guest's."""
+    """The CallResult of a finished call: the host's own verdicts first, then the guest's.
+
+    The Store is closed here, or handed to the reaper thread with `close_later` (worth it
+    for the CPython component, whose teardown takes a few hundred µs)."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort
@@ -207,7 +213,10 @@ def finish(
             message=f"{which} exceeded the {format_size(limits.output)} output cap",
         )
     fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
-    store.close()  # free the instance's memory and files now, not when the GC finds the cycle
+    if close_later:
+        _REAPER.retire(store)
+    else:
+        store.close()  # free memory and files now, not when the GC finds wasmtime-py's cycle
     if state.reraise is not None:
         raise state.reraise
     return CallResult.model_construct(
@@ -222,6 +231,45 @@ def finish(
         duration_s=time.perf_counter() - started,
         host_calls=state.records,
     )
+
+
+class _Reaper:
+    """Closes finished Stores on a thread of its own, so the caller need not wait for the
+    teardown (returning pool slots, resetting memory, closing preopened files). It holds at
+    most `limit` stores, which keeps their pool slots and files busy only briefly; past that
+    the caller closes its own."""
+
+    def __init__(self, limit: int = 2) -> None:
+        self._queue: queue.Queue[wasmtime.Store | None] = queue.Queue(maxsize=limit)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def retire(self, store: wasmtime.Store) -> None:
+        if self._thread is None:
+            self._start()
+        try:
+            self._queue.put_nowait(store)
+        except queue.Full:
+            store.close()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wasmbox-reaper", daemon=True)
+                self._thread.start()
+                atexit.register(self.stop)  # drain before the interpreter finalizes
+
+    def _run(self) -> None:
+        while (store := self._queue.get()) is not None:
+            store.close()
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join()
+
+
+_REAPER = _Reaper()
 
 
 def memory_exhausted(

@@ -101,7 +101,9 @@ class PythonRuntimeRunner:
         finally:
             stdout.detach()
             stderr.detach()
-        return _call.finish(state, store, started, value, error, stdout, stderr, lambda: False)
+        return _call.finish(
+            state, store, started, value, error, stdout, stderr, lambda: False, close_later=True
+        )
 
     @staticmethod
     def _decode(response: object, cap: int) -> Any:
