@@ -4,11 +4,9 @@ WASI context built from the manifest alone, and turning the outcome into a `Call
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import os
-import queue
 import re
 import threading
 import time
@@ -125,12 +123,7 @@ def build_wasi(
     extra_preopens: tuple[tuple[Path, str, bool], ...] = (),
 ) -> wasmtime.WasiConfig:
     """The guest's whole world, from the manifest and the call: nothing is inherited."""
-    for preopen in manifest.preopens:
-        if os.path.realpath(preopen.host) != str(preopen.host):
-            raise Failure(
-                ErrorKind.CAPABILITY_DENIED,
-                f"preopen {preopen.guest}: {preopen.host} no longer resolves to itself",
-            )
+    check_preopens(manifest)
     wasi = wasmtime.WasiConfig()
     wasi.argv = [manifest.name, *manifest.args, *call.argv]
     if manifest.env:
@@ -147,6 +140,16 @@ def build_wasi(
         ffi.wasm_byte_vec_new(ctypes.byref(vec), len(call.stdin), buffer)
         ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
     return wasi
+
+
+def check_preopens(manifest: Manifest) -> None:
+    """Refuse the call if a granted directory was swapped (e.g. for a symlink) since load."""
+    for preopen in manifest.preopens:
+        if os.path.realpath(preopen.host) != str(preopen.host):
+            raise Failure(
+                ErrorKind.CAPABILITY_DENIED,
+                f"preopen {preopen.guest}: {preopen.host} no longer resolves to itself",
+            )
 
 
 def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:
@@ -188,12 +191,12 @@ def finish(
     stdout: Output,
     stderr: Output,
     memory_exhausted: Callable[[], bool],
-    close_later: bool = False,
+    close: Callable[[wasmtime.Store], None] = wasmtime.Store.close,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
-    The Store is closed here, or handed to the reaper thread with `close_later` (worth it
-    for the CPython component, whose teardown takes a few hundred µs)."""
+    `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
+    call's Store in a reference cycle until the garbage collector runs."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort
@@ -213,10 +216,7 @@ def finish(
             message=f"{which} exceeded the {format_size(limits.output)} output cap",
         )
     fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
-    if close_later:
-        _REAPER.retire(store)
-    else:
-        store.close()  # free memory and files now, not when the GC finds wasmtime-py's cycle
+    close(store)
     if state.reraise is not None:
         raise state.reraise
     return CallResult.model_construct(
@@ -231,45 +231,6 @@ def finish(
         duration_s=time.perf_counter() - started,
         host_calls=state.records,
     )
-
-
-class _Reaper:
-    """Closes finished Stores on a thread of its own, so the caller need not wait for the
-    teardown (returning pool slots, resetting memory, closing preopened files). It holds at
-    most `limit` stores, which keeps their pool slots and files busy only briefly; past that
-    the caller closes its own."""
-
-    def __init__(self, limit: int = 2) -> None:
-        self._queue: queue.Queue[wasmtime.Store | None] = queue.Queue(maxsize=limit)
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def retire(self, store: wasmtime.Store) -> None:
-        if self._thread is None:
-            self._start()
-        try:
-            self._queue.put_nowait(store)
-        except queue.Full:
-            store.close()
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="wasmbox-reaper", daemon=True)
-                self._thread.start()
-                atexit.register(self.stop)  # drain before the interpreter finalizes
-
-    def _run(self) -> None:
-        while (store := self._queue.get()) is not None:
-            store.close()
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join()
-
-
-_REAPER = _Reaper()
 
 
 def memory_exhausted(

@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -180,10 +181,14 @@ class Manifest(_Strict):
             raise ValueError(overlap)
         return self
 
+    _digest: str | None = PrivateAttr(None)
+
     def digest(self) -> str:
         """sha256 of the canonical JSON form: names this exact grant set."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        if self._digest is None:
+            text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+            self._digest = hashlib.sha256(text.encode()).hexdigest()
+        return self._digest
 
     @classmethod
     def load(cls, source: ManifestSource) -> Manifest:

@@ -8,8 +8,12 @@ call's manifest every time.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import queue
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import wasmtime
@@ -48,6 +52,7 @@ class PythonRuntimeRunner:
         ticker: EpochTicker,
         *,
         stdlib_writable: bool = False,
+        spares: int = 2,
     ) -> None:
         self._engine = engine
         self._component = compiled
@@ -63,6 +68,8 @@ class PythonRuntimeRunner:
             raise RuntimeError("the Python runtime component exports no `run`")
         self._run = run
         self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
+        self._spares = _Spares(spares)
+        self._keeper = _Housekeeper(self._spares, self._prepare)
 
     @property
     def component_path(self) -> str:
@@ -73,11 +80,6 @@ class PythonRuntimeRunner:
         """Send one request to a fresh instance under `manifest`'s grants and limits."""
         started = time.perf_counter()
         limits = manifest.limits
-        state = _call.CallState.start(manifest, started)
-        stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker)
-        value: Any = None
-        error: CallError | None = None
         try:
             payload = _abi.pack(request)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -85,25 +87,58 @@ class PythonRuntimeRunner:
                 manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
                 time.perf_counter() - started,
             )  # fmt: skip
+        state = _call.CallState.start(manifest, started)
+        spare = self._spares.take(manifest)
+        if spare is None:
+            spare = self._prepare(manifest)
+        else:
+            spare.renew(self._ticker)
+        self._keeper.prepare(manifest)  # the next call under these grants finds one ready
+        value: Any = None
+        error = spare.error
         try:
-            store.set_wasi(_call.build_wasi(manifest, CallInput({}), stdout, stderr, self._stdlib))
-            with _call.running(state):
-                instance = self._linker.instantiate(store, self._component)
-                run = instance.get_func(store, self._run)
-                assert run is not None
-                response = run(store, payload)
-                run.post_return(store)
-            value = self._decode(response, limits.output)
+            if error is None:
+                _call.check_preopens(manifest)  # again: the spare was made a moment ago
+                with _call.running(state):
+                    response = spare.run(spare.store, payload)  # type: ignore[misc]
+                    spare.run.post_return(spare.store)  # type: ignore[union-attr]
+                value = self._decode(response, limits.output)
         except Failure as failure:
             error = failure.error
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
             error = _call.classify(exc, limits)
         finally:
-            stdout.detach()
-            stderr.detach()
+            spare.stdout.detach()
+            spare.stderr.detach()
         return _call.finish(
-            state, store, started, value, error, stdout, stderr, lambda: False, close_later=True
-        )
+            state, spare.store, started, value, error, spare.stdout, spare.stderr,
+            lambda: False, close=self._keeper.close,
+        )  # fmt: skip
+
+    def _prepare(self, manifest: Manifest) -> _Spare:
+        """A store and instance for one call under `manifest`, not yet run. Never raises:
+        a failure is kept in the spare and becomes the call's error."""
+        limits = manifest.limits
+        stdout, stderr = Output(limits.output), Output(limits.output)
+        store = _call.new_store(self._engine, limits, self._ticker)
+        spare = _Spare(manifest, store, stdout, stderr)
+        try:
+            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, self._stdlib)
+            store.set_wasi(wasi)
+            with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
+                instance = self._linker.instantiate(store, self._component)
+            spare.run = instance.get_func(store, self._run)
+        except Failure as failure:
+            spare.error = failure.error
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            spare.error = _call.classify(exc, limits)
+        return spare
+
+    def close(self) -> None:
+        """Stop the housekeeping thread and free the spare instances."""
+        self._keeper.stop()
+        for spare in self._spares.drain():
+            spare.store.close()
 
     @staticmethod
     def _decode(response: object, cap: int) -> Any:
@@ -166,6 +201,105 @@ class PythonRuntimeRunner:
         if time.perf_counter() > state.deadline:
             _call.abort(store._context(), ErrorKind.TIMEOUT, f"{name} ran past the deadline")
         return reply
+
+
+_NO_INPUT = CallInput({})
+# The grants a spare is instantiated under: none (the component's start-up calls no host function).
+_PREPARING = Manifest(name="preparing", runtime="python")
+
+
+class _Spare:
+    """One store + instance made ahead of its call; used for exactly one call."""
+
+    def __init__(self, manifest: Manifest, store: wasmtime.Store, stdout: Output, stderr: Output) -> None:
+        self.manifest = manifest
+        self.store = store
+        self.stdout = stdout
+        self.stderr = stderr
+        self.run: component.Func | None = None
+        self.error: CallError | None = None
+
+    def renew(self, ticker: EpochTicker) -> None:
+        """Full fuel and a deadline counted from now, not from when the spare was made."""
+        limits = self.manifest.limits
+        self.store.set_fuel(limits.fuel)
+        self.store.set_epoch_deadline(ticker.ticks(limits.timeout))
+
+
+class _Spares:
+    """Instances prepared ahead, at most one per grant set (manifest digest) and `limit` in
+    all (the oldest grant set's is dropped first)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ready: dict[str, _Spare] = {}
+        self._lock = threading.Lock()
+
+    def take(self, manifest: Manifest) -> _Spare | None:
+        with self._lock:
+            return self._ready.pop(manifest.digest(), None)
+
+    def wanted(self, manifest: Manifest) -> bool:
+        with self._lock:
+            return self.limit > 0 and manifest.digest() not in self._ready
+
+    def put(self, spare: _Spare) -> list[_Spare]:
+        """Keep `spare`; return the spares it displaced (to be closed)."""
+        with self._lock:
+            displaced = []
+            old = self._ready.pop(spare.manifest.digest(), None)
+            if old is not None:
+                displaced.append(old)
+            self._ready[spare.manifest.digest()] = spare
+            while len(self._ready) > self.limit:
+                displaced.append(self._ready.pop(next(iter(self._ready))))
+            return displaced
+
+    def drain(self) -> list[_Spare]:
+        with self._lock:
+            spares, self._ready = list(self._ready.values()), {}
+            return spares
+
+
+class _Housekeeper:
+    """A background thread that closes finished stores (their teardown takes a few hundred
+    µs the caller need not wait for) and prepares spare instances. Its queue is short, so
+    retired stores hold their pool slots and files only briefly; when it is full the caller
+    closes its own store and skips the spare."""
+
+    def __init__(self, spares: _Spares, prepare: Callable[[Manifest], _Spare]) -> None:
+        self._spares = spares
+        self._make = prepare
+        self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._run, name="wasmbox-python", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)  # finish before the interpreter finalizes
+
+    def close(self, store: wasmtime.Store) -> None:
+        try:
+            self._tasks.put_nowait(("close", store))
+        except queue.Full:
+            store.close()
+
+    def prepare(self, manifest: Manifest) -> None:
+        if self._spares.wanted(manifest):
+            with contextlib.suppress(queue.Full):
+                self._tasks.put_nowait(("prepare", manifest))
+
+    def _run(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            action, item = task
+            if action == "close":
+                item.close()
+            elif self._spares.wanted(item):
+                spare = self._make(item)
+                for old in self._spares.put(spare):
+                    old.store.close()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._tasks.put(None)
+            self._thread.join()
 
 
 class PythonToolRunner:

@@ -43,6 +43,7 @@ class _Default(Enum):
     CACHE_DIR = "default"
 
 _RESERVED_GUEST_PATH = "/python"  # where the runtime's stdlib is preopened
+_NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _PRECOMPILE = "import compileall\ncompileall.compile_dir('/python', quiet=1, workers=1)"
 
 
@@ -201,13 +202,14 @@ class Sandbox:
         progress("byte-compiling the standard library inside the runtime ...")
         runner = PythonRuntimeRunner(
             self.engine, self._compile_runtime(runtime, progress), runtime, {}, self._ticker,
-            stdlib_writable=True,
+            stdlib_writable=True, spares=0,
         )  # fmt: skip
         grants = Manifest(
             name="precompile", runtime="python",
             limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
         )  # fmt: skip
         result = runner.call(grants, {"mode": "code", "code": _PRECOMPILE})
+        runner.close()
         if not result.ok:
             raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
         count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
@@ -219,7 +221,7 @@ class Sandbox:
         host functions and limits; without one the snippet gets no grants and default limits.
         """
         if manifest is None:
-            grants = Manifest(name="python", runtime="python")
+            grants = _NO_GRANTS
         else:
             grants = Manifest.load(manifest)
             if grants.runtime != "python" or grants.source is not None:
@@ -265,8 +267,10 @@ class Sandbox:
 
     def close(self) -> None:
         """Stop the epoch ticker and the worker threads. Loaded tools stop working."""
-        self._ticker.close()
         self._executor.shutdown(wait=True)
+        if self._python is not None:
+            self._python.close()
+        self._ticker.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
