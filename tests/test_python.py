@@ -380,3 +380,45 @@ def test_python_host_function_interrupt_and_slow_host(box: wasmbox.Sandbox) -> N
     result = box.run_python(code, grants(host_functions=["slow.fn"], limits={"timeout": "100ms"}))
     assert kind(result) == "timeout"
     assert len(calls) == 1
+
+
+# -- the fast paths keep the guarantees -------------------------------------------------
+
+
+def test_spare_instances_keep_grants_apart(box: wasmbox.Sandbox, data: Path) -> None:
+    """Spares are prepared per grant set: one made for a manifest with a preopen must never
+    serve a call under a manifest without it (and the other way round)."""
+    with_data = wasmbox.Manifest.load(grants(data))
+    without = wasmbox.Manifest.load(grants())
+    read = "open('/data/numbers.txt').read()"
+    for _ in range(5):  # alternate, so each call could find the other's spare
+        assert box.run_python(read, with_data).value == "1\n2\n3\n"
+        assert kind(box.run_python(read, without)) == "guest_error"
+        assert kind(box.run_python(read)) == "guest_error"
+
+
+def test_spare_instances_get_full_fuel_and_a_fresh_deadline(box: wasmbox.Sandbox) -> None:
+    import time
+
+    manifest = wasmbox.Manifest.load(grants(limits={"fuel": 3_000_000, "timeout": "300ms"}))
+    for _ in range(3):
+        box.run_python("1", manifest)
+        time.sleep(0.4)  # longer than the timeout: a spare's deadline must start at its call
+        result = box.run_python("sum(range(1000))", manifest)
+        assert result.ok, result.error
+        assert result.fuel_used < 3_000_000
+    assert kind(box.run_python("while True:\n    pass", manifest)) == "out_of_fuel"
+
+
+def test_spare_instances_are_fresh(box: wasmbox.Sandbox) -> None:
+    manifest = wasmbox.Manifest.load(grants())
+    for i in range(10):
+        assert box.run_python(f"import json\nhasattr(json, 'MARK')\n", manifest).value is False
+        box.run_python(f"import json\njson.MARK = {i}", manifest)
+
+
+def test_spares_follow_the_manifest_content_not_the_object(box: wasmbox.Sandbox) -> None:
+    # a fresh dict each call (as a router would send) still finds the spare made for its twin
+    for _ in range(3):
+        assert box.run_python("6 * 7", grants(env={"A": "1"})).value == 42
+    assert box.run_python("import os\nos.environ['A']", grants(env={"A": "2"})).value == "2"

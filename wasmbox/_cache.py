@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import stat
 import tempfile
@@ -59,25 +60,30 @@ class ArtifactCache:
 
     def module(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
         """The compiled module for `wasm` (binary), from the cache when a trusted entry exists."""
-        return self._artifact(engine, wasm, wasmtime.Module)  # type: ignore[return-value]
+        digest = hashlib.sha256(wasm).hexdigest()
+        return self._artifact(engine, digest, lambda: wasm, wasmtime.Module)  # type: ignore[return-value]
 
     def component(
-        self, engine: wasmtime.Engine, wasm: bytes, on_compile: Callable[[], None] | None = None
+        self,
+        engine: wasmtime.Engine,
+        wasm: Path,
+        digest: str,
+        on_compile: Callable[[], None] | None = None,
     ) -> component.Component:
-        """The compiled component for `wasm`, from the cache when a trusted entry exists.
-        `on_compile` is called before a (slow) compile."""
-        return self._artifact(engine, wasm, component.Component, on_compile)  # type: ignore[return-value]
+        """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
+        read only to compile it). `on_compile` is called before a (slow) compile."""
+        return self._artifact(engine, digest, wasm.read_bytes, component.Component, on_compile)  # type: ignore[return-value]
 
     def _artifact(
         self,
         engine: wasmtime.Engine,
-        wasm: bytes,
+        digest: str,
+        wasm: Callable[[], bytes],
         kind: type[Artifact],
         on_compile: Callable[[], None] | None = None,
     ) -> Artifact:
-        digest = hashlib.sha256(wasm).hexdigest()
         if self.directory is None:
-            return self._compile(engine, wasm, kind)
+            return self._compile(engine, wasm(), kind)
         key = f"{kind.__name__.lower()}-{digest}-{self._fingerprint}"
         artifact = self.directory / f"{key}.cwasm"
         meta = self.directory / f"{key}.json"
@@ -89,7 +95,7 @@ class ArtifactCache:
             return loaded
         if on_compile is not None:
             on_compile()
-        compiled = self._compile(engine, wasm, kind)
+        compiled = self._compile(engine, wasm(), kind)
         data = bytes(compiled.serialize())
         record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())
         _write_atomic(artifact, data)
@@ -111,18 +117,19 @@ class ArtifactCache:
     ) -> Artifact | None:
         try:
             record = json.loads(meta.read_bytes())
-            data = artifact.read_bytes()
+            with open(artifact, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                size, sha256 = len(data), hashlib.sha256(data).hexdigest()  # no copy into Python
         except (OSError, ValueError):
             return None
         trusted = (
             isinstance(record, dict)
             and all(record.get(k) == v for k, v in expected.items())
-            and record.get("size") == len(data)
-            and record.get("sha256") == hashlib.sha256(data).hexdigest()
+            and record.get("size") == size
+            and record.get("sha256") == sha256
         )
         if trusted:
             try:
-                return kind.deserialize(engine, data)
+                return kind.deserialize_file(engine, str(artifact))  # Wasmtime maps the file
             except wasmtime.WasmtimeError:
                 pass
         with self._lock:

@@ -8,10 +8,11 @@ import math
 import threading
 import weakref
 from dataclasses import asdict, dataclass
-from importlib.metadata import version
 
 import wasmtime
 from wasmtime import _ffi as ffi
+
+from ._dist import version
 
 MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 WASMTIME_VERSION = version("wasmtime")

@@ -22,13 +22,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
+from ._dist import version
 from ._errors import WasmboxError
 
 COMPONENTIZE_PY = "0.25.1"
-RECIPE = "1"  # bump when the build steps change
+RECIPE = "2"  # bump when the build steps change
 STDLIB_GUEST_PATH = "/python"  # where the build saw the stdlib (its FileFinders are cached)
 SOURCES = Path(__file__).resolve().parent.parent / "runtimes" / "python"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
@@ -48,6 +48,14 @@ class PythonRuntime:
     component: Path
     stdlib: Path
     key: str
+
+    @property
+    def component_sha256(self) -> str:
+        """The component's digest, recorded at build time (so loading need not hash 20 MB)."""
+        recorded = self.component.with_name(self.component.name + ".sha256")
+        if recorded.is_file():
+            return recorded.read_text().strip()
+        return hashlib.sha256(self.component.read_bytes()).hexdigest()
 
 
 def stderr_progress(message: str) -> None:
@@ -108,6 +116,8 @@ def _build(stage: Path, progress: Progress) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0 or not (stage / "runtime.wasm").is_file():
         raise RuntimeBuildError(f"componentize-py failed:\n{done.stdout}\n{done.stderr}"[-4000:])
+    wasm = stage / "runtime.wasm"
+    (stage / "runtime.wasm.sha256").write_text(hashlib.sha256(wasm.read_bytes()).hexdigest())
     _extract_stdlib(stage / "stdlib")
     shutil.rmtree(stage / "src")
     size = (stage / "runtime.wasm").stat().st_size

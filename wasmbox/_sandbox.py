@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
@@ -192,7 +191,7 @@ class Sandbox:
 
     def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
         return self._cache.component(
-            self.engine, runtime.component.read_bytes(),
+            self.engine, runtime.component, runtime.component_sha256,
             lambda: progress("compiling the Python runtime (once per cache) ..."),
         )  # fmt: skip
 
@@ -238,6 +237,8 @@ class Sandbox:
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """`run_python` on the Sandbox's worker threads."""
+        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -79,6 +78,8 @@ class Tool:
         stdin: bytes | str = b"",
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running."""
+        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._executor, partial(self.call, args, argv=argv, stdin=stdin)
