@@ -75,3 +75,9 @@ def test_python_and_build_commands(cache_dir: Path) -> None:
         [sys.executable, "-m", "wasmbox", "python", "1/0"], capture_output=True, text=True, env=env
     )
     assert failed.returncode == 1 and json.loads(failed.stdout)["error"]["kind"] == "guest_error"
+
+
+def test_bench_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--seconds", "0.05", "--no-python"]) == 0
+    out = capsys.readouterr().out
+    assert "trivial core call" in out and "plain wasmtime-py" in out and "threads" in out

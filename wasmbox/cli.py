@@ -42,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "build", help="build and compile the CPython runtime into the cache (else: on first use)"
     )
 
+    bench = commands.add_parser("bench", help="a short benchmark of this machine, as a table")
+    bench.add_argument("--seconds", type=float, default=1.0, help="per throughput figure")
+    bench.add_argument("--no-python", action="store_true", help="core modules only")
+
     options = parser.parse_args(argv)
     try:
         if options.command == "run":
@@ -52,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _python(options)
         if options.command == "build":
             return _build()
+        if options.command == "bench":
+            from . import _bench
+
+            _bench.print_table(_bench.run(options.seconds, python=not options.no_python))
+            return 0
         _print_json(json_schema())
         return 0
     except WasmboxError as exc:
