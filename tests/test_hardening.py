@@ -142,3 +142,23 @@ def test_closed_sandbox_refuses_calls(cache_dir: Path) -> None:
     box.close()
     with pytest.raises(wasmbox.WasmboxError, match="closed"):
         tool.call({})
+
+
+def test_poll_oneoff_refuses_huge_subscription_counts(box: wasmbox.Sandbox) -> None:
+    started = time.perf_counter()
+    result = box.load(manifest("poll_bomb", limits={"memory": "32MiB"})).call({})
+    assert result.unwrap() == 28  # EINVAL, at once
+    assert time.perf_counter() - started < 2
+
+
+def test_close_waits_for_calls_in_flight(cache_dir: Path) -> None:
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    spin = box.load(manifest("spin", limits={"fuel": 10**15, "timeout": "500ms"}))
+    results: list[wasmbox.CallResult] = []
+    thread = threading.Thread(target=lambda: results.append(spin.call({})))
+    thread.start()
+    time.sleep(0.1)
+    box.close()  # must not strand the running call without a deadline
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert results[0].error is not None and results[0].error.kind is ErrorKind.TIMEOUT

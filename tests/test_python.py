@@ -422,3 +422,71 @@ def test_spares_follow_the_manifest_content_not_the_object(box: wasmbox.Sandbox)
     for _ in range(3):
         assert box.run_python("6 * 7", grants(env={"A": "1"})).value == 42
     assert box.run_python("import os\nos.environ['A']", grants(env={"A": "2"})).value == "2"
+
+
+def test_run_python_grant_sets_may_not_nest_writable_dirs(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    (shared / "pub").mkdir(parents=True)
+    writer = grants(preopens=[{"host": str(shared), "guest": "/w", "writable": True}])
+    reader = grants(preopens=[{"host": str(shared / "pub"), "guest": "/pub"}])
+    assert box.run_python("1", writer).ok
+    with pytest.raises(wasmbox.CapabilityError, match="contains another granted directory"):
+        box.run_python("1", reader)
+
+
+def test_vanished_preopen_is_capability_denied(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    manifest = wasmbox.Manifest.load(grants(preopens=[{"host": str(folder), "guest": "/g"}]))
+    assert box.run_python("1", manifest).ok  # and a spare is prepared for the next call
+    folder.rmdir()
+    for _ in range(3):
+        assert kind(box.run_python("1", manifest)) == "capability_denied"
+    assert box.run_python("2").value == 2  # the housekeeping thread survived
+
+
+def test_copied_manifest_never_gets_the_originals_spare(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    alice.mkdir()
+    bob.mkdir()
+    (alice / "secret.txt").write_text("alice's")
+    original = wasmbox.Manifest.load(grants(preopens=[{"host": str(alice), "guest": "/d"}]))
+    assert original.digest() and box.run_python("1", original).ok  # spare made for alice
+    copy = original.model_copy(update={"preopens": (wasmbox.Preopen.model_validate(
+        {"host": str(bob), "guest": "/d"}),)})  # fmt: skip
+    assert copy.digest() != original.digest()
+    assert box.run_python("import os\nos.listdir('/d')", copy).value == []
+
+
+def test_ungranted_host_calls_count_against_the_cap(echo_box: wasmbox.Sandbox) -> None:
+    code = (
+        "import wasmbox_guest\nfor i in range(1000):\n    try:\n"
+        "        wasmbox_guest.call_host('x' * 100000)\n"
+        "    except wasmbox_guest.HostCallError:\n        pass"
+    )
+    result = echo_box.run_python(code, grants(limits={"host_calls": 5}))
+    assert kind(result) == "host_error"
+    assert len(result.host_calls) == 6
+    assert all(len(r.name) < 200 for r in result.host_calls)
+
+
+def test_guest_cannot_pick_its_error_kind(box: wasmbox.Sandbox) -> None:
+    code = "import wasmbox_driver\nraise wasmbox_driver._Refusal('invalid_arguments', 'not me')"
+    assert kind(box.run_python(code)) == "guest_error"
+
+
+def test_closed_sandboxes_release_their_engine(cache_dir: Path) -> None:
+    def vm_size() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    before = vm_size()
+    for _ in range(4):
+        with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
+            assert sandbox.run_python("1").ok
+    import gc
+
+    gc.collect()
+    assert vm_size() - before < 3 * 2**40  # each leaked engine held ~2 TiB of reservations

@@ -128,10 +128,13 @@ def build_wasi(
     wasi.argv = [manifest.name, *manifest.args, *call.argv]
     if manifest.env:
         wasi.env = list(manifest.env.items())
-    for preopen in manifest.preopens:
-        wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
-    for host, guest, writable in extra_preopens:
-        wasi.preopen_dir(str(host), guest, fs_mutable=writable)
+    try:
+        for preopen in manifest.preopens:
+            wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
+        for host, guest, writable in extra_preopens:
+            wasi.preopen_dir(str(host), guest, fs_mutable=writable)
+    except wasmtime.WasmtimeError as exc:  # e.g. removed between the check and the open
+        raise Failure(ErrorKind.CAPABILITY_DENIED, f"a preopen could not be opened: {exc}") from None
     stdout.attach(wasi, "stdout")
     stderr.attach(wasi, "stderr")
     if call.stdin:
@@ -145,10 +148,14 @@ def build_wasi(
 def check_preopens(manifest: Manifest) -> None:
     """Refuse the call if a granted directory was swapped (e.g. for a symlink) since load."""
     for preopen in manifest.preopens:
-        if os.path.realpath(preopen.host) != str(preopen.host):
+        try:
+            unchanged = os.path.realpath(preopen.host, strict=True) == str(preopen.host)
+        except OSError:
+            unchanged = False
+        if not unchanged:
             raise Failure(
                 ErrorKind.CAPABILITY_DENIED,
-                f"preopen {preopen.guest}: {preopen.host} no longer resolves to itself",
+                f"preopen {preopen.guest}: {preopen.host} is gone or no longer resolves to itself",
             )
 
 

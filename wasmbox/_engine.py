@@ -13,6 +13,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 
 from ._dist import version
+from ._errors import WasmboxError
 
 MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 WASMTIME_VERSION = version("wasmtime")
@@ -65,7 +66,8 @@ def _use_pooling_allocator(config: wasmtime.Config, settings: EngineSettings) ->
     pool = ffi.wasmtime_pooling_allocation_config_new()
     slots = settings.pool_slots
     for setter, value in (
-        (ffi.wasmtime_pooling_allocation_config_total_core_instances_set, slots),
+        # a Python call uses ~14 core instances but few memories
+        (ffi.wasmtime_pooling_allocation_config_total_core_instances_set, 4 * slots),
         (ffi.wasmtime_pooling_allocation_config_total_memories_set, slots),
         (ffi.wasmtime_pooling_allocation_config_total_tables_set, 2 * slots),
         (ffi.wasmtime_pooling_allocation_config_total_component_instances_set, settings.pool_components),
@@ -95,6 +97,9 @@ class EpochTicker:
     def __init__(self, engine: wasmtime.Engine, tick_s: float) -> None:
         self.tick_s = tick_s
         self._stop = threading.Event()
+        self._calls = 0  # calls in flight: closing waits for them, or their deadlines lapse
+        self._idle = threading.Condition()
+        self._accepting = True
         self._thread = threading.Thread(
             target=_tick, args=(weakref.ref(engine), tick_s, self._stop),
             name="wasmbox-epoch", daemon=True,
@@ -110,7 +115,25 @@ class EpochTicker:
     def running(self) -> bool:
         return not self._stop.is_set()
 
-    def close(self) -> None:
+    def enter(self) -> None:
+        """Count a call in; refused once closing has begun (deadlines need the ticker)."""
+        with self._idle:
+            if not self._accepting:
+                raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
+            self._calls += 1
+
+    def leave(self) -> None:
+        with self._idle:
+            self._calls -= 1
+            if self._calls == 0:
+                self._idle.notify_all()
+
+    def close(self, wait_s: float = 60.0) -> None:
+        """Refuse new calls, let the ones in flight finish (their own deadlines bound them),
+        then stop ticking."""
+        with self._idle:
+            self._accepting = False
+            self._idle.wait_for(lambda: self._calls == 0, timeout=wait_s)
         self._stop.set()
         self._thread.join()
 

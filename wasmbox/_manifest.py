@@ -16,7 +16,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -181,14 +180,11 @@ class Manifest(_Strict):
             raise ValueError(overlap)
         return self
 
-    _digest: str | None = PrivateAttr(None)
-
     def digest(self) -> str:
-        """sha256 of the canonical JSON form: names this exact grant set."""
-        if self._digest is None:
-            text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-            self._digest = hashlib.sha256(text.encode()).hexdigest()
-        return self._digest
+        """sha256 of the canonical JSON form: names this exact grant set. Not cached: a
+        cached value would survive `model_copy(update=...)` and name the wrong grants."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @classmethod
     def load(cls, source: ManifestSource) -> Manifest:

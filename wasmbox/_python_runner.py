@@ -78,6 +78,13 @@ class PythonRuntimeRunner:
 
     def call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
         """Send one request to a fresh instance under `manifest`'s grants and limits."""
+        self._ticker.enter()
+        try:
+            return self._call(manifest, request)
+        finally:
+            self._ticker.leave()
+
+    def _call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
         try:
@@ -132,13 +139,17 @@ class PythonRuntimeRunner:
             spare.error = failure.error
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
             spare.error = _call.classify(exc, limits)
+        except Exception as exc:  # noqa: BLE001 - a spare never raises; its call reports it
+            spare.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
         return spare
 
     def close(self) -> None:
-        """Stop the housekeeping thread and free the spare instances."""
+        """Stop the housekeeping thread, free the spare instances and the linker (which
+        wasmtime-py's function registry would otherwise keep alive with the whole engine)."""
         self._keeper.stop()
         for spare in self._spares.drain():
             spare.store.close()
+        self._linker.close()
 
     @staticmethod
     def _decode(response: object, cap: int) -> Any:
@@ -181,29 +192,37 @@ class PythonRuntimeRunner:
     def _serve(
         self, store: wasmtime.StoreContext, state: _call.CallState, name: str, args: bytes
     ) -> HostReply:
+        context = store._context()
+        if len(name) > _MAX_NAME:
+            name = name[:_MAX_NAME] + "..."  # never echo a guest's megabytes back
         if state.abort is not None:  # the guest is being stopped: serve nothing more
             return refusal(name, "limit", "the call is being stopped", len(args))
         if time.perf_counter() > state.deadline:
-            _call.abort(store._context(), ErrorKind.TIMEOUT, f"{name} called after the deadline")
+            _call.abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
             return refusal(name, "limit", "the deadline has passed", len(args))
+        if state.host_calls_left <= 0:  # refused calls count too: no unbounded records
+            message = f"host-call limit ({len(state.records)}) exceeded"
+            _call.abort(context, ErrorKind.HOST_ERROR, message)
+            return refusal(name, "limit", message, len(args))
+        state.host_calls_left -= 1
         function = self._host_functions.get(name)
         if name not in state.manifest.host_functions or function is None:
             return refusal(
-                name, "denied", f"host function {name!r} is not granted to this tool",
+                name, "denied", "this host function is not granted to this tool",
                 len(args), ErrorKind.CAPABILITY_DENIED,
             )  # fmt: skip
-        if state.host_calls_left <= 0:
-            message = f"host-call limit ({len(state.records)}) exceeded"
-            _call.abort(store._context(), ErrorKind.HOST_ERROR, message)
-            return refusal(name, "limit", message, len(args))
-        state.host_calls_left -= 1
         reply = function.invoke(args)
         if time.perf_counter() > state.deadline:
-            _call.abort(store._context(), ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+            _call.abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+        elif len(reply.payload) > state.manifest.limits.output:
+            message = f"{name}: reply larger than the output cap"
+            _call.abort(context, ErrorKind.OUTPUT_LIMIT, message)
+            return refusal(name, "limit", message, len(args), ErrorKind.OUTPUT_LIMIT)
         return reply
 
 
 _NO_INPUT = CallInput({})
+_MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants a spare is instantiated under: none (the component's start-up calls no host function).
 _PREPARING = Manifest(name="preparing", runtime="python")
 
@@ -237,7 +256,11 @@ class _Spares:
 
     def take(self, manifest: Manifest) -> _Spare | None:
         with self._lock:
-            return self._ready.pop(manifest.digest(), None)
+            spare = self._ready.pop(manifest.digest(), None)
+        if spare is not None and spare.manifest != manifest:  # never another grant set's
+            spare.store.close()
+            return None
+        return spare
 
     def wanted(self, manifest: Manifest) -> bool:
         with self._lock:
@@ -289,14 +312,21 @@ class _Housekeeper:
     def _run(self) -> None:
         while (task := self._tasks.get()) is not None:
             action, item = task
-            if action == "close":
-                item.close()
-            elif self._spares.wanted(item):
-                spare = self._make(item)
-                for old in self._spares.put(spare):
-                    old.store.close()
+            try:
+                if action == "close":
+                    item.close()
+                elif self._spares.wanted(item):
+                    spare = self._make(item)
+                    if spare.error is not None:  # e.g. the pool is full now: try again later
+                        spare.store.close()
+                        continue
+                    for old in self._spares.put(spare):
+                        old.store.close()
+            except Exception:  # noqa: BLE001 - housekeeping must outlive any one failure
+                continue
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         if self._thread.is_alive():
             self._tasks.put(None)
             self._thread.join()

@@ -71,6 +71,13 @@ class ModuleRunner:
             raise CapabilityError(f"{manifest.module}: {_call.cause(str(exc))}") from None
 
     def call(self, call: CallInput) -> CallResult:
+        self._ticker.enter()
+        try:
+            return self._call(call)
+        finally:
+            self._ticker.leave()
+
+    def _call(self, call: CallInput) -> CallResult:
         started = time.perf_counter()
         limits = self._limits
         state = _call.CallState.start(self._manifest, started)

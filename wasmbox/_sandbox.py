@@ -22,7 +22,7 @@ from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
-from ._manifest import Limits, Manifest, ManifestSource, overlapping_preopens
+from ._manifest import Limits, Manifest, ManifestSource, Preopen, overlapping_preopens
 from ._pyruntime import (
     PythonRuntime,
     Progress,
@@ -75,6 +75,7 @@ class Sandbox:
         self._tools: dict[str, Tool] = {}
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
+        self._python_grants: dict[str, tuple[Preopen, ...]] = {}  # run_python's, by digest
         self._python_lock = threading.Lock()
         self._scratch: str | None = None  # holds the Python runtime when there is no cache dir
 
@@ -135,12 +136,15 @@ class Sandbox:
         return tool
 
     def _check_preopens(self, manifest: Manifest, replacing: str | None = None) -> None:
-        theirs = tuple(
-            preopen
-            for name, tool in self._tools.items()
-            if name != replacing
-            for preopen in tool.manifest.preopens
-        )
+        """Refuse grants that overlap a writable grant of any tool or any grant set run_python
+        has used (see `overlapping_preopens`)."""
+        with self._lock:
+            theirs = tuple(
+                preopen
+                for name, tool in self._tools.items()
+                if name != replacing
+                for preopen in tool.manifest.preopens
+            ) + tuple(p for grants in self._python_grants.values() for p in grants)
         problem = overlapping_preopens(manifest.preopens, theirs)
         if problem:
             raise CapabilityError(f"{manifest.name}: {problem}")
@@ -229,8 +233,13 @@ class Sandbox:
                     "and no source"
                 )
             self._check_host_functions(grants)
-            self._check_preopens(grants)
             _check_python_preopens(grants)
+            if grants.preopens:
+                key = grants.digest()
+                if key not in self._python_grants:
+                    self._check_preopens(grants)
+                    with self._lock:  # later grant sets are checked against this one too
+                        self._python_grants[key] = grants.preopens
         if not isinstance(code, str):
             return CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         return self.python_runtime().call(grants, {"mode": "code", "code": code})
@@ -267,11 +276,12 @@ class Sandbox:
         return self._cache.stats
 
     def close(self) -> None:
-        """Stop the epoch ticker and the worker threads. Loaded tools stop working."""
+        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
+        then stop the epoch ticker and the worker threads. Calls after this raise."""
+        self._ticker.close()
         self._executor.shutdown(wait=True)
         if self._python is not None:
             self._python.close()
-        self._ticker.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 

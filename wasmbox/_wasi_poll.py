@@ -22,6 +22,7 @@ _FD_SUBSCRIPTION = struct.Struct("<QB7xI")  # userdata, tag, fd
 _EVENT = struct.Struct("<QHB5xQH6x")  # userdata, error, type, nbytes, flags
 _CLOCK, _FD_READ, _FD_WRITE = 0, 1, 2
 _ABSTIME = 1
+_MAX_SUBSCRIPTIONS = 64  # libc asks for one or two; more is only work for the host
 _ERRNO_SUCCESS, _ERRNO_FAULT, _ERRNO_INVAL, _ERRNO_NOTSUP = 0, 21, 28, 58
 
 
@@ -41,7 +42,7 @@ def poll_oneoff(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, 
 
 def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevents_ptr: int) -> int:
     memory = caller.get("memory")
-    if not isinstance(memory, wasmtime.Memory) or count == 0:
+    if not isinstance(memory, wasmtime.Memory) or count == 0 or count > _MAX_SUBSCRIPTIONS:
         return _ERRNO_INVAL
     size = memory.data_len(caller)
     if in_ptr + count * 48 > size or out_ptr + count * 32 > size or nevents_ptr + 4 > size:

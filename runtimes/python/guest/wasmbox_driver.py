@@ -107,13 +107,24 @@ class WitWorld(wit_world.WitWorld):
         try:
             return _pack({"ok": _serve(request)})
         except _Refusal as refusal:
-            return _error(refusal.kind, str(refusal), "")
+            if _raised_here(refusal):
+                return _error(refusal.kind, str(refusal), "")
+            return _error("guest_error", _describe(refusal), _traceback(refusal))
         except MemoryError:
             return _error("memory_limit", "MemoryError: out of memory", "")
         except BaseException as exc:  # noqa: BLE001 - everything becomes a response
             return _error("guest_error", _describe(exc), _traceback(exc))
         finally:
             _flush()
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether the driver raised `exc` (guest code can import this module and raise its
+    exceptions, but must not choose the error kind)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == __file__
 
 
 def _serve(request: bytes) -> object:
