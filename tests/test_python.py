@@ -490,3 +490,16 @@ def test_closed_sandboxes_release_their_engine(cache_dir: Path) -> None:
 
     gc.collect()
     assert vm_size() - before < 3 * 2**40  # each leaked engine held ~2 TiB of reservations
+
+
+@pytest.mark.parametrize(
+    "code", ["import time\ntime.sleep(30)", "import select\nselect.select([], [], [], 30)", "import time\ntime.sleep(0.01)"]
+)
+def test_sleeping_is_refused_at_once(box: wasmbox.Sandbox, code: str) -> None:
+    import time
+
+    started = time.perf_counter()
+    result = box.run_python(code, grants(limits={"timeout": "1s"}))
+    assert kind(result) == "guest_error" and "sleeping" in result.error.message  # type: ignore[union-attr]
+    assert time.perf_counter() - started < 1
+    assert box.run_python("import time\ntime.monotonic() > 0").value is True  # clocks still work

@@ -61,8 +61,11 @@ class PythonRuntimeRunner:
         self._ticker = ticker
         self._linker = component.Linker(engine)
         self._linker.add_wasip2()
+        self._linker.allow_shadowing = True
         with self._linker.root() as root:
             root.add_func("call-host", self._call_host)
+            _replace_monotonic_clock(root, compiled, engine)
+        self._linker.allow_shadowing = False
         run = compiled.get_export_index("run")
         if run is None:
             raise RuntimeError("the Python runtime component exports no `run`")
@@ -221,6 +224,35 @@ class PythonRuntimeRunner:
         return reply
 
 
+def _replace_monotonic_clock(
+    root: component.LinkerInstance, compiled: component.Component, engine: wasmtime.Engine
+) -> None:
+    """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps.
+
+    Wasmtime's `subscribe-duration`/`subscribe-instant` let a guest block inside the host
+    (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: one
+    sleeping call held its thread and ~14 pool slots for as long as it liked. wasmtime-py cannot
+    make the pollables a capped sleep would need, so sleeping is refused outright, as a
+    guest error with a message that says why.
+    """
+    names = [n for n in compiled.type.imports(engine) if n.startswith("wasi:clocks/monotonic-clock@")]
+    for name in names:
+        with root.add_instance(name) as clock:
+            clock.add_func("now", lambda store: time.monotonic_ns())
+            clock.add_func("resolution", lambda store: 1)
+            clock.add_func("subscribe-duration", _refuse_sleep)
+            clock.add_func("subscribe-instant", _refuse_sleep)
+
+
+def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
+    _call.abort(store._context(), ErrorKind.GUEST_ERROR, _NO_SLEEP)
+    raise wasmtime.WasmtimeError(_NO_SLEEP)  # stops the guest now; the abort names the kind
+
+
+_NO_SLEEP = (
+    "sleeping (time.sleep, select with a timeout) is not available in the sandbox: "
+    "it would hold the host past the call's deadline"
+)
 _NO_INPUT = CallInput({})
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants a spare is instantiated under: none (the component's start-up calls no host function).
