@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import wasmtime
 
 import wasmbox
-from wasmbox import _abi
+from wasmbox import _bench
 
 ROOT = Path(__file__).resolve().parent.parent
 WAT = ROOT / "runtimes" / "examples" / "wat"
@@ -39,21 +38,8 @@ def test_trivial_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[
 
 def test_plain_wasmtime_py_call(benchmark) -> None:  # type: ignore[no-untyped-def]
     """The baseline: the same module and payload, new Store + Linker.instantiate, no limits."""
-    engine = wasmtime.Engine()
-    module = wasmtime.Module(engine, (WAT / "echo.wat").read_text())
-    linker = wasmtime.Linker(engine)
-    payload = _abi.pack(ARGS)
-
-    def call() -> object:
-        store = wasmtime.Store(engine)
-        exports = linker.instantiate(store, module).exports(store)
-        memory = exports["memory"]
-        ptr = exports["wasmbox_alloc"](store, len(payload))
-        memory.write(store, payload, ptr)
-        rptr, rlen = _abi.split(exports["wasmbox_call"](store, ptr, len(payload)))
-        return _abi.unpack_reply(memory.read(store, rptr, rptr + rlen))[1]
-
-    assert benchmark(call) == ARGS
+    call = _bench.plain_core_call(WAT / "echo.wat", ARGS)
+    assert benchmark(call)[1] == ARGS
 
 
 def test_host_function_round_trips_x1000(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]

@@ -6,34 +6,13 @@ Prints a table; the 2-thread/1-thread ratio is the figure to watch (issue 4 asks
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import wasmbox
+from wasmbox._bench import throughput
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def rate(call: Callable[[], object], threads: int, seconds: float) -> float:
-    stop = time.perf_counter() + seconds
-    counts = [0] * threads
-
-    def worker(i: int) -> None:
-        n = 0
-        while time.perf_counter() < stop:
-            call()
-            n += 1
-        counts[i] = n
-
-    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    started = time.perf_counter()
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    return sum(counts) / (time.perf_counter() - started)
 
 
 def main() -> int:
@@ -50,9 +29,9 @@ def main() -> int:
     ]
     print(f"{'what':28} {'1 thread /s':>12} {'2 threads /s':>13} {'ratio':>6}")
     for label, call in cases:
-        rate(call, 1, 0.3)  # warm
-        one = rate(call, 1, seconds)
-        two = rate(call, 2, seconds)
+        throughput(call, 1, 0.3)  # warm
+        one = throughput(call, 1, seconds)
+        two = throughput(call, 2, seconds)
         print(f"{label:28} {one:12,.0f} {two:13,.0f} {two / one:6.2f}")
     box.close()
     return 0

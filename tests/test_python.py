@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox import ErrorKind
 
 from .conftest import CAPABILITIES
 
@@ -413,7 +412,7 @@ def test_spare_instances_get_full_fuel_and_a_fresh_deadline(box: wasmbox.Sandbox
 def test_spare_instances_are_fresh(box: wasmbox.Sandbox) -> None:
     manifest = wasmbox.Manifest.load(grants())
     for i in range(10):
-        assert box.run_python(f"import json\nhasattr(json, 'MARK')\n", manifest).value is False
+        assert box.run_python("import json\nhasattr(json, 'MARK')\n", manifest).value is False
         box.run_python(f"import json\njson.MARK = {i}", manifest)
 
 

@@ -98,7 +98,7 @@ def run(seconds: float = 1.0, python: bool = True) -> list[tuple[str, str, str]]
                          "host_functions": ["bench.inc"], "limits": {"host_calls": 100}})  # fmt: skip
         args = {"text": "the quick brown fox", "n": 3}
         ours = latency(lambda: echo.call(args), 5000)
-        plain = latency(_plain_core_call(echo_path, args), 5000)
+        plain = latency(plain_core_call(echo_path, args), 5000)
         rows.append(("trivial core call (median / p99)", _us(ours), f"plain wasmtime-py {_us(plain)}"))
         round_trips = latency(lambda: loop.call({"x": 1}), 300)[0] - ours[0]
         rows.append(("host-function round trip (core)", f"{round_trips / 100 * 1e6:.1f} µs", ""))
@@ -115,13 +115,14 @@ def run(seconds: float = 1.0, python: bool = True) -> list[tuple[str, str, str]]
     return rows
 
 
-def _plain_core_call(path: Path, args: dict[str, object]) -> Callable[[], object]:
+def plain_core_call(path: Path, args: dict[str, object]) -> Callable[[], tuple[bool, object]]:
+    """The same ABI v1 call done the plain way: new Store, Linker.instantiate, no limits."""
     engine = wasmtime.Engine()
     module = wasmtime.Module(engine, path.read_text())
     linker = wasmtime.Linker(engine)
     payload = _abi.pack(args)
 
-    def call() -> object:
+    def call() -> tuple[bool, object]:
         store = wasmtime.Store(engine)
         exports = linker.instantiate(store, module).exports(store)
         memory = exports["memory"]

@@ -217,12 +217,3 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def iter_stdlib_modules(stdlib: Path) -> Iterator[str]:
-    """Top-level module names available from the stdlib preopen (for docs and tests)."""
-    for entry in sorted(stdlib.iterdir()):
-        if entry.suffix == ".py":
-            yield entry.stem
-        elif (entry / "__init__.py").is_file():
-            yield entry.name

@@ -111,7 +111,6 @@ class Sandbox:
         self._check_preopens(manifest, replacing=manifest.name if replace else None)
         if manifest.runtime == "python":
             return self._register(manifest, self._python_tool(manifest), replace)
-        origin = manifest.name
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
         try:
