@@ -109,7 +109,7 @@ def main() -> int:
         outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
         print(f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}")
 
-    print("\nwarm latency, 2,000 calls each (median / p99):")
+    print("\nwarm latency (median / p99):")
     for name, args, count in [("echo", {"text": "hi"}, 2000), ("word_count", {"text": "a b c"}, 2000),
                               ("kv_lookup", {"key": "answer"}, 2000), ("csv_stats", {"path": "/data/sales.csv"}, 200)]:
         times = []
