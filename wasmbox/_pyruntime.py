@@ -30,7 +30,10 @@ from ._errors import WasmboxError
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "2"  # bump when the build steps change
 STDLIB_GUEST_PATH = "/python"  # where the build saw the stdlib (its FileFinders are cached)
-SOURCES = Path(__file__).resolve().parent.parent / "runtimes" / "python"
+# In a checkout (or editable install) the sources are runtimes/python; a wheel carries them as
+# wasmbox/runtime_python (see pyproject.toml).
+_CHECKOUT = Path(__file__).resolve().parent.parent / "runtimes" / "python"
+SOURCES = _CHECKOUT if _CHECKOUT.is_dir() else Path(__file__).resolve().parent / "runtime_python"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 

@@ -1,0 +1,60 @@
+"""wasmbox: run LLM tool calls as WebAssembly under Wasmtime, with nothing ambient.
+
+    box = wasmbox.Sandbox()
+    tool = box.load("capabilities/word_count.toml")
+    tool.call({"text": "a b c"}).unwrap()
+"""
+
+from ._errors import (
+    BadResponseError,
+    CapabilityDeniedError,
+    CapabilityError,
+    ErrorKind,
+    GuestError,
+    HostError,
+    InvalidArgumentsError,
+    ManifestError,
+    MemoryLimitError,
+    OutOfFuelError,
+    OutputLimitError,
+    ToolError,
+    ToolTimeoutError,
+    TrapError,
+    WasmboxError,
+)
+from ._engine import EngineSettings
+from ._inspect import ToolKind
+from ._manifest import Limits, Manifest, Preopen
+from ._results import CallError, CallResult, HostCallRecord
+from ._sandbox import Sandbox
+from ._tool import Tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BadResponseError",
+    "CallError",
+    "CallResult",
+    "CapabilityDeniedError",
+    "CapabilityError",
+    "EngineSettings",
+    "ErrorKind",
+    "GuestError",
+    "HostCallRecord",
+    "HostError",
+    "InvalidArgumentsError",
+    "Limits",
+    "Manifest",
+    "ManifestError",
+    "MemoryLimitError",
+    "OutOfFuelError",
+    "OutputLimitError",
+    "Preopen",
+    "Sandbox",
+    "Tool",
+    "ToolError",
+    "ToolKind",
+    "ToolTimeoutError",
+    "TrapError",
+    "WasmboxError",
+]

@@ -1,0 +1,87 @@
+"""The wasmbox ABI v1 framing (DESIGN.md §4): MessagePack payloads and packed (ptr, len) results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+ABI_MODULE = "wasmbox"  # host functions are imported from this module, named as granted
+EXPORT_ALLOC = "wasmbox_alloc"
+EXPORT_CALL = "wasmbox_call"
+EXPORT_MEMORY = "memory"
+EXPORT_START = "_start"
+EXPORT_INITIALIZE = "_initialize"
+WASI_MODULE = "wasi_snapshot_preview1"
+
+
+class FramingError(ValueError):
+    """A payload that is not a valid wasmbox message."""
+
+
+def pack(value: Any) -> bytes:
+    """MessagePack bytes of `value`; TypeError/ValueError if it cannot be encoded."""
+    return msgpack.packb(value, use_bin_type=True, datetime=False)  # type: ignore[no-any-return]
+
+
+MAX_DEPTH = 64  # deeper values break json.dumps, pydantic and the models that read them
+
+
+def unpack(data: bytes | bytearray | memoryview) -> Any:
+    """The value of a single MessagePack object; FramingError on anything else."""
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
+    except FramingError:
+        raise
+    except Exception as exc:  # msgpack raises many unrelated types on garbage
+        detail = f": {exc}" if str(exc) else ""
+        raise FramingError(f"not MessagePack: {type(exc).__name__}{detail}"[:200]) from None
+    _check_depth(value)
+    return value
+
+
+def _check_depth(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_DEPTH:
+                raise FramingError(f"nested deeper than {MAX_DEPTH} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+
+
+def unpack_reply(data: bytes | bytearray | memoryview) -> tuple[bool, Any]:
+    """`(True, value)` for `{"ok": value}`, `(False, message)` for `{"error": message}`."""
+    message = unpack(data)
+    if isinstance(message, dict) and len(message) == 1:
+        if "ok" in message:
+            return True, message["ok"]
+        error = message.get("error")
+        if isinstance(error, str):
+            return False, error
+    raise FramingError('expected a map {"ok": value} or {"error": "message"}')
+
+
+def ok(value: Any) -> bytes:
+    return pack({"ok": value})
+
+
+def error(message: str) -> bytes:
+    return pack({"error": message})
+
+
+def split(packed: int) -> tuple[int, int]:
+    """`(ptr, len)` from the i64 `(ptr << 32) | len` a guest returns."""
+    packed &= 0xFFFF_FFFF_FFFF_FFFF
+    return packed >> 32, packed & 0xFFFF_FFFF
+
+
+def join(ptr: int, length: int) -> int:
+    """The i64 (as a signed Python int) that carries `(ptr, len)` back to a guest."""
+    packed = (ptr << 32) | length
+    return packed - (1 << 64) if packed >= 1 << 63 else packed
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise FramingError(f"MessagePack extension type {code} is not allowed")

@@ -1,0 +1,157 @@
+"""The on-disk cache of compiled modules: trusted code, so private and checked.
+
+An entry is `<key>.cwasm` (Wasmtime's serialized module) beside `<key>.json` (the key's inputs,
+the artifact's size and sha256). The key is sha256(wasm) + Wasmtime version + engine settings.
+Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
+never loaded. The directory is created 0700 and refused if another user owns it or can write it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+from wasmtime import component
+
+from ._engine import EngineSettings
+from ._errors import WasmboxError
+
+
+Artifact = wasmtime.Module | component.Component
+
+
+def default_cache_dir() -> Path:
+    """`$WASMBOX_CACHE_DIR`, else `$XDG_CACHE_HOME/wasmbox`, else `~/.cache/wasmbox`."""
+    explicit = os.environ.get("WASMBOX_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "wasmbox"
+
+
+@dataclass
+class CacheStats:
+    """What the cache did in this process."""
+
+    hits: int = 0
+    compiles: int = 0
+    rejected: int = 0  # entries found but not trusted (corrupt, mismatched), then rebuilt
+
+
+class ArtifactCache:
+    """Compiled modules by content, shared by every Sandbox that uses the same directory."""
+
+    def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
+        self.directory = directory
+        self.stats = CacheStats()
+        self._fingerprint = settings.fingerprint()
+        self._lock = threading.Lock()
+        if directory is not None:
+            _ensure_private_dir(directory)
+
+    def module(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
+        """The compiled module for `wasm` (binary), from the cache when a trusted entry exists."""
+        digest = hashlib.sha256(wasm).hexdigest()
+        return self._artifact(engine, digest, lambda: wasm, wasmtime.Module)  # type: ignore[return-value]
+
+    def component(
+        self,
+        engine: wasmtime.Engine,
+        wasm: Path,
+        digest: str,
+        on_compile: Callable[[], None] | None = None,
+    ) -> component.Component:
+        """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
+        read only to compile it). `on_compile` is called before a (slow) compile."""
+        return self._artifact(engine, digest, wasm.read_bytes, component.Component, on_compile)  # type: ignore[return-value]
+
+    def _artifact(
+        self,
+        engine: wasmtime.Engine,
+        digest: str,
+        wasm: Callable[[], bytes],
+        kind: type[Artifact],
+        on_compile: Callable[[], None] | None = None,
+    ) -> Artifact:
+        if self.directory is None:
+            return self._compile(engine, wasm(), kind)
+        key = f"{kind.__name__.lower()}-{digest}-{self._fingerprint}"
+        artifact = self.directory / f"{key}.cwasm"
+        meta = self.directory / f"{key}.json"
+        expected = {"wasm_sha256": digest, "engine": self._fingerprint}
+        loaded = self._load(engine, artifact, meta, expected, kind)
+        if loaded is not None:
+            with self._lock:
+                self.stats.hits += 1
+            return loaded
+        if on_compile is not None:
+            on_compile()
+        compiled = self._compile(engine, wasm(), kind)
+        data = bytes(compiled.serialize())
+        record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        _write_atomic(artifact, data)
+        _write_atomic(meta, json.dumps(record).encode())
+        return compiled
+
+    def _compile(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
+        with self._lock:
+            self.stats.compiles += 1
+        return kind(engine, wasm)
+
+    def _load(
+        self,
+        engine: wasmtime.Engine,
+        artifact: Path,
+        meta: Path,
+        expected: dict[str, str],
+        kind: type[Artifact],
+    ) -> Artifact | None:
+        try:
+            record = json.loads(meta.read_bytes())
+            with open(artifact, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                size, sha256 = len(data), hashlib.sha256(data).hexdigest()  # no copy into Python
+        except (OSError, ValueError):
+            return None
+        trusted = (
+            isinstance(record, dict)
+            and all(record.get(k) == v for k, v in expected.items())
+            and record.get("size") == size
+            and record.get("sha256") == sha256
+        )
+        if trusted:
+            try:
+                return kind.deserialize_file(engine, str(artifact))  # Wasmtime maps the file
+            except wasmtime.WasmtimeError:
+                pass
+        with self._lock:
+            self.stats.rejected += 1
+        return None
+
+
+def _ensure_private_dir(directory: Path) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.stat()
+    if info.st_uid != os.getuid():
+        raise WasmboxError(f"cache directory {directory} is owned by another user")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise WasmboxError(f"cache directory {directory} is writable by others; chmod 700 it")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

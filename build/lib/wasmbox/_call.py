@@ -1,0 +1,247 @@
+"""What every call shares, whatever runs it: the per-call state that host functions see, the
+WASI context built from the manifest alone, and turning the outcome into a `CallResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from ._engine import EpochTicker
+from ._errors import ErrorKind, WasmboxError
+from ._manifest import Limits, Manifest
+from ._output import Output
+from ._results import CallError, CallResult, HostCallRecord
+from ._units import format_size
+
+# A guest that turns a failed allocation into its own error says so in words like these.
+_OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
+# Failures that a guest may show because its output was cut: the cut is then the cause.
+_MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands."""
+
+    args: Mapping[str, Any]
+    argv: tuple[str, ...] = ()
+    stdin: bytes = b""
+
+
+@dataclass
+class CallState:
+    """What the host functions of the call running on this thread need to know and record."""
+
+    manifest: Manifest
+    deadline: float
+    host_calls_left: int
+    records: list[HostCallRecord] = field(default_factory=list)
+    failure: ErrorKind | None = None  # root cause a host call reported, if the guest then fails
+    abort: CallError | None = None  # set by the host to stop the guest; wins over its result
+    fuel_left_at_abort: int | None = None
+    reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
+    exports: Any = None  # what a host-call trampoline looked up once for this instance
+
+    @classmethod
+    def start(cls, manifest: Manifest, started: float) -> CallState:
+        limits = manifest.limits
+        return cls(manifest, started + limits.timeout, limits.host_calls)
+
+
+class Failure(Exception):
+    """Raised inside a runner to end the call with `kind`."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.error = CallError(kind=kind, message=message)
+
+
+def current() -> CallState:
+    """The state of the call running on this thread (host functions run on the caller's thread)."""
+    state: CallState = _local.state
+    return state
+
+
+@contextlib.contextmanager
+def running(state: CallState) -> Iterator[None]:
+    """Make `state` current for the duration of a call; calls may nest (a host function may
+    call another tool)."""
+    outer = getattr(_local, "state", None)
+    _local.state = state
+    try:
+        yield
+    finally:
+        _local.state = outer
+
+
+def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> None:
+    """Stop the current guest from inside a host function: record why, and take its fuel.
+
+    Raising instead would cross threads through wasmtime-py's global last-exception slot.
+    """
+    state = current()
+    if state.abort is None:
+        state.abort = CallError(kind=kind, message=message)
+        left = ctypes.c_uint64(0)
+        ffi.wasmtime_context_get_fuel(context, ctypes.byref(left))
+        state.fuel_left_at_abort = left.value
+    ffi.wasmtime_context_set_fuel(context, 0)
+
+
+def new_store(
+    engine: wasmtime.Engine, limits: Limits, ticker: EpochTicker, **store_limits: int
+) -> wasmtime.Store:
+    """A Store with the call's fuel, memory cap and epoch deadline."""
+    if not ticker.running:
+        raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
+    ticks = ticker.ticks(limits.timeout)
+    store = wasmtime.Store(engine)
+    store.set_limits(memory_size=limits.memory, **store_limits)
+    store.set_fuel(limits.fuel)
+    store.set_epoch_deadline(ticks)
+    return store
+
+
+def build_wasi(
+    manifest: Manifest,
+    call: CallInput,
+    stdout: Output,
+    stderr: Output,
+    extra_preopens: tuple[tuple[Path, str, bool], ...] = (),
+) -> wasmtime.WasiConfig:
+    """The guest's whole world, from the manifest and the call: nothing is inherited."""
+    check_preopens(manifest)
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = [manifest.name, *manifest.args, *call.argv]
+    if manifest.env:
+        wasi.env = list(manifest.env.items())
+    try:
+        for preopen in manifest.preopens:
+            wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
+        for host, guest, writable in extra_preopens:
+            wasi.preopen_dir(str(host), guest, fs_mutable=writable)
+    except wasmtime.WasmtimeError as exc:  # e.g. removed between the check and the open
+        raise Failure(ErrorKind.CAPABILITY_DENIED, f"a preopen could not be opened: {exc}") from None
+    stdout.attach(wasi, "stdout")
+    stderr.attach(wasi, "stderr")
+    if call.stdin:
+        vec = ffi.wasm_byte_vec_t()
+        buffer = (ctypes.c_uint8 * len(call.stdin)).from_buffer_copy(call.stdin)
+        ffi.wasm_byte_vec_new(ctypes.byref(vec), len(call.stdin), buffer)
+        ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
+    return wasi
+
+
+def check_preopens(manifest: Manifest) -> None:
+    """Refuse the call if a granted directory was swapped (e.g. for a symlink) since load."""
+    for preopen in manifest.preopens:
+        try:
+            unchanged = os.path.realpath(preopen.host, strict=True) == str(preopen.host)
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            raise Failure(
+                ErrorKind.CAPABILITY_DENIED,
+                f"preopen {preopen.guest}: {preopen.host} is gone or no longer resolves to itself",
+            )
+
+
+def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:
+    """The error kind of a trap or Wasmtime error (core traps carry a code, component errors
+    only text)."""
+    text = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
+    code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
+    if code is wasmtime.TrapCode.OUT_OF_FUEL or "all fuel consumed" in text:
+        return CallError(kind=ErrorKind.OUT_OF_FUEL, message=f"used all {limits.fuel:,} units of fuel")
+    if code is wasmtime.TrapCode.INTERRUPT or "wasm trap: interrupt" in text:
+        return CallError(kind=ErrorKind.TIMEOUT, message=f"exceeded the {limits.timeout:g}s deadline")
+    message = cause(text)
+    if "exceeds memory limits" in message or "exceeds table limits" in message:
+        return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
+    if "maximum concurrent limit" in message:  # the pooling allocator's slots are all in use
+        return CallError(
+            kind=ErrorKind.HOST_ERROR,
+            message=f"the Sandbox is at capacity ({message}; see EngineSettings.pool_slots)",
+        )
+    return CallError(kind=ErrorKind.TRAP, message=message)
+
+
+def cause(text: str) -> str:
+    """The line of a Wasmtime error that says what went wrong (not the backtrace)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "Caused by:" in lines:
+        rest = lines[lines.index("Caused by:") + 1 :]
+        if rest:
+            return re.sub(r"^\d+:\s*", "", rest[0])[:500]
+    return (lines[0] if lines else "unknown error")[:500]
+
+
+def finish(
+    state: CallState,
+    store: wasmtime.Store,
+    started: float,
+    value: Any,
+    error: CallError | None,
+    stdout: Output,
+    stderr: Output,
+    memory_exhausted: Callable[[], bool],
+    close: Callable[[wasmtime.Store], None] = wasmtime.Store.close,
+) -> CallResult:
+    """The CallResult of a finished call: the host's own verdicts first, then the guest's.
+
+    `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
+    call's Store in a reference cycle until the garbage collector runs."""
+    limits = state.manifest.limits
+    if state.abort is not None:
+        error = state.abort
+    elif error is not None and error.kind in (ErrorKind.GUEST_ERROR, ErrorKind.TRAP):
+        if error.kind is ErrorKind.GUEST_ERROR and state.failure is not None:
+            error = CallError(kind=state.failure, message=error.message)
+        elif memory_exhausted() or (
+            error.kind is ErrorKind.GUEST_ERROR and _OOM_WORDING.search(error.message)
+        ):
+            suffix = "" if _OOM_WORDING.search(error.message) else " (memory cap reached)"
+            error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message + suffix)
+    truncated = stdout.truncated or stderr.truncated
+    if truncated and (error is None or error.kind in _MAY_FOLLOW_TRUNCATION):
+        which = "stdout" if stdout.truncated else "stderr"
+        error = CallError(
+            kind=ErrorKind.OUTPUT_LIMIT,
+            message=f"{which} exceeded the {format_size(limits.output)} output cap",
+        )
+    fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
+    close(store)
+    if state.reraise is not None:
+        raise state.reraise
+    return CallResult.model_construct(
+        tool=state.manifest.name,
+        ok=error is None,
+        value=value if error is None else None,
+        error=error,
+        stdout=stdout.text(),
+        stderr=stderr.text(),
+        truncated=truncated,
+        fuel_used=limits.fuel - fuel_left,
+        duration_s=time.perf_counter() - started,
+        host_calls=state.records,
+    )
+
+
+def memory_exhausted(
+    store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory | None, cap: int
+) -> bool:
+    """True when `memory` is within one page of the cap, so the next growth was refused."""
+    return memory is not None and memory.data_len(store) + 65536 > cap

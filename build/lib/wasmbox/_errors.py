@@ -1,0 +1,108 @@
+"""Errors: the closed set of call-failure kinds, and the exceptions raised at load time."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorKind(str, Enum):
+    """Why a call failed. A closed set: a tool router may switch on it."""
+
+    OUT_OF_FUEL = "out_of_fuel"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    TRAP = "trap"
+    GUEST_ERROR = "guest_error"
+    CAPABILITY_DENIED = "capability_denied"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    OUTPUT_LIMIT = "output_limit"
+    BAD_RESPONSE = "bad_response"
+    HOST_ERROR = "host_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WasmboxError(Exception):
+    """Base of every exception wasmbox raises."""
+
+
+class ManifestError(WasmboxError, ValueError):
+    """A manifest is malformed: names the file and the field path."""
+
+
+class CapabilityError(WasmboxError):
+    """A module asks for more than its manifest grants, or a grant cannot be honoured."""
+
+
+class ToolError(WasmboxError):
+    """A call failed; raised by `CallResult.unwrap()`. One subclass per `ErrorKind`."""
+
+    kind: ErrorKind
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @staticmethod
+    def for_kind(kind: ErrorKind, message: str) -> ToolError:
+        """The exception of the subclass that matches `kind`."""
+        return _BY_KIND[kind](message)
+
+
+class OutOfFuelError(ToolError):
+    kind = ErrorKind.OUT_OF_FUEL
+
+
+class ToolTimeoutError(ToolError):
+    kind = ErrorKind.TIMEOUT
+
+
+class MemoryLimitError(ToolError):
+    kind = ErrorKind.MEMORY_LIMIT
+
+
+class TrapError(ToolError):
+    kind = ErrorKind.TRAP
+
+
+class GuestError(ToolError):
+    kind = ErrorKind.GUEST_ERROR
+
+
+class CapabilityDeniedError(ToolError):
+    kind = ErrorKind.CAPABILITY_DENIED
+
+
+class InvalidArgumentsError(ToolError):
+    kind = ErrorKind.INVALID_ARGUMENTS
+
+
+class OutputLimitError(ToolError):
+    kind = ErrorKind.OUTPUT_LIMIT
+
+
+class BadResponseError(ToolError):
+    kind = ErrorKind.BAD_RESPONSE
+
+
+class HostError(ToolError):
+    kind = ErrorKind.HOST_ERROR
+
+
+_BY_KIND: dict[ErrorKind, type[ToolError]] = {
+    cls.kind: cls
+    for cls in (
+        OutOfFuelError,
+        ToolTimeoutError,
+        MemoryLimitError,
+        TrapError,
+        GuestError,
+        CapabilityDeniedError,
+        InvalidArgumentsError,
+        OutputLimitError,
+        BadResponseError,
+        HostError,
+    )
+}
+assert set(_BY_KIND) == set(ErrorKind)

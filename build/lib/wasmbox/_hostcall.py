@@ -1,0 +1,141 @@
+"""Host functions as core-module imports: `(ptr, len) -> (ptr << 32) | len`, MessagePack.
+
+The trampoline is registered with `wasmtime_linker_define_func_unchecked`, so a guest → host
+call is one ctypes callback with raw values: no `Caller`/`Val` objects and no type checks per
+call (the import's type was checked at load, in `_inspect.check_grants`). It never raises: an
+exception escaping a ctypes callback would be printed and lost; to stop the guest it records
+why in the call state and takes the store's fuel (`_call.abort`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import time
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from . import _abi, _call, _rawcall
+from ._errors import ErrorKind
+from ._hostfuncs import HostFunction, HostReply, refusal
+
+_MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
+_ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
+_FUNC = ffi.WASMTIME_EXTERN_FUNC.value
+_MEM = ffi.WASMTIME_EXTERN_MEMORY.value
+_ABI_MODULE = _abi.ABI_MODULE.encode()
+_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
+
+# Host functions by handle; a handle per HostFunction object, so this grows with the number
+# of registered functions, not with loads.
+_functions: dict[int, HostFunction] = {}
+_handles: dict[int, int] = {}
+_ids = itertools.count(1)
+
+
+def define(linker: wasmtime.Linker, function: HostFunction) -> None:
+    """Link `function` as import `wasmbox` `<name>` of type (i32, i32) -> i64."""
+    handle = _handles.get(id(function))
+    if handle is None or _functions.get(handle) is not function:
+        handle = next(_ids)
+        _functions[handle] = function
+        _handles[id(function)] = handle
+    name = function.name.encode()
+    i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+    functype = wasmtime.FuncType([i32, i32], [i64])  # a FuncType is bound to its first engine
+    error = ffi.wasmtime_linker_define_func_unchecked(
+        linker.ptr(), _ABI_MODULE, len(_ABI_MODULE), name, len(name), functype.ptr(),
+        _trampoline, handle, _NO_FINALIZER,
+    )  # fmt: skip
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+
+
+@ffi.wasmtime_func_unchecked_callback_t
+def _trampoline(
+    handle: int | None,
+    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
+    count: int,
+) -> int:
+    context = ffi.wasmtime_caller_context(caller)
+    state = _call.current()
+    function = _functions[handle or 0]
+    try:
+        values[0].i64 = _serve(function, state, caller, context,
+                               values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
+    except Exception as exc:  # a bug of ours: stop the guest, keep the process
+        values[0].i64 = _abort(context, ErrorKind.HOST_ERROR, f"{function.name}: internal error: {exc!r}")
+    except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
+        state.reraise = exc
+        values[0].i64 = _abort(context, ErrorKind.HOST_ERROR, f"{function.name}: interrupted")
+    return 0
+
+
+def _serve(
+    function: HostFunction,
+    state: _call.CallState,
+    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    ptr: int,
+    length: int,
+) -> int:
+    name = function.name
+    if state.abort is not None:  # the guest is being stopped: serve nothing more
+        return 0
+    if time.perf_counter() > state.deadline:
+        return _abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
+    if state.exports is None:  # the same for every host call of this instance
+        state.exports = (_MEMORY.from_caller(caller, _MEM), _ALLOC.from_caller(caller, _FUNC))
+    memory, alloc = state.exports
+    if memory is None or alloc is None:  # checked at load; a guard all the same
+        return _abort(context, ErrorKind.BAD_RESPONSE, "guest exports no memory or wasmbox_alloc")
+    base, size = _rawcall.memory_view(context, memory)
+    if ptr + length > size:
+        return _abort(context, ErrorKind.BAD_RESPONSE, f"{name}: request out of bounds")
+    request = ctypes.string_at(base + ptr, length)
+    if state.host_calls_left <= 0:
+        message = f"host-call limit ({len(state.records)}) exceeded"
+        state.records.append(refusal(name, "limit", message, length).record)
+        return _abort(context, ErrorKind.HOST_ERROR, message)
+    state.host_calls_left -= 1
+    reply = function.invoke(request)
+    state.records.append(reply.record)
+    if time.perf_counter() > state.deadline:
+        return _abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+    if reply.failure is not None and state.failure is None:
+        state.failure = reply.failure
+    return _write_reply(context, memory, alloc, reply, state)
+
+
+def _write_reply(
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    memory: ffi.wasmtime_extern_t,
+    alloc: ffi.wasmtime_extern_t,
+    reply: HostReply,
+    state: _call.CallState,
+) -> int:
+    size = len(reply.payload)
+    limits = state.manifest.limits
+    try:
+        rptr = _rawcall.call_i32(context, alloc, size)
+    except wasmtime.ExitTrap as exit_trap:
+        return _abort(context, ErrorKind.GUEST_ERROR, f"exited with code {exit_trap.code}")
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
+        error = _call.classify(trap, limits)
+        kind = error.kind
+        _, now = _rawcall.memory_view(context, memory)
+        if kind is ErrorKind.TRAP and now + 65536 > limits.memory:
+            kind = ErrorKind.MEMORY_LIMIT
+        return _abort(context, kind, error.message)
+    base, now = _rawcall.memory_view(context, memory)  # the guest may have grown its memory
+    if rptr == 0 or rptr + size > now:
+        return _abort(context, ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
+    ctypes.memmove(base + rptr, reply.payload, size)
+    return _abi.join(rptr, size)
+
+
+def _abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> int:
+    _call.abort(context, kind, message)
+    return 0

@@ -1,0 +1,123 @@
+"""Host functions: the registry on a Sandbox, argument validation, and the guest-visible reply.
+
+A host function runs with the host's authority, so its arguments are validated against its
+Python signature (pydantic) before it runs, and what it raises never reaches the guest as a
+traceback: the guest gets a short message, the host keeps the detail in the call record.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from . import _abi
+from ._errors import ErrorKind, ToolError
+from ._results import HostCallRecord, HostCallVerdict
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+# How a host function's own ToolError (e.g. CapabilityDeniedError) is recorded.
+_VERDICTS: dict[ErrorKind, HostCallVerdict] = {
+    ErrorKind.CAPABILITY_DENIED: "denied",
+    ErrorKind.INVALID_ARGUMENTS: "invalid_arguments",
+}
+
+
+@dataclass(frozen=True)
+class HostReply:
+    """What one host call produced: the guest's reply bytes and the host-side record."""
+
+    payload: bytes
+    record: HostCallRecord
+    failure: ErrorKind | None  # the kind this host call would make a failed call
+
+
+class HostFunction:
+    """A Python callable a guest may call by name, once a manifest grants it."""
+
+    def __init__(self, name: str, func: Callable[..., Any]) -> None:
+        if not _NAME.match(name):
+            raise ValueError(f"invalid host function name {name!r} (use e.g. 'kv.get')")
+        self.name = name
+        self.func = func
+        self._validated = pydantic.validate_call(func)
+
+    def invoke(self, request: bytes) -> HostReply:
+        """Decode the guest's request, run the function, encode the reply. Never raises."""
+        start = time.perf_counter()
+        try:
+            args = _abi.unpack(request)
+        except _abi.FramingError as exc:
+            return self._reply(start, request, "bad_request", "request is not MessagePack", exc)
+        if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+            return self._reply(start, request, "bad_request", "request must be a map of str keys")
+        try:
+            value = self._validated(**args)
+        except pydantic.ValidationError as exc:
+            message = f"invalid arguments for {self.name}: " + _summary(exc)
+            return self._reply(start, request, "invalid_arguments", message, exc)
+        except ToolError as exc:
+            verdict = _VERDICTS.get(exc.kind, "error")
+            return self._reply(start, request, verdict, exc.message, exc, exc.kind)
+        except Exception as exc:  # a host function's failure must not take the host down
+            return self._reply(start, request, "error", f"host function {self.name} failed", exc)
+        try:
+            payload = _abi.ok(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            message = f"host function {self.name} returned a value that cannot be sent"
+            return self._reply(start, request, "error", message, exc)
+        return self._reply(start, request, "ok", payload=payload)
+
+    def _reply(
+        self,
+        start: float,
+        request: bytes,
+        verdict: HostCallVerdict,
+        message: str = "",
+        exc: BaseException | None = None,
+        kind: ErrorKind | None = None,
+        payload: bytes | None = None,
+    ) -> HostReply:
+        if payload is None:
+            payload = _abi.error(message)
+        if verdict == "error" and kind is None:
+            kind = ErrorKind.HOST_ERROR
+        detail = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        record = HostCallRecord(
+            name=self.name,
+            verdict=verdict,
+            duration_s=time.perf_counter() - start,
+            bytes_in=len(request),
+            bytes_out=len(payload),
+            detail=detail,
+        )
+        return HostReply(payload, record, kind if verdict != "ok" else None)
+
+
+def refusal(
+    name: str,
+    verdict: HostCallVerdict,
+    message: str,
+    request_size: int,
+    kind: ErrorKind = ErrorKind.HOST_ERROR,
+) -> HostReply:
+    """A reply for a host call refused before the function ran (ungranted, past the cap)."""
+    payload = _abi.error(message)
+    record = HostCallRecord(
+        name=name, verdict=verdict, duration_s=0.0, bytes_in=request_size,
+        bytes_out=len(payload), detail=message,
+    )  # fmt: skip
+    return HostReply(payload, record, kind)
+
+
+def _summary(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)

@@ -1,0 +1,129 @@
+"""What a module imports and exports, which ABI it speaks, and which grants it needs."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import wasmtime
+
+from . import _abi
+from ._errors import CapabilityError, ManifestError
+
+_HOST_CALL_TYPE = "(i32, i32) -> i64"
+_VOID = "() -> ()"
+
+
+class ToolKind(str, Enum):
+    """How a tool is called: wasmbox ABI v1 (reactor), a WASI command (`_start`), or Python
+    source run by the CPython runtime."""
+
+    REACTOR = "reactor"
+    COMMAND = "command"
+    PYTHON = "python"
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """The import/export surface of a module and the grants it would need."""
+
+    imports: tuple[Import, ...]
+    exports: tuple[tuple[str, str], ...]  # (name, type)
+    kind: ToolKind | None
+
+    @property
+    def uses_wasi(self) -> bool:
+        return any(i.module == _abi.WASI_MODULE for i in self.imports)
+
+    @property
+    def host_functions(self) -> tuple[str, ...]:
+        """The host functions this module asks for: its `wasmbox` imports."""
+        return tuple(i.name for i in self.imports if i.module == _abi.ABI_MODULE)
+
+    @property
+    def has_initialize(self) -> bool:
+        return any(name == _abi.EXPORT_INITIALIZE for name, _ in self.exports)
+
+
+def read_wasm(path: Path) -> bytes:
+    """The binary module at `path`; `.wat` text is translated first."""
+    data = path.read_bytes()
+    if path.suffix == ".wat" or not data.startswith(b"\0asm"):
+        try:
+            return wasmtime.wat2wasm(data.decode("utf-8"))
+        except (UnicodeDecodeError, wasmtime.WasmtimeError) as exc:
+            raise ManifestError(f"{path}: module: not a wasm or WAT module: {exc}") from None
+    return data
+
+
+def inspect_module(module: wasmtime.Module) -> ModuleInfo:
+    imports = tuple(
+        Import(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
+    )
+    exports = tuple((exp.name, _describe(exp.type)) for exp in module.exports)
+    types = dict(exports)
+    kind = None
+    if _has_reactor_exports(types):
+        kind = ToolKind.REACTOR
+    elif types.get(_abi.EXPORT_START) == _VOID:
+        kind = ToolKind.COMMAND
+    return ModuleInfo(imports, exports, kind)
+
+
+def abi_problem(info: ModuleInfo) -> str | None:
+    """Why the module cannot be called safely, or None. The runner calls the ABI exports
+    without per-call type checks, so their types must match exactly."""
+    types = dict(info.exports)
+    if info.kind is None:
+        return (
+            "exports neither the wasmbox ABI (memory, wasmbox_alloc (i32) -> i32, "
+            "wasmbox_call (i32, i32) -> i64) nor a WASI _start () -> ()"
+        )
+    if types.get(_abi.EXPORT_INITIALIZE, _VOID) != _VOID:
+        return f"exports _initialize of type {types[_abi.EXPORT_INITIALIZE]}, expected () -> ()"
+    if info.host_functions and not _has_allocator(types):
+        # host-function replies are written through the guest's own allocator
+        return "imports host functions but does not export memory and wasmbox_alloc (i32) -> i32"
+    return None
+
+
+def _has_allocator(types: dict[str, str]) -> bool:
+    memory = types.get(_abi.EXPORT_MEMORY, "")
+    return memory.startswith("memory") and types.get(_abi.EXPORT_ALLOC) == "(i32) -> i32"
+
+
+def _has_reactor_exports(types: dict[str, str]) -> bool:
+    return _has_allocator(types) and types.get(_abi.EXPORT_CALL) == _HOST_CALL_TYPE
+
+
+def check_grants(info: ModuleInfo, granted: Collection[str], origin: str) -> None:
+    """Raise CapabilityError naming the first import the grants do not cover."""
+    for imp in info.imports:
+        if imp.module == _abi.WASI_MODULE:
+            continue
+        where = f"{origin}: import {imp.module!r} {imp.name!r}"
+        if imp.module != _abi.ABI_MODULE:
+            raise CapabilityError(f"{where} is not WASI preview1 or a wasmbox host function")
+        if imp.name not in granted:
+            raise CapabilityError(f"{where}: host function {imp.name!r} is not granted")
+        if imp.type != _HOST_CALL_TYPE:
+            raise CapabilityError(f"{where} has type {imp.type}, expected {_HOST_CALL_TYPE}")
+
+
+def _describe(ty: object) -> str:
+    if isinstance(ty, wasmtime.FuncType):
+        params = ", ".join(str(p) for p in ty.params)
+        results = ", ".join(str(r) for r in ty.results)
+        return f"({params}) -> {results or '()'}"
+    if isinstance(ty, wasmtime.MemoryType):
+        return f"memory{ty.limits.min}..{ty.limits.max if ty.limits.max is not None else ''}"
+    return type(ty).__name__.removesuffix("Type").lower()

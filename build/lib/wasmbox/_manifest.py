@@ -1,0 +1,256 @@
+"""The capability manifest: one tool and everything it may touch (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from . import _schema
+from ._engine import MAX_MEMORY
+from ._errors import ManifestError
+from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+
+_NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+_HOST_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+Size = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    Field(gt=0),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+    ),
+]
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    Field(gt=0, le=3600),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+                {"type": "string", "pattern": DURATION_PATTERN},
+            ]
+        }
+    ),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Limits(_Strict):
+    """Per-call limits. Every one is finite; the defaults are the safe ones."""
+
+    fuel: int = Field(
+        50_000_000, gt=0, le=2**63 - 1, description="Wasm fuel units (about one per instruction)."
+    )
+    memory: Size = Field(64 * 1024**2, le=MAX_MEMORY, description="Linear memory cap.")
+    timeout: Duration = Field(2.0, description="Wall-clock deadline, seconds or '500ms'.")
+    output: Size = Field(64 * 1024, description="Cap on stdout, stderr and the result, each.")
+    host_calls: int = Field(100, ge=0, description="Host-function calls allowed per call.")
+
+
+class Preopen(_Strict):
+    """A host directory the guest sees at `guest`; read-only unless `writable`."""
+
+    host: Path = Field(description="Host directory, relative to the manifest's folder.")
+    guest: str = Field(description="Absolute path inside the guest, e.g. /data.")
+    writable: bool = False
+
+    @field_validator("host", mode="before")
+    @classmethod
+    def _host_path(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            return _resolve(value, info)
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host_is_dir(cls, value: Path) -> Path:
+        real = Path(os.path.realpath(value))
+        if not real.is_dir():
+            raise ValueError(f"not a directory: {value}")
+        if real == Path(real.anchor):
+            raise ValueError("the host's root directory cannot be granted")
+        return real
+
+    @field_validator("guest")
+    @classmethod
+    def _guest_path(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts or "\0" in value:
+            raise ValueError("must be an absolute guest path without '..'")
+        return str(path)
+
+
+class Manifest(_Strict):
+    """A tool and its grants. Unknown keys are errors; relative paths follow the manifest file."""
+
+    name: str = Field(pattern=_NAME, max_length=64)
+    description: str = ""
+    module: Path | None = Field(None, description="A core wasm module or .wat file.")
+    runtime: Literal["python"] | None = None
+    source: Path | None = Field(None, description="Python source (runtime = 'python').")
+    entry: str = "main"
+    host_functions: tuple[Annotated[str, Field(pattern=_HOST_FUNCTION)], ...] = Field(
+        (), strict=False
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+    args: tuple[str, ...] = Field((), strict=False)
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    preopens: tuple[Preopen, ...] = Field((), strict=False)
+    input_schema: dict[str, Any] | None = None
+
+    @field_validator("module", "source", mode="before")
+    @classmethod
+    def _relative_path(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            return _resolve(value, info)
+        return value
+
+    @field_validator("module", "source")
+    @classmethod
+    def _file_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
+
+    @field_validator("host_functions")
+    @classmethod
+    def _unique_functions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("host functions are listed more than once")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not key or "=" in key or "\0" in key or "\0" in item:
+                raise ValueError(f"invalid environment variable {key!r}")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any("\0" in arg for arg in value):
+            raise ValueError("an argument contains a NUL byte")
+        return value
+
+    @field_validator("input_schema")
+    @classmethod
+    def _input_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _schema.check_schema(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind_of_tool(self) -> Manifest:
+        if self.runtime is None and self.module is None:
+            raise ValueError("give `module`, or `runtime = \"python\"`")
+        if self.runtime is not None and self.module is not None:
+            raise ValueError("give either `module` or `runtime`, not both")
+        if self.runtime is None and self.source is not None:
+            raise ValueError("`source` needs `runtime = \"python\"`")
+        guests = [p.guest for p in self.preopens]
+        if len(set(guests)) != len(guests):
+            raise ValueError("two preopens share a guest path")
+        overlap = overlapping_preopens(self.preopens, self.preopens)
+        if overlap:
+            raise ValueError(overlap)
+        return self
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON form: names this exact grant set. Not cached: a
+        cached value would survive `model_copy(update=...)` and name the wrong grants."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def load(cls, source: ManifestSource) -> Manifest:
+        """A manifest from a TOML/JSON file path, a dict, or a Manifest (returned as is)."""
+        if isinstance(source, Manifest):
+            return source
+        if isinstance(source, Mapping):
+            return cls._validate(dict(source), Path.cwd(), "<dict>")
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ManifestError(f"{path}: cannot read manifest: {exc.strerror or exc}") from None
+        try:
+            if path.suffix == ".json":
+                data = json.loads(text)
+            else:
+                data = tomllib.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as exc:
+            raise ManifestError(f"{path}: not valid {path.suffix[1:] or 'TOML'}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ManifestError(f"{path}: a manifest must be a table/object")
+        return cls._validate(data, path.resolve().parent, str(path))
+
+    @classmethod
+    def _validate(cls, data: dict[str, Any], base: Path, origin: str) -> Manifest:
+        try:
+            return cls.model_validate(data, context={"base_dir": base})
+        except ValidationError as exc:
+            raise ManifestError(_describe(exc, origin)) from None
+
+
+ManifestSource = Manifest | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def overlapping_preopens(ours: tuple[Preopen, ...], theirs: tuple[Preopen, ...]) -> str | None:
+    """Why two sets of grants must not coexist, or None.
+
+    Preopens are opened by path at every call, so a guest with a writable directory that
+    contains another granted directory could replace that one with a symlink and widen the
+    other grant (its own, or another tool's) to anything on the host.
+    """
+    for a in (*ours, *theirs):
+        for b in (*ours, *theirs):
+            if a.writable and a.host in b.host.parents:
+                return f"writable preopen {a.host} contains another granted directory {b.host}"
+    return None
+
+
+def _resolve(value: str, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base_dir") or Path.cwd()
+    return (Path(base) / value).absolute()
+
+
+def _describe(exc: ValidationError, origin: str) -> str:
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(manifest)"
+        message = re.sub(r"^Value error, ", "", error["msg"])
+        lines.append(f"{origin}: {where}: {message}")
+    return "\n".join(lines)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the manifest format (what `capabilities/manifest.schema.json` holds)."""
+    schema = Manifest.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://wasmbox.dev/manifest.schema.json"
+    return schema

@@ -1,0 +1,73 @@
+"""Guest stdout/stderr: captured through the WASI C API, kept up to the output cap.
+
+wasmtime-py's `stdout_custom` registers a finalizer that Wasmtime may run on one of its own
+threads after the store is gone, even while the interpreter shuts down (which aborts the
+process noisily). Here the callback has no finalizer: the call that owns an `Output` attaches
+it before the guest runs and detaches it afterwards.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import itertools
+from typing import Literal
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+_live: dict[int, Output] = {}
+_ids = itertools.count(1)
+_WriteCallback = ctypes.CFUNCTYPE(
+    ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t
+)
+_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
+
+
+class Output:
+    """A guest output stream, kept up to `cap` bytes; writes past the cap fail with ENOSPC."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.size = 0
+        self.truncated = False
+        self._chunks: list[bytes] = []
+        self._id = 0
+
+    def write(self, data: bytes) -> int:
+        room = self.cap - self.size
+        if len(data) > room:
+            self.truncated = True
+            if room <= 0:
+                return -errno.ENOSPC
+            data = data[:room]
+        self._chunks.append(data)
+        self.size += len(data)
+        return len(data)
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+    def attach(self, wasi: wasmtime.WasiConfig, stream: Literal["stdout", "stderr"]) -> None:
+        """Route the guest's `stream` into this Output until `detach`."""
+        self._id = next(_ids)
+        _live[self._id] = self
+        setter = (
+            ffi.wasi_config_set_stdout_custom if stream == "stdout"
+            else ffi.wasi_config_set_stderr_custom
+        )  # fmt: skip
+        setter(wasi.ptr(), _write, self._id, _NO_FINALIZER)
+
+    def detach(self) -> None:
+        _live.pop(self._id, None)
+
+
+@_WriteCallback
+def _write(handle: int | None, data: ctypes._Pointer[ctypes.c_ubyte], size: int) -> int:
+    try:
+        output = _live.get(handle or 0)
+        if output is None:  # the call is over: nobody is listening any more
+            return -errno.EPIPE
+        return output.write(ctypes.string_at(data, size))
+    except BaseException:  # never unwind into Wasmtime
+        return -errno.EIO

@@ -1,0 +1,387 @@
+"""Runs Python tools and snippets in the CPython runtime component, one fresh instance a call.
+
+The component is shared by every Python tool of a Sandbox; what differs per call is the
+manifest (preopens, env, limits, granted host functions) and the request (a tool's source and
+args, or a snippet). The one host import, `call-host`, checks the name against the current
+call's manifest every time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import wasmtime
+from wasmtime import component
+
+from . import _abi, _call
+from ._call import CallInput, Failure
+from ._engine import EpochTicker
+from ._errors import ErrorKind
+from ._hostfuncs import HostFunction, HostReply, refusal
+from ._inspect import ToolKind
+from ._manifest import Manifest
+from ._output import Output
+from ._pyruntime import STDLIB_GUEST_PATH, PythonRuntime
+from ._results import CallError, CallResult
+from ._units import format_size
+
+# Kinds the driver may report; anything else a guest claims is a guest error.
+_DRIVER_KINDS = {
+    "guest_error": ErrorKind.GUEST_ERROR,
+    "invalid_arguments": ErrorKind.INVALID_ARGUMENTS,
+    "memory_limit": ErrorKind.MEMORY_LIMIT,
+    "bad_response": ErrorKind.BAD_RESPONSE,
+}
+
+
+class PythonRuntimeRunner:
+    """The Sandbox's CPython runtime: a compiled component and its linker. Thread-safe."""
+
+    def __init__(
+        self,
+        engine: wasmtime.Engine,
+        compiled: component.Component,
+        runtime: PythonRuntime,
+        host_functions: Mapping[str, HostFunction],
+        ticker: EpochTicker,
+        *,
+        stdlib_writable: bool = False,
+        spares: int = 2,
+    ) -> None:
+        self._engine = engine
+        self._component = compiled
+        self._runtime = runtime
+        self._host_functions = host_functions
+        self._ticker = ticker
+        self._linker = component.Linker(engine)
+        self._linker.add_wasip2()
+        self._linker.allow_shadowing = True
+        with self._linker.root() as root:
+            root.add_func("call-host", self._call_host)
+            _replace_monotonic_clock(root, compiled, engine)
+        self._linker.allow_shadowing = False
+        run = compiled.get_export_index("run")
+        if run is None:
+            raise RuntimeError("the Python runtime component exports no `run`")
+        self._run = run
+        self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
+        self._spares = _Spares(spares)
+        self._keeper = _Housekeeper(self._spares, self._prepare)
+
+    @property
+    def component_path(self) -> str:
+        """Where the built component lives (its compiled form is in the artifact cache)."""
+        return str(self._runtime.component)
+
+    def call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
+        """Send one request to a fresh instance under `manifest`'s grants and limits."""
+        self._ticker.enter()
+        try:
+            return self._call(manifest, request)
+        finally:
+            self._ticker.leave()
+
+    def _call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
+        started = time.perf_counter()
+        limits = manifest.limits
+        try:
+            payload = _abi.pack(request)
+        except (TypeError, ValueError, OverflowError) as exc:
+            return CallResult.failed(
+                manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
+                time.perf_counter() - started,
+            )  # fmt: skip
+        state = _call.CallState.start(manifest, started)
+        spare = self._spares.take(manifest)
+        if spare is None:
+            spare = self._prepare(manifest)
+        else:
+            spare.renew(self._ticker)
+        self._keeper.prepare(manifest)  # the next call under these grants finds one ready
+        value: Any = None
+        error = spare.error
+        try:
+            if error is None:
+                _call.check_preopens(manifest)  # again: the spare was made a moment ago
+                with _call.running(state):
+                    response = spare.run(spare.store, payload)  # type: ignore[misc]
+                    spare.run.post_return(spare.store)  # type: ignore[union-attr]
+                value = self._decode(response, limits.output)
+        except Failure as failure:
+            error = failure.error
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            error = _call.classify(exc, limits)
+        finally:
+            spare.stdout.detach()
+            spare.stderr.detach()
+        return _call.finish(
+            state, spare.store, started, value, error, spare.stdout, spare.stderr,
+            lambda: False, close=self._keeper.close,
+        )  # fmt: skip
+
+    def _prepare(self, manifest: Manifest) -> _Spare:
+        """A store and instance for one call under `manifest`, not yet run. Never raises:
+        a failure is kept in the spare and becomes the call's error."""
+        limits = manifest.limits
+        stdout, stderr = Output(limits.output), Output(limits.output)
+        store = _call.new_store(self._engine, limits, self._ticker)
+        spare = _Spare(manifest, store, stdout, stderr)
+        try:
+            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, self._stdlib)
+            store.set_wasi(wasi)
+            with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
+                instance = self._linker.instantiate(store, self._component)
+            spare.run = instance.get_func(store, self._run)
+        except Failure as failure:
+            spare.error = failure.error
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            spare.error = _call.classify(exc, limits)
+        except Exception as exc:  # noqa: BLE001 - a spare never raises; its call reports it
+            spare.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
+        return spare
+
+    def close(self) -> None:
+        """Stop the housekeeping thread, free the spare instances and the linker (which
+        wasmtime-py's function registry would otherwise keep alive with the whole engine)."""
+        self._keeper.stop()
+        for spare in self._spares.drain():
+            spare.store.close()
+        self._linker.close()
+
+    @staticmethod
+    def _decode(response: object, cap: int) -> Any:
+        if not isinstance(response, (bytes, bytearray)):
+            raise Failure(ErrorKind.BAD_RESPONSE, "the runtime returned no bytes")
+        if len(response) > cap:
+            raise Failure(
+                ErrorKind.OUTPUT_LIMIT,
+                f"result of {len(response)} bytes exceeds the {format_size(cap)} output cap",
+            )
+        try:
+            message = _abi.unpack(response)
+        except _abi.FramingError as exc:
+            raise Failure(ErrorKind.BAD_RESPONSE, str(exc)) from None
+        if isinstance(message, dict) and "ok" in message:
+            return message["ok"]
+        if isinstance(message, dict) and isinstance(message.get("error"), str):
+            kind = _DRIVER_KINDS.get(message.get("kind", ""), ErrorKind.GUEST_ERROR)
+            trace = message.get("traceback")
+            raise Failure(kind, trace if isinstance(trace, str) and trace else message["error"])
+        raise Failure(ErrorKind.BAD_RESPONSE, "the runtime's response is not an ok/error map")
+
+    def _call_host(self, store: wasmtime.StoreContext, name: str, args: bytes) -> bytes:
+        """The `call-host` import. Never raises (see `_call.abort`)."""
+        state = _call.current()
+        try:
+            reply = self._serve(store, state, name, bytes(args))
+        except Exception as exc:  # a bug of ours must not escape into wasmtime-py
+            _call.abort(store._context(), ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
+            return _abi.error("internal error")
+        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
+            state.reraise = exc
+            _call.abort(store._context(), ErrorKind.HOST_ERROR, f"{name}: interrupted")
+            return _abi.error("interrupted")
+        state.records.append(reply.record)
+        if reply.failure is not None and state.failure is None:
+            state.failure = reply.failure
+        return reply.payload
+
+    def _serve(
+        self, store: wasmtime.StoreContext, state: _call.CallState, name: str, args: bytes
+    ) -> HostReply:
+        context = store._context()
+        if len(name) > _MAX_NAME:
+            name = name[:_MAX_NAME] + "..."  # never echo a guest's megabytes back
+        if state.abort is not None:  # the guest is being stopped: serve nothing more
+            return refusal(name, "limit", "the call is being stopped", len(args))
+        if time.perf_counter() > state.deadline:
+            _call.abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
+            return refusal(name, "limit", "the deadline has passed", len(args))
+        if state.host_calls_left <= 0:  # refused calls count too: no unbounded records
+            message = f"host-call limit ({len(state.records)}) exceeded"
+            _call.abort(context, ErrorKind.HOST_ERROR, message)
+            return refusal(name, "limit", message, len(args))
+        state.host_calls_left -= 1
+        function = self._host_functions.get(name)
+        if name not in state.manifest.host_functions or function is None:
+            return refusal(
+                name, "denied", "this host function is not granted to this tool",
+                len(args), ErrorKind.CAPABILITY_DENIED,
+            )  # fmt: skip
+        reply = function.invoke(args)
+        if time.perf_counter() > state.deadline:
+            _call.abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+        elif len(reply.payload) > state.manifest.limits.output:
+            message = f"{name}: reply larger than the output cap"
+            _call.abort(context, ErrorKind.OUTPUT_LIMIT, message)
+            return refusal(name, "limit", message, len(args), ErrorKind.OUTPUT_LIMIT)
+        return reply
+
+
+def _replace_monotonic_clock(
+    root: component.LinkerInstance, compiled: component.Component, engine: wasmtime.Engine
+) -> None:
+    """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps.
+
+    Wasmtime's `subscribe-duration`/`subscribe-instant` let a guest block inside the host
+    (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: one
+    sleeping call held its thread and ~14 pool slots for as long as it liked. wasmtime-py cannot
+    make the pollables a capped sleep would need, so sleeping is refused outright, as a
+    guest error with a message that says why.
+    """
+    names = [n for n in compiled.type.imports(engine) if n.startswith("wasi:clocks/monotonic-clock@")]
+    for name in names:
+        with root.add_instance(name) as clock:
+            clock.add_func("now", lambda store: time.monotonic_ns())
+            clock.add_func("resolution", lambda store: 1)
+            clock.add_func("subscribe-duration", _refuse_sleep)
+            clock.add_func("subscribe-instant", _refuse_sleep)
+
+
+def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
+    _call.abort(store._context(), ErrorKind.GUEST_ERROR, _NO_SLEEP)
+    raise wasmtime.WasmtimeError(_NO_SLEEP)  # stops the guest now; the abort names the kind
+
+
+_NO_SLEEP = (
+    "sleeping (time.sleep, select with a timeout) is not available in the sandbox: "
+    "it would hold the host past the call's deadline"
+)
+_NO_INPUT = CallInput({})
+_MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
+# The grants a spare is instantiated under: none (the component's start-up calls no host function).
+_PREPARING = Manifest(name="preparing", runtime="python")
+
+
+class _Spare:
+    """One store + instance made ahead of its call; used for exactly one call."""
+
+    def __init__(self, manifest: Manifest, store: wasmtime.Store, stdout: Output, stderr: Output) -> None:
+        self.manifest = manifest
+        self.store = store
+        self.stdout = stdout
+        self.stderr = stderr
+        self.run: component.Func | None = None
+        self.error: CallError | None = None
+
+    def renew(self, ticker: EpochTicker) -> None:
+        """Full fuel and a deadline counted from now, not from when the spare was made."""
+        limits = self.manifest.limits
+        self.store.set_fuel(limits.fuel)
+        self.store.set_epoch_deadline(ticker.ticks(limits.timeout))
+
+
+class _Spares:
+    """Instances prepared ahead, at most one per grant set (manifest digest) and `limit` in
+    all (the oldest grant set's is dropped first)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ready: dict[str, _Spare] = {}
+        self._lock = threading.Lock()
+
+    def take(self, manifest: Manifest) -> _Spare | None:
+        with self._lock:
+            spare = self._ready.pop(manifest.digest(), None)
+        if spare is not None and spare.manifest != manifest:  # never another grant set's
+            spare.store.close()
+            return None
+        return spare
+
+    def wanted(self, manifest: Manifest) -> bool:
+        with self._lock:
+            return self.limit > 0 and manifest.digest() not in self._ready
+
+    def put(self, spare: _Spare) -> list[_Spare]:
+        """Keep `spare`; return the spares it displaced (to be closed)."""
+        with self._lock:
+            displaced = []
+            old = self._ready.pop(spare.manifest.digest(), None)
+            if old is not None:
+                displaced.append(old)
+            self._ready[spare.manifest.digest()] = spare
+            while len(self._ready) > self.limit:
+                displaced.append(self._ready.pop(next(iter(self._ready))))
+            return displaced
+
+    def drain(self) -> list[_Spare]:
+        with self._lock:
+            spares, self._ready = list(self._ready.values()), {}
+            return spares
+
+
+class _Housekeeper:
+    """A background thread that closes finished stores (their teardown takes a few hundred
+    µs the caller need not wait for) and prepares spare instances. Its queue is short, so
+    retired stores hold their pool slots and files only briefly; when it is full the caller
+    closes its own store and skips the spare."""
+
+    def __init__(self, spares: _Spares, prepare: Callable[[Manifest], _Spare]) -> None:
+        self._spares = spares
+        self._make = prepare
+        self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._run, name="wasmbox-python", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)  # finish before the interpreter finalizes
+
+    def close(self, store: wasmtime.Store) -> None:
+        try:
+            self._tasks.put_nowait(("close", store))
+        except queue.Full:
+            store.close()
+
+    def prepare(self, manifest: Manifest) -> None:
+        if self._spares.wanted(manifest):
+            with contextlib.suppress(queue.Full):
+                self._tasks.put_nowait(("prepare", manifest))
+
+    def _run(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            action, item = task
+            try:
+                if action == "close":
+                    item.close()
+                elif self._spares.wanted(item):
+                    spare = self._make(item)
+                    if spare.error is not None:  # e.g. the pool is full now: try again later
+                        spare.store.close()
+                        continue
+                    for old in self._spares.put(spare):
+                        old.store.close()
+            except Exception:  # noqa: BLE001 - housekeeping must outlive any one failure
+                continue
+
+    def stop(self) -> None:
+        atexit.unregister(self.stop)
+        if self._thread.is_alive():
+            self._tasks.put(None)
+            self._thread.join()
+
+
+class PythonToolRunner:
+    """A Python tool: its manifest and source, run by the shared runtime."""
+
+    kind = ToolKind.PYTHON
+
+    def __init__(self, runtime: PythonRuntimeRunner, manifest: Manifest, source: str) -> None:
+        self._runtime = runtime
+        self._manifest = manifest
+        assert manifest.source is not None
+        self._request = {
+            "mode": "tool", "source": source, "filename": manifest.source.name,
+            "entry": manifest.entry,
+        }  # fmt: skip
+
+    def call(self, call: CallInput) -> CallResult:
+        if call.argv or call.stdin:
+            return CallResult.failed(
+                self._manifest.name, ErrorKind.INVALID_ARGUMENTS,
+                "argv and stdin are for WASI command tools",
+            )  # fmt: skip
+        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)})

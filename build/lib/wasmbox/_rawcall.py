@@ -1,0 +1,85 @@
+"""Hot-path access to the Wasmtime C API, skipping wasmtime-py's per-call type lookups.
+
+`wasmtime.Func.__call__` asks the engine for the function's type and boxes every value on
+each call; our ABI exports' types are checked once at load (`_inspect`), so a call here is one
+`wasmtime_func_call_unchecked`. Only use it on functions whose type was checked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+Context = "ctypes._Pointer[ffi.wasmtime_context_t]"
+
+
+class ExportName:
+    """An export name encoded once, for lookups on every fresh instance."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._bytes = name.encode()
+        self._buffer = ctypes.create_string_buffer(self._bytes)
+
+    def get(self, store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_extern_t:
+        item = ffi.wasmtime_extern_t()
+        found = ffi.wasmtime_instance_export_get(
+            store._context(), ctypes.byref(instance._instance),
+            self._buffer, len(self._bytes), ctypes.byref(item),
+        )  # fmt: skip
+        if not found:
+            raise wasmtime.WasmtimeError(f"instance has no export {self.name!r}")
+        return item
+
+    def from_caller(self, caller: ctypes._Pointer[ffi.wasmtime_caller_t], kind: int) -> ffi.wasmtime_extern_t | None:
+        """The calling instance's export of `kind`, from inside a host function; else None."""
+        item = ffi.wasmtime_extern_t()
+        found = ffi.wasmtime_caller_export_get(caller, self._buffer, len(self._bytes), ctypes.byref(item))
+        return item if found and item.kind == kind else None
+
+
+def memory(item: ffi.wasmtime_extern_t) -> wasmtime.Memory:
+    return wasmtime.Memory._from_raw(item.of.memory)
+
+
+def memory_view(context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t) -> tuple[int, int]:
+    """`(address, size)` of a memory's bytes now; stale after the guest runs (it may grow)."""
+    data = ffi.wasmtime_memory_data(context, ctypes.byref(item.of.memory))
+    size = ffi.wasmtime_memory_data_size(context, ctypes.byref(item.of.memory))
+    return ctypes.cast(data, ctypes.c_void_p).value or 0, size
+
+
+def call_i32(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int) -> int:
+    """Call a checked function of i32 params and one i32 result."""
+    return _call(context, func, args).i32 & 0xFFFF_FFFF
+
+
+def call_i64(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int) -> int:
+    """Call a checked function of i32 params and one i64 result."""
+    return _call(context, func, args).i64
+
+
+def call_void(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t) -> None:
+    """Call a checked `() -> ()` function."""
+    _call(context, func, ())
+
+
+def _call(
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    func: ffi.wasmtime_extern_t,
+    args: tuple[int, ...],
+) -> ffi.wasmtime_val_raw_t:
+    values = (ffi.wasmtime_val_raw_t * max(len(args), 1))()
+    for i, arg in enumerate(args):
+        values[i].i32 = arg
+    trap = ctypes.POINTER(ffi.wasm_trap_t)()
+    error = ffi.wasmtime_func_call_unchecked(
+        context, ctypes.byref(func.of.func), values, len(values), ctypes.byref(trap)
+    )
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+    if trap:
+        raise wasmtime.Trap._from_ptr(trap)
+    return values[0]

@@ -1,0 +1,67 @@
+"""What a call returns: `CallResult`, its `CallError`, and the record of each host call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._errors import ErrorKind, ToolError
+
+HostCallVerdict = Literal["ok", "invalid_arguments", "denied", "error", "limit", "bad_request"]
+
+
+class CallError(BaseModel):
+    """Why a call failed: a kind from the closed set, and a message fit to show a model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ErrorKind
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostCallRecord:
+    """One guest → host function call, kept host-side (the guest saw only a short reply).
+
+    A dataclass rather than a model: one is made per host call, on the hot path.
+    `detail` is host-side detail such as the exception text.
+    """
+
+    name: str
+    verdict: HostCallVerdict
+    duration_s: float
+    bytes_in: int
+    bytes_out: int
+    detail: str | None = None
+
+
+class CallResult(BaseModel):
+    """The outcome of one tool call. `ok` is True exactly when `error` is None."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    ok: bool
+    value: Any = None
+    error: CallError | None = None
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = Field(False, description="stdout or stderr was cut at the output cap.")
+    fuel_used: int = 0
+    duration_s: float = 0.0
+    host_calls: list[HostCallRecord] = Field(default_factory=list)
+
+    @classmethod
+    def failed(cls, tool: str, kind: ErrorKind, message: str, duration_s: float = 0.0) -> CallResult:
+        """A result for a call refused before the guest ran."""
+        return cls(
+            tool=tool, ok=False, error=CallError(kind=kind, message=message), duration_s=duration_s
+        )
+
+    def unwrap(self) -> Any:
+        """The value, or raise the `ToolError` subclass of the error's kind."""
+        if self.error is not None:
+            raise ToolError.for_kind(self.error.kind, self.error.message)
+        return self.value

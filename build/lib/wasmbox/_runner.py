@@ -1,0 +1,155 @@
+"""Runs one call of a core module: a fresh Store and instance from the tool's InstancePre.
+
+Everything the guest can reach is set up here from the manifest alone: the WASI context
+(preopens, env, argv, stdin, captured stdout/stderr), the granted host functions, fuel,
+the memory cap and the epoch deadline. Every failure becomes a `CallResult` with an error kind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import wasmtime
+
+from . import _abi, _call, _hostcall, _rawcall, _wasi_poll
+from ._call import CallInput, Failure
+from ._engine import EpochTicker
+from ._errors import CapabilityError, ErrorKind
+from ._hostfuncs import HostFunction
+from ._inspect import ModuleInfo, ToolKind
+from ._manifest import Manifest
+from ._output import Output
+from ._results import CallError, CallResult
+from ._units import format_size
+
+# Store limits beyond the manifest's: one instance with one memory (so `limits.memory` is the
+# whole budget), and tables small enough that they cannot be used to exhaust host memory.
+_STORE_LIMITS = {"table_elements": 100_000, "instances": 1, "tables": 8, "memories": 1}
+_MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
+_ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
+_CALL = _rawcall.ExportName(_abi.EXPORT_CALL)
+_INITIALIZE = _rawcall.ExportName(_abi.EXPORT_INITIALIZE)
+_START = _rawcall.ExportName(_abi.EXPORT_START)
+
+
+class ModuleRunner:
+    """Calls of one loaded core module. Thread-safe: each call has its own Store."""
+
+    def __init__(
+        self,
+        engine: wasmtime.Engine,
+        module: wasmtime.Module,
+        info: ModuleInfo,
+        manifest: Manifest,
+        host_functions: Mapping[str, HostFunction],
+        ticker: EpochTicker,
+    ) -> None:
+        assert info.kind is not None
+        self.kind = info.kind
+        self._engine = engine
+        self._manifest = manifest
+        self._limits = manifest.limits
+        self._ticker = ticker
+        self._uses_wasi = info.uses_wasi
+        self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
+        linker = wasmtime.Linker(engine)
+        if info.uses_wasi:
+            linker.define_wasi()
+            linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
+            linker.define_func(
+                _abi.WASI_MODULE, "poll_oneoff", _wasi_poll.poll_type(), _wasi_poll.poll_oneoff,
+                access_caller=True,
+            )  # fmt: skip
+            linker.allow_shadowing = False
+        for name in sorted(set(info.host_functions)):
+            _hostcall.define(linker, host_functions[name])
+        try:
+            self._pre = linker.instantiate_pre(module)
+        except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have
+            raise CapabilityError(f"{manifest.module}: {_call.cause(str(exc))}") from None
+
+    def call(self, call: CallInput) -> CallResult:
+        self._ticker.enter()
+        try:
+            return self._call(call)
+        finally:
+            self._ticker.leave()
+
+    def _call(self, call: CallInput) -> CallResult:
+        started = time.perf_counter()
+        limits = self._limits
+        state = _call.CallState.start(self._manifest, started)
+        stdout, stderr = Output(limits.output), Output(limits.output)
+        store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
+        memory: wasmtime.Memory | None = None
+        value: Any = None
+        error: CallError | None = None
+        try:
+            if self._uses_wasi:
+                store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr))
+            with _call.running(state):
+                instance = self._pre.instantiate(store)
+                if self.kind is ToolKind.COMMAND:
+                    value = _run_command(store, instance)
+                else:
+                    memory = _rawcall.memory(_MEMORY.get(store, instance))
+                    value = self._run_reactor(store, instance, memory, call)
+        except Failure as failure:
+            error = failure.error
+        except wasmtime.ExitTrap as exit_trap:
+            error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            error = _call.classify(exc, limits)
+        finally:
+            stdout.detach()
+            stderr.detach()
+        return _call.finish(
+            state, store, started, value, error, stdout, stderr,
+            lambda: _call.memory_exhausted(store, memory, limits.memory),
+        )  # fmt: skip
+
+    def _run_reactor(
+        self,
+        store: wasmtime.Store,
+        instance: wasmtime.Instance,
+        memory: wasmtime.Memory,
+        call: CallInput,
+    ) -> Any:
+        if call.argv or call.stdin:
+            raise Failure(ErrorKind.INVALID_ARGUMENTS, "argv and stdin are for WASI command tools")
+        try:
+            payload = _abi.pack(dict(call.args))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
+        if self._initialize:
+            _rawcall.call_void(store._context(), _INITIALIZE.get(store, instance))
+        ptr = _rawcall.call_i32(store._context(), _ALLOC.get(store, instance), len(payload))
+        if ptr == 0 or ptr + len(payload) > memory.data_len(store):
+            raise Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
+        memory.write(store, payload, ptr)
+        packed = _rawcall.call_i64(store._context(), _CALL.get(store, instance), ptr, len(payload))
+        rptr, rlen = _abi.split(packed)
+        if rlen > self._limits.output:
+            raise Failure(
+                ErrorKind.OUTPUT_LIMIT,
+                f"result of {rlen} bytes exceeds the {format_size(self._limits.output)} output cap",
+            )
+        if rptr + rlen > memory.data_len(store):
+            raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")
+        try:
+            is_ok, value = _abi.unpack_reply(memory.read(store, rptr, rptr + rlen))
+        except _abi.FramingError as exc:
+            raise Failure(ErrorKind.BAD_RESPONSE, str(exc)) from None
+        if not is_ok:
+            raise Failure(ErrorKind.GUEST_ERROR, value)
+        return value
+
+
+def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:
+    try:
+        _rawcall.call_void(store._context(), _START.get(store, instance))
+    except wasmtime.ExitTrap as exit_trap:
+        return {"exit_code": exit_trap.code}
+    return {"exit_code": 0}

@@ -1,0 +1,299 @@
+"""The public façade: one Sandbox owns the engine, the cache, host functions and loaded tools."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+from pathlib import Path
+from functools import partial
+from typing import Any, TypeVar
+
+import wasmtime
+from wasmtime.component import Component
+
+from ._cache import ArtifactCache, CacheStats, default_cache_dir
+from ._engine import EngineSettings, EpochTicker, make_engine
+from ._errors import CapabilityError, ErrorKind, ManifestError
+from ._hostfuncs import HostFunction
+from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
+from ._manifest import Limits, Manifest, ManifestSource, Preopen, overlapping_preopens
+from ._pyruntime import (
+    PythonRuntime,
+    Progress,
+    RuntimeBuildError,
+    ensure_runtime,
+    stderr_progress,
+)
+from ._python_runner import PythonRuntimeRunner, PythonToolRunner
+from ._results import CallResult
+from ._runner import ModuleRunner
+from ._tool import Tool
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Default(Enum):
+    CACHE_DIR = "default"
+
+_RESERVED_GUEST_PATH = "/python"  # where the runtime's stdlib is preopened
+_NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
+_PRECOMPILE = "import compileall\ncompileall.compile_dir('/python', quiet=1, workers=1)"
+
+
+class Sandbox:
+    """Loads tools from capability manifests and runs each call in a fresh Wasmtime instance.
+
+    One per process is the normal case. `cache_dir=None` disables the on-disk compile cache;
+    by default it is `$WASMBOX_CACHE_DIR` or `~/.cache/wasmbox`. `max_workers` sizes the thread
+    pool that `acall` uses.
+    """
+
+    def __init__(
+        self,
+        *,
+        cache_dir: str | os.PathLike[str] | None | _Default = _Default.CACHE_DIR,
+        max_workers: int | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        self.settings = settings or EngineSettings()
+        self.engine = make_engine(self.settings)
+        directory = default_cache_dir() if cache_dir is _Default.CACHE_DIR else cache_dir
+        self._cache = ArtifactCache(
+            Path(directory) if directory is not None else None, self.settings
+        )
+        self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
+        )
+        self._host_functions: dict[str, HostFunction] = {}
+        self._tools: dict[str, Tool] = {}
+        self._lock = threading.Lock()
+        self._python: PythonRuntimeRunner | None = None
+        self._python_grants: dict[str, tuple[Preopen, ...]] = {}  # run_python's, by digest
+        self._python_lock = threading.Lock()
+        self._scratch: str | None = None  # holds the Python runtime when there is no cache dir
+
+    # -- host functions -------------------------------------------------------------------
+
+    def host_function(self, name: str) -> Callable[[F], F]:
+        """Decorator: register `func` as host function `name` (grantable in manifests)."""
+
+        def register(func: F) -> F:
+            self.register_host_function(name, func)
+            return func
+
+        return register
+
+    def register_host_function(self, name: str, func: Callable[..., Any]) -> None:
+        """Register `func` under `name`. Arguments are validated against its signature."""
+        function = HostFunction(name, func)
+        with self._lock:
+            if name in self._host_functions:
+                raise ValueError(f"host function {name!r} is already registered")
+            self._host_functions[name] = function
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def load(self, source: ManifestSource, *, replace: bool = False) -> Tool:
+        """Check and compile the manifest's tool; it is then callable by name.
+
+        Raises ManifestError for a malformed manifest or module, CapabilityError when the
+        module imports anything its manifest does not grant or a grant cannot be honoured.
+        """
+        manifest = Manifest.load(source)
+        self._check_host_functions(manifest)
+        self._check_preopens(manifest, replacing=manifest.name if replace else None)
+        if manifest.runtime == "python":
+            return self._register(manifest, self._python_tool(manifest), replace)
+        assert manifest.module is not None
+        wasm = read_wasm(manifest.module)
+        try:
+            module = self._cache.module(self.engine, wasm)
+        except wasmtime.WasmtimeError as exc:
+            raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
+        info = inspect_module(module)
+        problem = abi_problem(info)
+        if problem is not None:
+            raise ManifestError(f"{manifest.module}: module: {problem}")
+        check_grants(info, manifest.host_functions, str(manifest.module))
+        runner = ModuleRunner(
+            self.engine, module, info, manifest, self._host_functions, self._ticker
+        )
+        return self._register(manifest, Tool(manifest, runner, self._executor, info), replace)
+
+    def _register(self, manifest: Manifest, tool: Tool, replace: bool) -> Tool:
+        with self._lock:
+            if manifest.name in self._tools and not replace:
+                raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
+            self._tools[manifest.name] = tool
+        return tool
+
+    def _check_preopens(self, manifest: Manifest, replacing: str | None = None) -> None:
+        """Refuse grants that overlap a writable grant of any tool or any grant set run_python
+        has used (see `overlapping_preopens`)."""
+        with self._lock:
+            theirs = tuple(
+                preopen
+                for name, tool in self._tools.items()
+                if name != replacing
+                for preopen in tool.manifest.preopens
+            ) + tuple(p for grants in self._python_grants.values() for p in grants)
+        problem = overlapping_preopens(manifest.preopens, theirs)
+        if problem:
+            raise CapabilityError(f"{manifest.name}: {problem}")
+
+    def _check_host_functions(self, manifest: Manifest) -> None:
+        missing = [n for n in manifest.host_functions if n not in self._host_functions]
+        if missing:
+            raise CapabilityError(
+                f"{manifest.name}: grants host function(s) {missing} "
+                "that this Sandbox has not registered"
+            )
+
+    # -- the CPython runtime --------------------------------------------------------------
+
+    def _python_tool(self, manifest: Manifest) -> Tool:
+        if manifest.source is None:
+            raise ManifestError(
+                f"{manifest.name}: source: a Python tool needs `source` "
+                "(a manifest without it is a grant set for run_python)"
+            )
+        _check_python_preopens(manifest)
+        try:
+            source = manifest.source.read_text(encoding="utf-8")
+            compile(source, str(manifest.source), "exec")  # syntax errors belong to load time
+        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+            raise ManifestError(f"{manifest.source}: source: {exc}") from None
+        runner = PythonToolRunner(self.python_runtime(), manifest, source)
+        return Tool(manifest, runner, self._executor)
+
+    def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
+        """The CPython runtime, built and compiled on first use (progress on stderr) and
+        cached on disk, so later processes only load it."""
+        with self._python_lock:
+            if self._python is None:
+                directory = self._cache.directory
+                if directory is None:
+                    self._scratch = tempfile.mkdtemp(prefix="wasmbox-")
+                    directory = Path(self._scratch)
+                compile_runtime = partial(self._compile_runtime, progress=progress)
+                runtime = ensure_runtime(
+                    directory, progress, partial(self._precompile_stdlib, progress=progress)
+                )
+                self._python = PythonRuntimeRunner(
+                    self.engine, compile_runtime(runtime), runtime, self._host_functions,
+                    self._ticker,
+                )  # fmt: skip
+            return self._python
+
+    def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
+        return self._cache.component(
+            self.engine, runtime.component, runtime.component_sha256,
+            lambda: progress("compiling the Python runtime (once per cache) ..."),
+        )  # fmt: skip
+
+    def _precompile_stdlib(self, runtime: PythonRuntime, progress: Progress) -> None:
+        """Byte-compile the stdlib with the runtime itself (the .pyc must be CPython 3.14's)."""
+        started = time.perf_counter()
+        progress("byte-compiling the standard library inside the runtime ...")
+        runner = PythonRuntimeRunner(
+            self.engine, self._compile_runtime(runtime, progress), runtime, {}, self._ticker,
+            stdlib_writable=True, spares=0,
+        )  # fmt: skip
+        grants = Manifest(
+            name="precompile", runtime="python",
+            limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
+        )  # fmt: skip
+        result = runner.call(grants, {"mode": "code", "code": _PRECOMPILE})
+        runner.close()
+        if not result.ok:
+            raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
+        count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
+        progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
+
+    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
+        expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
+        host functions and limits; without one the snippet gets no grants and default limits.
+        """
+        if manifest is None:
+            grants = _NO_GRANTS
+        else:
+            grants = Manifest.load(manifest)
+            if grants.runtime != "python" or grants.source is not None:
+                raise ManifestError(
+                    f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
+                    "and no source"
+                )
+            self._check_host_functions(grants)
+            _check_python_preopens(grants)
+            if grants.preopens:
+                key = grants.digest()
+                if key not in self._python_grants:
+                    self._check_preopens(grants)
+                    with self._lock:  # later grant sets are checked against this one too
+                        self._python_grants[key] = grants.preopens
+        if not isinstance(code, str):
+            return CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
+        return self.python_runtime().call(grants, {"mode": "code", "code": code})
+
+    async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """`run_python` on the Sandbox's worker threads."""
+        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return dict(self._tools)
+
+    def tool(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise KeyError(f"no tool named {name!r} is loaded") from None
+
+    def call(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
+        """`Tool.call` of the loaded tool `name`."""
+        return self.tool(name).call(args, **kwargs)
+
+    async def acall(
+        self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> CallResult:
+        """`Tool.acall` of the loaded tool `name`: runs off the event loop."""
+        return await self.tool(name).acall(args, **kwargs)
+
+    @property
+    def cache_stats(self) -> CacheStats:
+        return self._cache.stats
+
+    def close(self) -> None:
+        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
+        then stop the epoch ticker and the worker threads. Calls after this raise."""
+        self._ticker.close()
+        self._executor.shutdown(wait=True)
+        if self._python is not None:
+            self._python.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_python_preopens(manifest: Manifest) -> None:
+    for preopen in manifest.preopens:
+        if (preopen.guest + "/").startswith(_RESERVED_GUEST_PATH + "/"):
+            raise ManifestError(
+                f"{manifest.name}: preopens: {preopen.guest} is reserved for the Python runtime"
+            )

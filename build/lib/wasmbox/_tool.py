@@ -1,0 +1,105 @@
+"""A loaded tool: a checked, compiled module plus its manifest. Immutable and thread-safe."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from functools import partial
+from typing import Any, Protocol
+
+from . import _schema
+from ._call import CallInput
+from ._errors import ErrorKind
+from ._inspect import ModuleInfo, ToolKind
+from ._manifest import Manifest
+from ._results import CallResult
+
+
+class Runner(Protocol):
+    """What runs a tool's calls: a core module, or the CPython runtime."""
+
+    @property
+    def kind(self) -> ToolKind: ...
+
+    def call(self, call: CallInput) -> CallResult: ...
+
+
+class Tool:
+    """One tool, ready to call. Get it from `Sandbox.load`; call it from any thread."""
+
+    def __init__(
+        self, manifest: Manifest, runner: Runner, executor: Executor, info: ModuleInfo | None = None
+    ) -> None:
+        self.manifest = manifest
+        self.info = info  # the module's imports and exports; None for Python tools
+        self._runner = runner
+        self._executor = executor
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def kind(self) -> ToolKind:
+        return self._runner.kind
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as a model sees it: name, description and the JSON Schema of its args."""
+        parameters = self.manifest.input_schema or {"type": "object"}
+        return {"name": self.name, "description": self.manifest.description, "parameters": parameters}
+
+    def call(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        argv: list[str] | tuple[str, ...] = (),
+        stdin: bytes | str = b"",
+    ) -> CallResult:
+        """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
+
+        `args` go to ABI v1 tools (checked against `input_schema`); `argv` (appended to the
+        manifest's `args`) and `stdin` go to WASI command tools.
+        """
+        start = time.perf_counter()
+        problem = self._check(args, argv, stdin)
+        if problem is not None:
+            return CallResult.failed(
+                self.name, ErrorKind.INVALID_ARGUMENTS, problem, time.perf_counter() - start
+            )
+        data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+        return self._runner.call(CallInput(args or {}, tuple(argv), data))
+
+    async def acall(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        argv: list[str] | tuple[str, ...] = (),
+        stdin: bytes | str = b"",
+    ) -> CallResult:
+        """`call` on the Sandbox's worker threads, so the event loop keeps running."""
+        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, partial(self.call, args, argv=argv, stdin=stdin)
+        )
+
+    def _check(self, args: object, argv: object, stdin: object) -> str | None:
+        if args is not None and not isinstance(args, Mapping):
+            return f"args must be a mapping, got {type(args).__name__}"
+        if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
+            return "argv must be a list of strings"
+        if any("\0" in a for a in argv):
+            return "argv contains a NUL byte"
+        if not isinstance(stdin, (bytes, bytearray, memoryview, str)):
+            return "stdin must be bytes or str"
+        if args and not all(isinstance(k, str) for k in args):
+            return "args keys must be strings"
+        schema = self.manifest.input_schema
+        if schema is not None:
+            return _schema.validate(dict(args or {}), schema)
+        return None
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name!r} {self.kind.value}>"

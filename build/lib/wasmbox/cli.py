@@ -1,0 +1,160 @@
+"""The `wasmbox` command: run a tool from its manifest, inspect a module, print the schema."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import wasmtime
+
+from ._errors import WasmboxError
+from ._inspect import inspect_module, read_wasm
+from ._manifest import json_schema
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wasmbox", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="call a tool once and print the result as JSON")
+    run.add_argument("manifest", type=Path)
+    run.add_argument("--args", default="{}", help="the call's args as a JSON object")
+    run.add_argument("--argv", nargs="*", default=[], help="extra argv (WASI command tools)")
+    run.add_argument("--stdin", type=Path, help="a file whose bytes are the guest's stdin")
+    run.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
+
+    inspect = commands.add_parser("inspect", help="list a module's imports, exports and grants")
+    inspect.add_argument("module", type=Path)
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+
+    commands.add_parser("schema", help="print the JSON Schema of the manifest format")
+
+    python = commands.add_parser("python", help="run a Python snippet in a fresh interpreter")
+    python.add_argument("code", help="the code; the value of its last expression is returned")
+    python.add_argument("--manifest", type=Path, help='grants: runtime = "python", no source')
+
+    commands.add_parser(
+        "build", help="build and compile the CPython runtime into the cache (else: on first use)"
+    )
+
+    bench = commands.add_parser("bench", help="a short benchmark of this machine, as a table")
+    bench.add_argument("--seconds", type=float, default=1.0, help="per throughput figure")
+    bench.add_argument("--no-python", action="store_true", help="core modules only")
+
+    options = parser.parse_args(argv)
+    try:
+        if options.command == "run":
+            return _run(options)
+        if options.command == "inspect":
+            return _inspect(options)
+        if options.command == "python":
+            return _python(options)
+        if options.command == "build":
+            return _build()
+        if options.command == "bench":
+            from . import _bench
+
+            _bench.print_table(_bench.run(options.seconds, python=not options.no_python))
+            return 0
+        _print_json(json_schema())
+        return 0
+    except WasmboxError as exc:
+        print(f"wasmbox: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(options: argparse.Namespace) -> int:
+    from ._sandbox import Sandbox
+
+    try:
+        args = json.loads(options.args)
+    except ValueError as exc:
+        print(f"wasmbox: --args is not JSON: {exc}", file=sys.stderr)
+        return 2
+    stdin = options.stdin.read_bytes() if options.stdin else b""
+    kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
+    with Sandbox(**kwargs) as box:
+        tool = box.load(options.manifest)
+        result = tool.call(args, argv=options.argv, stdin=stdin)
+    _print_json(result.model_dump())
+    return 0 if result.ok else 1
+
+
+def _python(options: argparse.Namespace) -> int:
+    from ._sandbox import Sandbox
+
+    with Sandbox() as box:
+        result = box.run_python(options.code, options.manifest)
+    _print_json(result.model_dump())
+    return 0 if result.ok else 1
+
+
+def _build() -> int:
+    from ._sandbox import Sandbox
+
+    with Sandbox() as box:
+        runtime = box.python_runtime()
+    print(f"wasmbox: the Python runtime is ready ({runtime.component_path})", file=sys.stderr)
+    return 0
+
+
+def _inspect(options: argparse.Namespace) -> int:
+    try:
+        wasm = read_wasm(options.module)
+        module = wasmtime.Module(wasmtime.Engine(), wasm)
+    except (OSError, wasmtime.WasmtimeError) as exc:
+        print(f"wasmbox: cannot read {options.module}: {exc}", file=sys.stderr)
+        return 2
+    info = inspect_module(module)
+    report = {
+        "module": str(options.module),
+        "kind": info.kind.value if info.kind else None,
+        "imports": [{"module": i.module, "name": i.name, "type": i.type} for i in info.imports],
+        "exports": [{"name": name, "type": ty} for name, ty in info.exports],
+        "grants_needed": {
+            "wasi": info.uses_wasi,
+            "host_functions": sorted(set(info.host_functions)),
+            "refused_imports": [
+                f"{i.module}.{i.name}"
+                for i in info.imports
+                if i.module not in ("wasi_snapshot_preview1", "wasmbox")
+            ],
+        },
+    }
+    if options.json:
+        _print_json(report)
+        return 0
+    print(f"{report['module']}: {report['kind'] or 'not a wasmbox tool'}")
+    print("imports:")
+    for i in info.imports:
+        print(f"  {i.module} {i.name} {i.type}")
+    print("exports:")
+    for name, ty in info.exports:
+        print(f"  {name} {ty}")
+    grants = report["grants_needed"]
+    print("grants needed:")
+    print(f"  wasi: {'yes' if grants['wasi'] else 'no'}")
+    print(f"  host_functions: {grants['host_functions']}")
+    if grants["refused_imports"]:
+        print(f"  never granted (load will refuse): {grants['refused_imports']}")
+    return 0
+
+
+def _print_json(data: Any) -> None:
+    # ensure_ascii escapes control characters, so guest output cannot drive the terminal.
+    print(json.dumps(data, indent=2, ensure_ascii=True, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$base64": base64.b64encode(bytes(value)).decode()}
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

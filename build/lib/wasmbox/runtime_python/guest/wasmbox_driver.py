@@ -1,0 +1,249 @@
+"""The guest driver of wasmbox's CPython runtime (runs inside the sandbox).
+
+componentize-py imports this module at build time and snapshots the interpreter, so every
+import below is already done when a call starts. Each call is a fresh instance of that
+snapshot: nothing here survives from one call to the next.
+
+Request (MessagePack map):
+    {"mode": "tool", "source": str, "filename": str, "entry": str, "args": map}
+    {"mode": "code", "code": str}
+Response (MessagePack map):
+    {"ok": value}
+    {"error": message, "kind": "guest_error" | "invalid_arguments" | "memory_limit"
+                               | "bad_response", "traceback": str}
+
+No exception may escape `run`: in the component it would become a Rust panic and a trap.
+"""
+
+from __future__ import annotations
+
+# The standard library a tool or snippet can use without touching the filesystem: imported
+# here, at build time, so it is part of the snapshot. Anything else is imported lazily from
+# the read-only stdlib preopen the host adds to every call.
+import abc  # noqa: F401
+import array  # noqa: F401
+import ast
+import base64  # noqa: F401
+import binascii  # noqa: F401
+import bisect  # noqa: F401
+import builtins
+import calendar  # noqa: F401
+import cmath  # noqa: F401
+import collections  # noqa: F401
+import collections.abc  # noqa: F401
+import contextlib  # noqa: F401
+import copy  # noqa: F401
+import csv  # noqa: F401
+import dataclasses  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import difflib  # noqa: F401
+import enum  # noqa: F401
+import fractions  # noqa: F401
+import functools  # noqa: F401
+import hashlib  # noqa: F401
+import heapq  # noqa: F401
+import html  # noqa: F401
+import inspect
+import io
+import itertools  # noqa: F401
+import json  # noqa: F401
+import linecache
+import math  # noqa: F401
+import numbers  # noqa: F401
+import operator  # noqa: F401
+import os  # noqa: F401
+import pathlib  # noqa: F401
+import pprint  # noqa: F401
+import random
+import re  # noqa: F401
+import secrets  # noqa: F401
+import socket  # noqa: F401  (imports, but every connection is refused: no network grant)
+import sqlite3  # noqa: F401
+import statistics  # noqa: F401
+import string  # noqa: F401
+import struct  # noqa: F401
+import subprocess  # noqa: F401  (imports, but cannot start a process under WASI)
+import sys
+import textwrap  # noqa: F401
+import threading  # noqa: F401  (imports, but cannot start a thread under WASI)
+import time  # noqa: F401
+import tomllib  # noqa: F401
+import traceback
+import typing  # noqa: F401
+import unicodedata  # noqa: F401
+import urllib.parse  # noqa: F401
+import uuid  # noqa: F401
+import zlib  # noqa: F401
+
+import msgpack  # the pure-Python fallback, bundled by the build
+import wasmbox_guest  # noqa: F401  (so tools import it from the snapshot)
+import wit_world
+
+TRACEBACK_CAP = 8192
+TRACEBACK_FRAMES = 30  # the innermost ones; a RecursionError has a thousand
+
+# componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops the
+# rest of a write when WASI accepts only part of it (it takes 8 KiB at a time). A buffered
+# writer retries short writes; the driver flushes at the end of every call.
+sys.stdout = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+)
+sys.stderr = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+)
+
+
+class _Refusal(Exception):
+    """A failure the driver reports with a specific kind."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class WitWorld(wit_world.WitWorld):
+    def run(self, request: bytes) -> bytes:
+        try:
+            return _pack({"ok": _serve(request)})
+        except _Refusal as refusal:
+            if _raised_here(refusal):
+                return _error(refusal.kind, str(refusal), "")
+            return _error("guest_error", _describe(refusal), _traceback(refusal))
+        except MemoryError:
+            return _error("memory_limit", "MemoryError: out of memory", "")
+        except BaseException as exc:  # noqa: BLE001 - everything becomes a response
+            return _error("guest_error", _describe(exc), _traceback(exc))
+        finally:
+            _flush()
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether the driver raised `exc` (guest code can import this module and raise its
+    exceptions, but must not choose the error kind)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == __file__
+
+
+def _serve(request: bytes) -> object:
+    random.seed()  # the snapshot's seed was fixed at build time; each call gets a fresh one
+    try:
+        message = msgpack.unpackb(request, raw=False)
+    except Exception as exc:
+        raise _Refusal("bad_response", f"driver: bad request: {exc}") from None
+    mode = message.get("mode")
+    if mode == "tool":
+        return _run_tool(message)
+    if mode == "code":
+        return _run_code(message["code"])
+    raise _Refusal("bad_response", f"driver: unknown mode {mode!r}")
+
+
+def _run_tool(message: dict) -> object:
+    namespace = {"__name__": "__wasmbox_tool__", "__builtins__": builtins}
+    _remember_source(message["filename"], message["source"])
+    code = compile(message["source"], message["filename"], "exec")
+    exec(code, namespace)
+    entry = namespace.get(message["entry"])
+    if not callable(entry):
+        raise _Refusal("guest_error", f"tool source defines no function {message['entry']!r}")
+    args = message["args"]
+    try:
+        inspect.signature(entry).bind(**args)
+    except TypeError as exc:
+        raise _Refusal("invalid_arguments", f"{message['entry']}(): {exc}") from None
+    value = entry(**args)
+    return _sendable(value, strict=True)
+
+
+def _run_code(source: str) -> object:
+    _remember_source("<code>", source)
+    tree = ast.parse(source, "<code>", "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    exec(compile(tree, "<code>", "exec"), namespace)
+    if last is None:
+        return None
+    return _sendable(eval(compile(last, "<code>", "eval"), namespace), strict=False)
+
+
+def _remember_source(filename: str, source: str) -> None:
+    """Let tracebacks show the guest's source lines (there is no file to read them from)."""
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+
+
+def _sendable(value: object, strict: bool) -> object:
+    """`value` if MessagePack can carry it; a snippet's other values become their repr."""
+    try:
+        _pack(value)
+        return value
+    except (TypeError, ValueError, OverflowError):
+        if strict:
+            raise _Refusal(
+                "guest_error", f"the tool returned a {type(value).__name__}, which cannot be sent"
+            ) from None
+        return repr(value)
+
+
+def _pack(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, default=_encode)
+
+
+def _encode(value: object) -> object:
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def _error(kind: str, message: str, trace: str) -> bytes:
+    return _pack({"error": message[:TRACEBACK_CAP], "kind": kind, "traceback": trace})
+
+
+def _describe(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(exc)).strip()
+
+
+def _traceback(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next  # the driver's own frames are noise to the tool's author
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    omitted = max(0, len(frames) - TRACEBACK_FRAMES)  # formatting each frame costs fuel
+    start = frames[omitted] if frames else None
+    text = "".join(traceback.format_exception(type(exc), exc, start))
+    if omitted:
+        text = f"[{omitted} outer frames omitted]\n" + text
+    if len(text) > TRACEBACK_CAP:
+        text = text[: TRACEBACK_CAP // 2] + "\n[...]\n" + text[-TRACEBACK_CAP // 2 :]
+    return text
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a full output cap must not turn into a trap
+            pass
+
+
+def _warm_up() -> None:
+    """Run once at build time, so what these paths import lazily is in the snapshot too."""
+    try:
+        raise ValueError("warm-up")
+    except ValueError as exc:
+        _traceback(exc)
+        _describe(exc)
+    inspect.signature(_warm_up).bind()
+    _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
+    msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
+
+
+_warm_up()
