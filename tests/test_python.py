@@ -502,3 +502,18 @@ def test_sleeping_is_refused_at_once(box: wasmbox.Sandbox, code: str) -> None:
     assert kind(result) == "guest_error" and "sleeping" in result.error.message  # type: ignore[union-attr]
     assert time.perf_counter() - started < 1
     assert box.run_python("import time\ntime.monotonic() > 0").value is True  # clocks still work
+
+
+def test_exit_without_close_is_quiet(cache_dir: Path, data: Path) -> None:
+    """Spare instances and the housekeeping thread must not make interpreter exit noisy."""
+    script = (
+        "import sys, wasmbox\n"
+        "box = wasmbox.Sandbox(cache_dir=sys.argv[1])\n"
+        "grants = {'name': 'g', 'runtime': 'python', 'preopens': [{'host': sys.argv[2], 'guest': '/d'}]}\n"
+        "print(box.run_python('6 * 7').value, box.run_python('len(open(\"/d/numbers.txt\").read())', grants).value)\n"
+    )
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(cache_dir), str(data)], capture_output=True, text=True
+        )
+        assert out.returncode == 0 and out.stdout == "42 6\n" and out.stderr == ""
