@@ -19,7 +19,7 @@ from typing import Any
 import wasmtime
 from wasmtime import component
 
-from . import _abi, _call
+from . import _abi, _call, _component_io
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import ErrorKind
@@ -63,7 +63,7 @@ class PythonRuntimeRunner:
         self._linker.add_wasip2()
         self._linker.allow_shadowing = True
         with self._linker.root() as root:
-            root.add_func("call-host", self._call_host)
+            self._host_handle = _component_io.add_bytes_func(root, "call-host", self._call_host)
             _replace_monotonic_clock(root, compiled, engine)
         self._linker.allow_shadowing = False
         run = compiled.get_export_index("run")
@@ -110,8 +110,8 @@ class PythonRuntimeRunner:
             if error is None:
                 _call.check_preopens(manifest)  # again: the spare was made a moment ago
                 with _call.running(state):
-                    response = spare.run(spare.store, payload)  # type: ignore[misc]
-                    spare.run.post_return(spare.store)  # type: ignore[union-attr]
+                    assert spare.run is not None
+                    response = _component_io.call_bytes(spare.store, spare.run, payload)
                 value = self._decode(response, limits.output)
         except Failure as failure:
             error = failure.error
@@ -153,6 +153,7 @@ class PythonRuntimeRunner:
         for spare in self._spares.drain():
             spare.store.close()
         self._linker.close()
+        _component_io.forget(self._host_handle)
 
     @staticmethod
     def _decode(response: object, cap: int) -> Any:
@@ -175,27 +176,24 @@ class PythonRuntimeRunner:
             raise Failure(kind, trace if isinstance(trace, str) and trace else message["error"])
         raise Failure(ErrorKind.BAD_RESPONSE, "the runtime's response is not an ok/error map")
 
-    def _call_host(self, store: wasmtime.StoreContext, name: str, args: bytes) -> bytes:
+    def _call_host(self, context: _Context, name: str, args: bytes) -> bytes:
         """The `call-host` import. Never raises (see `_call.abort`)."""
         state = _call.current()
         try:
-            reply = self._serve(store, state, name, bytes(args))
-        except Exception as exc:  # a bug of ours must not escape into wasmtime-py
-            _call.abort(store._context(), ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
+            reply = self._serve(context, state, name, args)
+        except Exception as exc:  # a bug of ours must not escape into the C callback
+            _call.abort(context, ErrorKind.HOST_ERROR, f"{name[:_MAX_NAME]}: internal error: {exc!r}")
             return _abi.error("internal error")
         except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
             state.reraise = exc
-            _call.abort(store._context(), ErrorKind.HOST_ERROR, f"{name}: interrupted")
+            _call.abort(context, ErrorKind.HOST_ERROR, f"{name[:_MAX_NAME]}: interrupted")
             return _abi.error("interrupted")
         state.records.append(reply.record)
         if reply.failure is not None and state.failure is None:
             state.failure = reply.failure
         return reply.payload
 
-    def _serve(
-        self, store: wasmtime.StoreContext, state: _call.CallState, name: str, args: bytes
-    ) -> HostReply:
-        context = store._context()
+    def _serve(self, context: _Context, state: _call.CallState, name: str, args: bytes) -> HostReply:
         if len(name) > _MAX_NAME:
             name = name[:_MAX_NAME] + "..."  # never echo a guest's megabytes back
         if state.abort is not None:  # the guest is being stopped: serve nothing more
@@ -254,6 +252,7 @@ _NO_SLEEP = (
     "it would hold the host past the call's deadline"
 )
 _NO_INPUT = CallInput({})
+_Context = Any  # ctypes pointer to a wasmtime_context_t
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants a spare is instantiated under: none (the component's start-up calls no host function).
 _PREPARING = Manifest(name="preparing", runtime="python")
