@@ -517,3 +517,39 @@ def test_exit_without_close_is_quiet(cache_dir: Path, data: Path) -> None:
             [sys.executable, "-c", script, str(cache_dir), str(data)], capture_output=True, text=True
         )
         assert out.returncode == 0 and out.stdout == "42 6\n" and out.stderr == ""
+
+
+def _python_threads() -> int:
+    return sum(t.name == "wasmbox-python" for t in threading.enumerate())
+
+
+def test_dropped_sandbox_is_released_without_close(cache_dir: Path) -> None:
+    import gc
+
+    before = _python_threads()
+    for _ in range(3):
+        sandbox = wasmbox.Sandbox(cache_dir=cache_dir)
+        assert sandbox.run_python("1 + 1").value == 2
+        del sandbox
+        gc.collect()
+    assert _python_threads() == before  # runner, housekeeper and engine went with it
+
+
+def test_close_inside_a_call_and_use_after_close(cache_dir: Path) -> None:
+    sandbox = wasmbox.Sandbox(cache_dir=cache_dir)
+
+    @sandbox.host_function("box.close")
+    def close_it() -> None:
+        sandbox.close()
+
+    result = sandbox.run_python(
+        "import wasmbox_guest\nwasmbox_guest.call_host('box.close')",
+        grants(host_functions=["box.close"]),
+    )
+    assert kind(result) == "host_error"
+    assert "inside a call" in (result.host_calls[0].detail or "")
+    sandbox.close()
+    before = _python_threads()
+    with pytest.raises(wasmbox.WasmboxError, match="closed"):
+        sandbox.run_python("1")
+    assert _python_threads() == before

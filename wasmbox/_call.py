@@ -69,6 +69,11 @@ class Failure(Exception):
         self.error = CallError(kind=kind, message=message)
 
 
+def inside_call() -> bool:
+    """Whether this thread is running a call (e.g. inside a host function)."""
+    return getattr(_local, "state", None) is not None
+
+
 def current() -> CallState:
     """The state of the call running on this thread (host functions run on the caller's thread)."""
     state: CallState = _local.state

@@ -10,7 +10,9 @@ functions of the runtime's world, whose types are fixed (`runtimes/python/wit/wo
 from __future__ import annotations
 
 import ctypes
+import inspect
 import itertools
+import weakref
 from collections.abc import Callable
 
 import wasmtime
@@ -27,7 +29,7 @@ _NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 Context = "ctypes._Pointer[ffi.wasmtime_context_t]"
 # (context, name, args) -> reply bytes; must not raise
 BytesHandler = Callable[["ctypes._Pointer[ffi.wasmtime_context_t]", str, bytes], bytes]
-_handlers: dict[int, BytesHandler] = {}
+_handlers: dict[int, Callable[[], BytesHandler | None]] = {}
 _ids = itertools.count(1)
 
 
@@ -52,10 +54,11 @@ def take_bytes(value: ffi.wasmtime_component_val_t) -> bytes:
         size = value.of.list.size
         if size == 0:
             return b""
-        raw = ctypes.string_at(value.of.list.data, size * _VAL)
-        if raw[0::_VAL] != bytes((_U8,)) * size:
+        address = ctypes.cast(value.of.list.data, ctypes.c_void_p).value or 0
+        view = memoryview((ctypes.c_ubyte * (size * _VAL)).from_address(address)).cast("B")
+        if view[0::_VAL].tobytes() != bytes((_U8,)) * size:  # read in place: no 32x copy
             raise TypeError("expected a list<u8>")
-        return raw[_OF::_VAL]
+        return view[_OF::_VAL].tobytes()
     finally:
         ffi.wasmtime_component_val_delete(ctypes.byref(value))
 
@@ -93,7 +96,8 @@ def add_bytes_func(instance: component.LinkerInstance, name: str, handler: Bytes
     """Define `name: (string, list<u8>) -> list<u8>` on `instance`, served by `handler`.
     Returns a handle for `forget`, once the linker is closed."""
     handle = next(_ids)
-    _handlers[handle] = handler
+    # weakly, for a bound method: the registry must not keep its owner (and engine) alive
+    _handlers[handle] = weakref.WeakMethod(handler) if inspect.ismethod(handler) else lambda: handler
     encoded = name.encode()
     error = ffi.wasmtime_component_linker_instance_add_func(
         instance.ptr(), encoded, len(encoded), _trampoline, handle, _NO_FINALIZER
@@ -118,10 +122,13 @@ def _trampoline(
     results: ctypes._Pointer[ffi.wasmtime_component_val_t],
     nresults: int,
 ) -> int:
+    if nargs != 2 or nresults != 1:  # not the world's signature: refuse before touching them
+        return ctypes.cast(wasmtime.WasmtimeError("call-host: wrong signature")._consume(), ctypes.c_void_p).value or 0
     try:
         name = take_string(args[0])
         request = take_bytes(args[1])
-        reply = _handlers[handle or 0](context, name, request)
+        handler = _handlers[handle or 0]()
+        reply = handler(context, name, request) if handler is not None else b""
     except Exception:  # a malformed call: answer with an empty reply, the guest sees an error
         reply = b""
     set_bytes(results[0], reply)

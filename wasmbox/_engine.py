@@ -127,15 +127,21 @@ class EpochTicker:
             self._calls -= 1
             if self._calls == 0:
                 self._idle.notify_all()
+                if not self._accepting:
+                    self._stop.set()  # the last call of a closed Sandbox stops the ticker
 
-    def close(self, wait_s: float = 60.0) -> None:
-        """Refuse new calls, let the ones in flight finish (their own deadlines bound them),
-        then stop ticking."""
+    def close(self, wait_s: float = 60.0) -> bool:
+        """Refuse new calls and let the ones in flight finish (their own deadlines bound
+        them). True if they did within `wait_s`: the ticker has stopped. Otherwise it keeps
+        ticking until the last of them leaves, so none loses its deadline."""
         with self._idle:
             self._accepting = False
-            self._idle.wait_for(lambda: self._calls == 0, timeout=wait_s)
-        self._stop.set()
-        self._thread.join()
+            idle = self._idle.wait_for(lambda: self._calls == 0, timeout=wait_s)
+            if idle:
+                self._stop.set()
+        if idle:
+            self._thread.join()
+        return idle
 
 
 def _tick(engine_ref: weakref.ref[wasmtime.Engine], tick_s: float, stop: threading.Event) -> None:

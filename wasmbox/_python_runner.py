@@ -13,6 +13,7 @@ import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -72,7 +73,12 @@ class PythonRuntimeRunner:
         self._run = run
         self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
         self._spares = _Spares(spares)
-        self._keeper = _Housekeeper(self._spares, self._prepare)
+        self._keeper = _Housekeeper(self._spares, weakref.WeakMethod(self._prepare))
+        # Released when closed, or when the Sandbox is dropped without closing it: nothing
+        # here may keep the runner (and its engine's pool reservation) alive.
+        self._release = weakref.finalize(
+            self, _release, self._keeper, self._spares, self._linker, self._host_handle
+        )
 
     @property
     def component_path(self) -> str:
@@ -149,11 +155,7 @@ class PythonRuntimeRunner:
     def close(self) -> None:
         """Stop the housekeeping thread, free the spare instances and the linker (which
         wasmtime-py's function registry would otherwise keep alive with the whole engine)."""
-        self._keeper.stop()
-        for spare in self._spares.drain():
-            spare.store.close()
-        self._linker.close()
-        _component_io.forget(self._host_handle)
+        self._release()
 
     @staticmethod
     def _decode(response: object, cap: int) -> Any:
@@ -258,6 +260,16 @@ _MAX_NAME = 128  # host function names are short; a longer one is a guest playin
 _PREPARING = Manifest(name="preparing", runtime="python")
 
 
+def _release(
+    keeper: _Housekeeper, spares: _Spares, linker: component.Linker, handle: int
+) -> None:
+    keeper.stop()
+    for spare in spares.drain():
+        spare.store.close()
+    linker.close()
+    _component_io.forget(handle)
+
+
 class _Spare:
     """One store + instance made ahead of its call; used for exactly one call."""
 
@@ -321,9 +333,9 @@ class _Housekeeper:
     retired stores hold their pool slots and files only briefly; when it is full the caller
     closes its own store and skips the spare."""
 
-    def __init__(self, spares: _Spares, prepare: Callable[[Manifest], _Spare]) -> None:
+    def __init__(self, spares: _Spares, prepare: Callable[[], Callable[[Manifest], _Spare] | None]) -> None:
         self._spares = spares
-        self._make = prepare
+        self._make = prepare  # a weak reference to the runner's method
         self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=4)
         self._thread = threading.Thread(target=self._run, name="wasmbox-python", daemon=True)
         self._thread.start()
@@ -346,21 +358,29 @@ class _Housekeeper:
             try:
                 if action == "close":
                     item.close()
-                elif self._spares.wanted(item):
-                    spare = self._make(item)
-                    if spare.error is not None:  # e.g. the pool is full now: try again later
-                        spare.store.close()
-                        continue
-                    for old in self._spares.put(spare):
-                        old.store.close()
+                else:
+                    self._prepare(item)
             except Exception:  # noqa: BLE001 - housekeeping must outlive any one failure
-                continue
+                pass
+            del task, item  # hold nothing (a store, the runner) while waiting for the next
+
+    def _prepare(self, manifest: Manifest) -> None:
+        make = self._make()  # None once the runner is gone; a local, so released on return
+        if make is None or not self._spares.wanted(manifest):
+            return
+        spare = make(manifest)
+        if spare.error is not None:  # e.g. the pool is full now: try again later
+            spare.store.close()
+            return
+        for old in self._spares.put(spare):
+            old.store.close()
 
     def stop(self) -> None:
         atexit.unregister(self.stop)
         if self._thread.is_alive():
             self._tasks.put(None)
-            self._thread.join()
+            if threading.current_thread() is not self._thread:  # (a finalizer may run on it)
+                self._thread.join()
 
 
 class PythonToolRunner:

@@ -19,7 +19,8 @@ from wasmtime.component import Component
 
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
-from ._errors import CapabilityError, ErrorKind, ManifestError
+from . import _call
+from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
 from ._manifest import Limits, Manifest, ManifestSource, Preopen, overlapping_preopens
@@ -77,6 +78,7 @@ class Sandbox:
         self._python: PythonRuntimeRunner | None = None
         self._python_grants: dict[str, tuple[Preopen, ...]] = {}  # run_python's, by digest
         self._python_lock = threading.Lock()
+        self._closed = False
         self._scratch: str | None = None  # holds the Python runtime when there is no cache dir
 
     # -- host functions -------------------------------------------------------------------
@@ -177,6 +179,8 @@ class Sandbox:
         """The CPython runtime, built and compiled on first use (progress on stderr) and
         cached on disk, so later processes only load it."""
         with self._python_lock:
+            if self._closed:
+                raise WasmboxError("the Sandbox is closed")
             if self._python is None:
                 directory = self._cache.directory
                 if directory is None:
@@ -277,9 +281,13 @@ class Sandbox:
     def close(self) -> None:
         """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
         then stop the epoch ticker and the worker threads. Calls after this raise."""
-        self._ticker.close()
+        if _call.inside_call():
+            raise WasmboxError("close() cannot be called from inside a call (a host function)")
+        with self._python_lock:
+            self._closed = True
+        idle = self._ticker.close()
         self._executor.shutdown(wait=True)
-        if self._python is not None:
+        if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
