@@ -21,7 +21,8 @@ class FramingError(ValueError):
 
 def pack(value: Any) -> bytes:
     """MessagePack bytes of `value`; TypeError/ValueError if it cannot be encoded."""
-    return msgpack.packb(value, use_bin_type=True, datetime=False)  # type: ignore[no-any-return]
+    packed: bytes = msgpack.packb(value, use_bin_type=True, datetime=False)
+    return packed
 
 
 MAX_DEPTH = 64  # deeper values break json.dumps, pydantic and the models that read them

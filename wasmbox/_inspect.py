@@ -59,7 +59,7 @@ def read_wasm(path: Path) -> bytes:
     data = path.read_bytes()
     if path.suffix == ".wat" or not data.startswith(b"\0asm"):
         try:
-            return wasmtime.wat2wasm(data.decode("utf-8"))
+            return bytes(wasmtime.wat2wasm(data.decode("utf-8")))
         except (UnicodeDecodeError, wasmtime.WasmtimeError) as exc:
             raise ManifestError(f"{path}: module: not a wasm or WAT module: {exc}") from None
     return data

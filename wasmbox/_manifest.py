@@ -117,7 +117,7 @@ class Manifest(_Strict):
     )
     env: dict[str, str] = Field(default_factory=dict)
     args: tuple[str, ...] = Field((), strict=False)
-    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    limits: Limits = Field(default_factory=Limits)
     preopens: tuple[Preopen, ...] = Field((), strict=False)
     input_schema: dict[str, Any] | None = None
 

@@ -21,7 +21,7 @@ import wasmtime
 from wasmtime import component
 
 from . import _abi, _call, _component_io
-from ._call import CallInput, Failure
+from ._call import CallInput, CallState, Failure
 from ._engine import EpochTicker
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -195,7 +195,7 @@ class PythonRuntimeRunner:
             state.failure = reply.failure
         return reply.payload
 
-    def _serve(self, context: _Context, state: _call.CallState, name: str, args: bytes) -> HostReply:
+    def _serve(self, context: _Context, state: CallState, name: str, args: bytes) -> HostReply:
         if len(name) > _MAX_NAME:
             name = name[:_MAX_NAME] + "..."  # never echo a guest's megabytes back
         if state.abort is not None:  # the guest is being stopped: serve nothing more

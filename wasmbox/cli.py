@@ -111,7 +111,7 @@ def _inspect(options: argparse.Namespace) -> int:
         print(f"wasmbox: cannot read {options.module}: {exc}", file=sys.stderr)
         return 2
     info = inspect_module(module)
-    report = {
+    report: dict[str, Any] = {
         "module": str(options.module),
         "kind": info.kind.value if info.kind else None,
         "imports": [{"module": i.module, "name": i.name, "type": i.type} for i in info.imports],
