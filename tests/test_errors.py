@@ -178,3 +178,16 @@ def test_input_schema_checks_types_and_extra_keys(box: wasmbox.Sandbox) -> None:
         result = tool.call(args)
         assert result.error is not None and result.error.kind is ErrorKind.INVALID_ARGUMENTS
         assert words in result.error.message
+
+
+def test_results_serialize_to_json_whatever_the_value(box: wasmbox.Sandbox) -> None:
+    import base64
+    import json
+
+    result = box.load(manifest("echo")).call({"blob": b"\xff\x00", "text": "\x1b[2J", "n": [1.5, None]})
+    data = json.loads(result.model_dump_json())
+    assert data["value"]["blob"] == base64.urlsafe_b64encode(b"\xff\x00").decode()
+    assert data["value"]["text"] == "\x1b[2J" and data["value"]["n"] == [1.5, None]
+    assert json.loads(wasmbox.CallResult.failed("t", ErrorKind.TRAP, "x").model_dump_json())["error"] == {
+        "kind": "trap", "message": "x"
+    }

@@ -38,9 +38,11 @@ class HostCallRecord:
 
 
 class CallResult(BaseModel):
-    """The outcome of one tool call. `ok` is True exactly when `error` is None."""
+    """The outcome of one tool call. `ok` is True exactly when `error` is None.
 
-    model_config = ConfigDict(frozen=True)
+    `model_dump_json()` is what a router forwards; bytes in `value` become URL-safe base64."""
+
+    model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
 
     tool: str
     ok: bool

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 from collections.abc import Sequence
@@ -81,7 +80,7 @@ def _run(options: argparse.Namespace) -> int:
     with Sandbox(**kwargs) as box:
         tool = box.load(options.manifest)
         result = tool.call(args, argv=options.argv, stdin=stdin)
-    _print_json(result.model_dump())
+    _print_json(result.model_dump(mode="json"))
     return 0 if result.ok else 1
 
 
@@ -90,7 +89,7 @@ def _python(options: argparse.Namespace) -> int:
 
     with Sandbox() as box:
         result = box.run_python(options.code, options.manifest)
-    _print_json(result.model_dump())
+    _print_json(result.model_dump(mode="json"))
     return 0 if result.ok else 1
 
 
@@ -146,14 +145,9 @@ def _inspect(options: argparse.Namespace) -> int:
 
 
 def _print_json(data: Any) -> None:
-    # ensure_ascii escapes control characters, so guest output cannot drive the terminal.
-    print(json.dumps(data, indent=2, ensure_ascii=True, default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$base64": base64.b64encode(bytes(value)).decode()}
-    return str(value)
+    # ensure_ascii escapes every control character (C1 too), so guest output cannot drive
+    # the terminal.
+    print(json.dumps(data, indent=2, ensure_ascii=True))
 
 
 if __name__ == "__main__":
