@@ -53,12 +53,14 @@ HOST_LOOP_WAT = """(module
     (local.get $r)))"""
 
 
-def latency(call: Callable[[], object], count: int) -> tuple[float, float]:
-    """(median, p99) in seconds, after a short warm-up."""
+def latency(call: Callable[[], object], count: int, gap_s: float = 0.0) -> tuple[float, float]:
+    """(median, p99) in seconds, after a short warm-up; `gap_s` of idle time before each call."""
     for _ in range(max(10, count // 10)):
         call()
     times = []
     for _ in range(count):
+        if gap_s:
+            time.sleep(gap_s)
         started = time.perf_counter()
         call()
         times.append(time.perf_counter() - started)
@@ -108,7 +110,9 @@ def run(seconds: float = 1.0, python: bool = True) -> list[tuple[str, str, str]]
         if python:
             box.python_runtime()
             fresh = latency(lambda: box.run_python("sum(range(100))"), 300)
-            rows.append(("fresh Python interpreter, sum(range(100))", _ms(fresh), ""))
+            rows.append(("fresh Python interpreter, sum(range(100))", _ms(fresh), "back to back"))
+            spaced = latency(lambda: box.run_python("sum(range(100))"), 100, gap_s=0.005)
+            rows.append(("  the same, calls 5 ms apart", _ms(spaced), "a spare instance is ready"))
             one = throughput(lambda: box.run_python("sum(range(100))"), 1, seconds)
             two = throughput(lambda: box.run_python("sum(range(100))"), 2, seconds)
             rows.append(("Python calls/s, 1 → 2 threads", f"{one:,.0f} → {two:,.0f}", f"{two / one:.2f}×"))
