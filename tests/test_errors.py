@@ -191,3 +191,14 @@ def test_results_serialize_to_json_whatever_the_value(box: wasmbox.Sandbox) -> N
     assert json.loads(wasmbox.CallResult.failed("t", ErrorKind.TRAP, "x").model_dump_json())["error"] == {
         "kind": "trap", "message": "x"
     }
+
+
+def test_host_reply_over_the_output_cap_stops_the_guest(box: wasmbox.Sandbox) -> None:
+    @box.host_function("host.fn")
+    def big(**_: Any) -> str:
+        return "x" * 100_000
+
+    tool = box.load(manifest("forward", host_functions=["host.fn"], limits={"output": "16KiB"}))
+    result = tool.call({})
+    assert result.error is not None and result.error.kind is ErrorKind.OUTPUT_LIMIT
+    assert [r.verdict for r in result.host_calls] == ["limit"]

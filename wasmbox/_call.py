@@ -20,6 +20,7 @@ from wasmtime import _ffi as ffi
 
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
+from ._hostfuncs import HostFunction, HostReply, refusal
 from ._manifest import Limits, Manifest
 from ._output import Output
 from ._results import CallError, CallResult, HostCallRecord
@@ -104,6 +105,52 @@ def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, mes
         ffi.wasmtime_context_get_fuel(context, ctypes.byref(left))
         state.fuel_left_at_abort = left.value
     ffi.wasmtime_context_set_fuel(context, 0)
+
+
+def serve_host_call(
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    name: str,
+    request: bytes,
+    function: HostFunction | None,
+) -> HostReply:
+    """The host-call policy both runners share: what the guest gets for one host call.
+
+    Nothing is served once the guest is being stopped or its deadline has passed; every
+    call, refused ones included, counts against `limits.host_calls`; `function` None means
+    not granted (`capability_denied`); a reply over `limits.output` is refused. Each call is
+    recorded. When the guest must stop, `state.abort` is set: the caller then returns
+    without running guest code again.
+    """
+    state = current()
+    size = len(request)
+    if state.abort is not None:
+        reply = refusal(name, "limit", "the call is being stopped", size)
+    elif time.perf_counter() > state.deadline:
+        abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
+        reply = refusal(name, "limit", "the deadline has passed", size)
+    elif state.host_calls_left <= 0:
+        message = f"host-call limit ({len(state.records)}) exceeded"
+        abort(context, ErrorKind.HOST_ERROR, message)
+        reply = refusal(name, "limit", message, size)
+    else:
+        state.host_calls_left -= 1
+        if function is None:
+            reply = refusal(
+                name, "denied", "this host function is not granted to this tool", size,
+                ErrorKind.CAPABILITY_DENIED,
+            )  # fmt: skip
+        else:
+            reply = function.invoke(request)
+            if time.perf_counter() > state.deadline:
+                abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
+            elif len(reply.payload) > state.manifest.limits.output:
+                message = f"{name}: reply larger than the output cap"
+                abort(context, ErrorKind.OUTPUT_LIMIT, message)
+                reply = refusal(name, "limit", message, size, ErrorKind.OUTPUT_LIMIT)
+    state.records.append(reply.record)
+    if reply.failure is not None and state.failure is None:
+        state.failure = reply.failure
+    return reply
 
 
 def new_store(
@@ -215,11 +262,11 @@ def finish(
     elif error is not None and error.kind in (ErrorKind.GUEST_ERROR, ErrorKind.TRAP):
         if error.kind is ErrorKind.GUEST_ERROR and state.failure is not None:
             error = CallError(kind=state.failure, message=error.message)
-        elif memory_exhausted() or (
-            error.kind is ErrorKind.GUEST_ERROR and _OOM_WORDING.search(error.message)
-        ):
-            suffix = "" if _OOM_WORDING.search(error.message) else " (memory cap reached)"
-            error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message + suffix)
+        else:
+            says_oom = error.kind is ErrorKind.GUEST_ERROR and bool(_OOM_WORDING.search(error.message))
+            if says_oom or memory_exhausted():
+                suffix = "" if says_oom else " (memory cap reached)"
+                error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message + suffix)
     truncated = stdout.truncated or stderr.truncated
     if truncated and (error is None or error.kind in _MAY_FOLLOW_TRUNCATION):
         which = "stdout" if stdout.truncated else "stderr"
@@ -249,4 +296,9 @@ def memory_exhausted(
     store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory | None, cap: int
 ) -> bool:
     """True when `memory` is within one page of the cap, so the next growth was refused."""
-    return memory is not None and memory.data_len(store) + 65536 > cap
+    return memory is not None and near_cap(memory.data_len(store), cap)
+
+
+def near_cap(memory_size: int, cap: int) -> bool:
+    """A memory of `memory_size` bytes cannot grow by another 64 KiB page under `cap`."""
+    return memory_size + 65536 > cap

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import time
 
 import wasmtime
 from wasmtime import _ffi as ffi
 
 from . import _abi, _call, _rawcall
 from ._errors import ErrorKind
-from ._hostfuncs import HostFunction, HostReply, refusal
+from ._hostfuncs import HostFunction, HostReply
 
 _MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
 _ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
@@ -81,11 +80,8 @@ def _serve(
     ptr: int,
     length: int,
 ) -> int:
-    name = function.name
-    if state.abort is not None:  # the guest is being stopped: serve nothing more
+    if state.abort is not None:  # the guest is being stopped: do not even read its request
         return 0
-    if time.perf_counter() > state.deadline:
-        return _abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
     if state.exports is None:  # the same for every host call of this instance
         state.exports = (_MEMORY.from_caller(caller, _MEM), _ALLOC.from_caller(caller, _FUNC))
     memory, alloc = state.exports
@@ -93,19 +89,10 @@ def _serve(
         return _abort(context, ErrorKind.BAD_RESPONSE, "guest exports no memory or wasmbox_alloc")
     base, size = _rawcall.memory_view(context, memory)
     if ptr + length > size:
-        return _abort(context, ErrorKind.BAD_RESPONSE, f"{name}: request out of bounds")
-    request = ctypes.string_at(base + ptr, length)
-    if state.host_calls_left <= 0:
-        message = f"host-call limit ({len(state.records)}) exceeded"
-        state.records.append(refusal(name, "limit", message, length).record)
-        return _abort(context, ErrorKind.HOST_ERROR, message)
-    state.host_calls_left -= 1
-    reply = function.invoke(request)
-    state.records.append(reply.record)
-    if time.perf_counter() > state.deadline:
-        return _abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
-    if reply.failure is not None and state.failure is None:
-        state.failure = reply.failure
+        return _abort(context, ErrorKind.BAD_RESPONSE, f"{function.name}: request out of bounds")
+    reply = _call.serve_host_call(context, function.name, ctypes.string_at(base + ptr, length), function)
+    if state.abort is not None:  # refused in a way that stops the guest: run none of its code
+        return 0
     return _write_reply(context, memory, alloc, reply, state)
 
 
@@ -125,8 +112,7 @@ def _write_reply(
     except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
         error = _call.classify(trap, limits)
         kind = error.kind
-        _, now = _rawcall.memory_view(context, memory)
-        if kind is ErrorKind.TRAP and now + 65536 > limits.memory:
+        if kind is ErrorKind.TRAP and _call.near_cap(_rawcall.memory_view(context, memory)[1], limits.memory):
             kind = ErrorKind.MEMORY_LIMIT
         return _abort(context, kind, error.message)
     base, now = _rawcall.memory_view(context, memory)  # the guest may have grown its memory

@@ -21,10 +21,10 @@ import wasmtime
 from wasmtime import component
 
 from . import _abi, _call, _component_io
-from ._call import CallInput, CallState, Failure
+from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import ErrorKind
-from ._hostfuncs import HostFunction, HostReply, refusal
+from ._hostfuncs import HostFunction
 from ._inspect import ToolKind
 from ._manifest import Manifest
 from ._output import Output
@@ -180,48 +180,19 @@ class PythonRuntimeRunner:
 
     def _call_host(self, context: _Context, name: str, args: bytes) -> bytes:
         """The `call-host` import. Never raises (see `_call.abort`)."""
-        state = _call.current()
-        try:
-            reply = self._serve(context, state, name, args)
-        except Exception as exc:  # a bug of ours must not escape into the C callback
-            _call.abort(context, ErrorKind.HOST_ERROR, f"{name[:_MAX_NAME]}: internal error: {exc!r}")
-            return _abi.error("internal error")
-        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
-            state.reraise = exc
-            _call.abort(context, ErrorKind.HOST_ERROR, f"{name[:_MAX_NAME]}: interrupted")
-            return _abi.error("interrupted")
-        state.records.append(reply.record)
-        if reply.failure is not None and state.failure is None:
-            state.failure = reply.failure
-        return reply.payload
-
-    def _serve(self, context: _Context, state: CallState, name: str, args: bytes) -> HostReply:
         if len(name) > _MAX_NAME:
             name = name[:_MAX_NAME] + "..."  # never echo a guest's megabytes back
-        if state.abort is not None:  # the guest is being stopped: serve nothing more
-            return refusal(name, "limit", "the call is being stopped", len(args))
-        if time.perf_counter() > state.deadline:
-            _call.abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
-            return refusal(name, "limit", "the deadline has passed", len(args))
-        if state.host_calls_left <= 0:  # refused calls count too: no unbounded records
-            message = f"host-call limit ({len(state.records)}) exceeded"
-            _call.abort(context, ErrorKind.HOST_ERROR, message)
-            return refusal(name, "limit", message, len(args))
-        state.host_calls_left -= 1
-        function = self._host_functions.get(name)
-        if name not in state.manifest.host_functions or function is None:
-            return refusal(
-                name, "denied", "this host function is not granted to this tool",
-                len(args), ErrorKind.CAPABILITY_DENIED,
-            )  # fmt: skip
-        reply = function.invoke(args)
-        if time.perf_counter() > state.deadline:
-            _call.abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
-        elif len(reply.payload) > state.manifest.limits.output:
-            message = f"{name}: reply larger than the output cap"
-            _call.abort(context, ErrorKind.OUTPUT_LIMIT, message)
-            return refusal(name, "limit", message, len(args), ErrorKind.OUTPUT_LIMIT)
-        return reply
+        granted = name in _call.current().manifest.host_functions
+        try:
+            function = self._host_functions.get(name) if granted else None
+            return _call.serve_host_call(context, name, args, function).payload
+        except Exception as exc:  # a bug of ours must not escape into the C callback
+            _call.abort(context, ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
+            return _abi.error("internal error")
+        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
+            _call.current().reraise = exc
+            _call.abort(context, ErrorKind.HOST_ERROR, f"{name}: interrupted")
+            return _abi.error("interrupted")
 
 
 def _replace_monotonic_clock(

@@ -12,9 +12,6 @@ import ctypes
 import wasmtime
 from wasmtime import _ffi as ffi
 
-Context = "ctypes._Pointer[ffi.wasmtime_context_t]"
-
-
 class ExportName:
     """An export name encoded once, for lookups on every fresh instance."""
 

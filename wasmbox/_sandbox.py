@@ -186,13 +186,12 @@ class Sandbox:
                 if directory is None:
                     self._scratch = tempfile.mkdtemp(prefix="wasmbox-")
                     directory = Path(self._scratch)
-                compile_runtime = partial(self._compile_runtime, progress=progress)
                 runtime = ensure_runtime(
                     directory, progress, partial(self._precompile_stdlib, progress=progress)
                 )
                 self._python = PythonRuntimeRunner(
-                    self.engine, compile_runtime(runtime), runtime, self._host_functions,
-                    self._ticker,
+                    self.engine, self._compile_runtime(runtime, progress), runtime,
+                    self._host_functions, self._ticker,
                 )  # fmt: skip
             return self._python
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import wasmtime
 
+from . import _abi
 from ._errors import WasmboxError
 from ._inspect import inspect_module, read_wasm
 from ._manifest import json_schema
@@ -121,7 +122,7 @@ def _inspect(options: argparse.Namespace) -> int:
             "refused_imports": [
                 f"{i.module}.{i.name}"
                 for i in info.imports
-                if i.module not in ("wasi_snapshot_preview1", "wasmbox")
+                if i.module not in (_abi.WASI_MODULE, _abi.ABI_MODULE)
             ],
         },
     }
