@@ -53,10 +53,10 @@ def test_inspect_lists_imports_and_grants(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_console_script_and_module_entry_point() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "wasmbox", "schema"], check=True, capture_output=True, text=True
-    ).stdout
-    assert json.loads(out)["title"] == "Manifest"
+    script = Path(sys.executable).with_name("wasmbox")  # installed by pyproject's [project.scripts]
+    for command in ([sys.executable, "-m", "wasmbox", "schema"], [str(script), "schema"]):
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        assert json.loads(out)["title"] == "Manifest"
 
 
 def test_python_and_build_commands(cache_dir: Path) -> None:
