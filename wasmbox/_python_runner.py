@@ -104,12 +104,13 @@ class PythonRuntimeRunner:
                 time.perf_counter() - started,
             )  # fmt: skip
         state = _call.CallState.start(manifest, started)
-        spare = self._spares.take(manifest)
+        key = manifest.digest()  # names the grant set; computed once per call
+        spare = self._spares.take(key, manifest)
         if spare is None:
             spare = self._prepare(manifest)
         else:
             spare.renew(self._ticker)
-        self._keeper.prepare(manifest)  # the next call under these grants finds one ready
+        self._keeper.prepare(manifest, key)  # the next call under these grants finds one ready
         value: Any = None
         error = spare.error
         try:
@@ -268,26 +269,26 @@ class _Spares:
         self._ready: dict[str, _Spare] = {}
         self._lock = threading.Lock()
 
-    def take(self, manifest: Manifest) -> _Spare | None:
+    def take(self, key: str, manifest: Manifest) -> _Spare | None:
         with self._lock:
-            spare = self._ready.pop(manifest.digest(), None)
+            spare = self._ready.pop(key, None)
         if spare is not None and spare.manifest != manifest:  # never another grant set's
             spare.store.close()
             return None
         return spare
 
-    def wanted(self, manifest: Manifest) -> bool:
+    def wanted(self, key: str) -> bool:
         with self._lock:
-            return self.limit > 0 and manifest.digest() not in self._ready
+            return self.limit > 0 and key not in self._ready
 
-    def put(self, spare: _Spare) -> list[_Spare]:
-        """Keep `spare`; return the spares it displaced (to be closed)."""
+    def put(self, key: str, spare: _Spare) -> list[_Spare]:
+        """Keep `spare` for grant set `key`; return the spares it displaced (to be closed)."""
         with self._lock:
             displaced = []
-            old = self._ready.pop(spare.manifest.digest(), None)
+            old = self._ready.pop(key, None)
             if old is not None:
                 displaced.append(old)
-            self._ready[spare.manifest.digest()] = spare
+            self._ready[key] = spare
             while len(self._ready) > self.limit:
                 displaced.append(self._ready.pop(next(iter(self._ready))))
             return displaced
@@ -318,10 +319,10 @@ class _Housekeeper:
         except queue.Full:
             store.close()
 
-    def prepare(self, manifest: Manifest) -> None:
-        if self._spares.wanted(manifest):
+    def prepare(self, manifest: Manifest, key: str) -> None:
+        if self._spares.wanted(key):
             with contextlib.suppress(queue.Full):
-                self._tasks.put_nowait(("prepare", manifest))
+                self._tasks.put_nowait(("prepare", (manifest, key)))
 
     def _run(self) -> None:
         while (task := self._tasks.get()) is not None:
@@ -330,20 +331,20 @@ class _Housekeeper:
                 if action == "close":
                     item.close()
                 else:
-                    self._prepare(item)
+                    self._prepare(*item)
             except Exception:  # noqa: BLE001 - housekeeping must outlive any one failure
                 pass
             del task, item  # hold nothing (a store, the runner) while waiting for the next
 
-    def _prepare(self, manifest: Manifest) -> None:
+    def _prepare(self, manifest: Manifest, key: str) -> None:
         make = self._make()  # None once the runner is gone; a local, so released on return
-        if make is None or not self._spares.wanted(manifest):
+        if make is None or not self._spares.wanted(key):
             return
         spare = make(manifest)
         if spare.error is not None:  # e.g. the pool is full now: try again later
             spare.store.close()
             return
-        for old in self._spares.put(spare):
+        for old in self._spares.put(key, spare):
             old.store.close()
 
     def stop(self) -> None:
