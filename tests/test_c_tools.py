@@ -104,3 +104,15 @@ def test_kv_lookup_needs_the_grant(box: wasmbox.Sandbox, built_examples: Path) -
     box.register_host_function("kv.get", lambda key: None)
     with pytest.raises(wasmbox.CapabilityError, match="kv.get"):
         box.load({"name": "kv", "module": str(built_examples / "kv_lookup.wasm")})
+
+
+def test_tool_spec_is_what_a_model_sees(box: wasmbox.Sandbox, built_examples: Path) -> None:
+    import tomllib
+
+    tool = box.load(CAPABILITIES / "word_count.toml")
+    spec = tool.spec()
+    manifest = tomllib.loads((CAPABILITIES / "word_count.toml").read_text())
+    assert spec == {"name": "word_count", "description": manifest["description"],
+                    "parameters": manifest["input_schema"]}  # fmt: skip
+    bare = box.load({"name": "bare", "module": str(built_examples / "word_count.wasm")})
+    assert bare.spec()["parameters"] == {"type": "object"}

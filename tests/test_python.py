@@ -77,6 +77,7 @@ def test_python_tool_args_are_checked(box: wasmbox.Sandbox, tmp_path: Path) -> N
     assert tool.call({"a": 2}).unwrap() == 3
     assert kind(tool.call({"b": 2})) == "invalid_arguments"  # a is missing
     assert kind(tool.call({"a": 1, "c": 2})) == "invalid_arguments"
+    assert kind(tool.call({"a": 1}, argv=["--flag"])) == "invalid_arguments"  # commands only
     schema_tool = box.load(CAPABILITIES / "csv_stats.toml")
     assert kind(schema_tool.call({"path": 5})) == "invalid_arguments"
 

@@ -370,9 +370,4 @@ class PythonToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        if call.argv or call.stdin:
-            return CallResult.failed(
-                self._manifest.name, ErrorKind.INVALID_ARGUMENTS,
-                "argv and stdin are for WASI command tools",
-            )  # fmt: skip
         return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)})

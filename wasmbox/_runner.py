@@ -117,8 +117,6 @@ class ModuleRunner:
         memory: wasmtime.Memory,
         call: CallInput,
     ) -> Any:
-        if call.argv or call.stdin:
-            raise Failure(ErrorKind.INVALID_ARGUMENTS, "argv and stdin are for WASI command tools")
         try:
             payload = _abi.pack(dict(call.args))
         except (TypeError, ValueError, OverflowError) as exc:

@@ -94,6 +94,8 @@ class Tool:
             return "argv contains a NUL byte"
         if not isinstance(stdin, (bytes, bytearray, memoryview, str)):
             return "stdin must be bytes or str"
+        if (argv or stdin) and self.kind is not ToolKind.COMMAND:
+            return "argv and stdin are for WASI command tools"
         if args and not all(isinstance(k, str) for k in args):
             return "args keys must be strings"
         schema = self.manifest.input_schema
