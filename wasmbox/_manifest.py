@@ -28,6 +28,7 @@ from ._engine import MAX_MEMORY
 from ._errors import ManifestError
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
+SCRATCH_GUEST_PATH = "/tmp"
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 _HOST_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
@@ -119,6 +120,9 @@ class Manifest(_Strict):
     args: tuple[str, ...] = Field((), strict=False)
     limits: Limits = Field(default_factory=Limits)
     preopens: tuple[Preopen, ...] = Field((), strict=False)
+    scratch: Size | None = Field(
+        None, description="A fresh writable /tmp of at most this size for each call, then deleted."
+    )
     input_schema: dict[str, Any] | None = None
 
     @field_validator("module", "source", mode="before")
@@ -178,6 +182,10 @@ class Manifest(_Strict):
         overlap = overlapping_preopens(self.preopens, self.preopens)
         if overlap:
             raise ValueError(overlap)
+        if self.scratch is not None:
+            for guest in guests:
+                if (guest + "/").startswith(SCRATCH_GUEST_PATH + "/"):
+                    raise ValueError(f"preopen {guest} would hide or nest in the scratch space at /tmp")
         return self
 
     def digest(self) -> str:

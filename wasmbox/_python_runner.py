@@ -15,12 +15,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import wasmtime
 from wasmtime import component
 
-from . import _abi, _call, _component_io
+from . import _abi, _call, _component_io, _scratch
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import ErrorKind
@@ -51,6 +52,7 @@ class PythonRuntimeRunner:
         runtime: PythonRuntime,
         host_functions: Mapping[str, HostFunction],
         ticker: EpochTicker,
+        scratch: _scratch.ScratchSpace,
         *,
         stdlib_writable: bool = False,
         spares: int = 2,
@@ -60,6 +62,7 @@ class PythonRuntimeRunner:
         self._runtime = runtime
         self._host_functions = host_functions
         self._ticker = ticker
+        self._scratch = scratch
         self._linker = component.Linker(engine)
         self._linker.add_wasip2()
         self._linker.allow_shadowing = True
@@ -113,10 +116,15 @@ class PythonRuntimeRunner:
         self._keeper.prepare(manifest, key)  # the next call under these grants finds one ready
         value: Any = None
         error = spare.error
+        watch = None
         try:
             if error is None:
                 _call.check_preopens(manifest)  # again: the spare was made a moment ago
                 with _call.running(state):
+                    if spare.scratch is not None:
+                        assert manifest.scratch is not None
+                        watch = _scratch.Watch(spare.scratch, manifest.scratch)
+                        watch.arm(spare.store)
                     assert spare.run is not None
                     response = _component_io.call_bytes(spare.store, spare.run, payload)
                 value = self._decode(response, limits.output)
@@ -127,10 +135,15 @@ class PythonRuntimeRunner:
         finally:
             spare.stdout.detach()
             spare.stderr.detach()
-        return _call.finish(
-            state, spare.store, started, value, error, spare.stdout, spare.stderr,
-            lambda: False, close=self._keeper.close,
-        )  # fmt: skip
+            if watch is not None:
+                watch.disarm()
+        try:
+            return _call.finish(
+                state, spare.store, started, value, error, spare.stdout, spare.stderr,
+                lambda: False, close=self._keeper.close,
+            )  # fmt: skip
+        finally:
+            spare.remove_scratch()
 
     def _prepare(self, manifest: Manifest) -> _Spare:
         """A store and instance for one call under `manifest`, not yet run. Never raises:
@@ -140,7 +153,11 @@ class PythonRuntimeRunner:
         store = _call.new_store(self._engine, limits, self._ticker)
         spare = _Spare(manifest, store, stdout, stderr)
         try:
-            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, self._stdlib)
+            extra = self._stdlib
+            if manifest.scratch is not None:
+                spare.scratch = self._scratch.create()
+                extra = (*extra, (spare.scratch, _scratch.GUEST_PATH, True))
+            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
             store.set_wasi(wasi)
             with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
                 instance = self._linker.instantiate(store, self._component)
@@ -237,7 +254,7 @@ def _release(
 ) -> None:
     keeper.stop()
     for spare in spares.drain():
-        spare.store.close()
+        spare.discard()
     linker.close()
     _component_io.forget(handle)
 
@@ -252,6 +269,17 @@ class _Spare:
         self.stderr = stderr
         self.run: component.Func | None = None
         self.error: CallError | None = None
+        self.scratch: Path | None = None  # this call's /tmp, made with the spare
+
+    def remove_scratch(self) -> None:
+        if self.scratch is not None:
+            _scratch.remove(self.scratch)
+            self.scratch = None
+
+    def discard(self) -> None:
+        """Free an unused spare: its store and its scratch directory."""
+        self.store.close()
+        self.remove_scratch()
 
     def renew(self, ticker: EpochTicker) -> None:
         """Full fuel and a deadline counted from now, not from when the spare was made."""
@@ -273,7 +301,7 @@ class _Spares:
         with self._lock:
             spare = self._ready.pop(key, None)
         if spare is not None and spare.manifest != manifest:  # never another grant set's
-            spare.store.close()
+            spare.discard()
             return None
         return spare
 
@@ -342,10 +370,10 @@ class _Housekeeper:
             return
         spare = make(manifest)
         if spare.error is not None:  # e.g. the pool is full now: try again later
-            spare.store.close()
+            spare.discard()
             return
         for old in self._spares.put(key, spare):
-            old.store.close()
+            old.discard()
 
     def stop(self) -> None:
         atexit.unregister(self.stop)

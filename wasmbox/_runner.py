@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import wasmtime
 
-from . import _abi, _call, _hostcall, _rawcall, _wasi_poll
+from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_poll
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import CapabilityError, ErrorKind
@@ -45,6 +46,7 @@ class ModuleRunner:
         manifest: Manifest,
         host_functions: Mapping[str, HostFunction],
         ticker: EpochTicker,
+        scratch: _scratch.ScratchSpace,
     ) -> None:
         assert info.kind is not None
         self.kind = info.kind
@@ -53,6 +55,8 @@ class ModuleRunner:
         self._limits = manifest.limits
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
+        # A module that cannot reach WASI cannot use a scratch directory: none is made.
+        self._scratch = scratch if manifest.scratch is not None and info.uses_wasi else None
         self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
         linker = wasmtime.Linker(engine)
         if info.uses_wasi:
@@ -72,12 +76,18 @@ class ModuleRunner:
 
     def call(self, call: CallInput) -> CallResult:
         self._ticker.enter()
+        scratch = None
         try:
-            return self._call(call)
+            if self._scratch is None:
+                return self._call(call)
+            scratch = self._scratch.create()
+            return self._call(call, scratch)
         finally:
+            if scratch is not None:
+                _scratch.remove(scratch)
             self._ticker.leave()
 
-    def _call(self, call: CallInput) -> CallResult:
+    def _call(self, call: CallInput, scratch: Path | None = None) -> CallResult:
         started = time.perf_counter()
         limits = self._limits
         state = _call.CallState.start(self._manifest, started)
@@ -86,10 +96,16 @@ class ModuleRunner:
         memory: wasmtime.Memory | None = None
         value: Any = None
         error: CallError | None = None
+        watch = None
         try:
             if self._uses_wasi:
-                store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr))
+                extra = ((scratch, _scratch.GUEST_PATH, True),) if scratch is not None else ()
+                store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr, extra))
             with _call.running(state):
+                if scratch is not None:
+                    assert self._manifest.scratch is not None
+                    watch = _scratch.Watch(scratch, self._manifest.scratch)
+                    watch.arm(store)
                 instance = self._pre.instantiate(store)
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
@@ -105,6 +121,8 @@ class ModuleRunner:
         finally:
             stdout.detach()
             stderr.detach()
+            if watch is not None:
+                watch.disarm()
         return _call.finish(
             state, store, started, value, error, stdout, stderr,
             lambda: _call.memory_exhausted(store, memory, limits.memory),

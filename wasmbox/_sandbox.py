@@ -34,6 +34,7 @@ from ._pyruntime import (
 from ._python_runner import PythonRuntimeRunner, PythonToolRunner
 from ._results import CallResult
 from ._runner import ModuleRunner
+from ._scratch import ScratchSpace
 from ._tool import Tool
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,7 +53,8 @@ class Sandbox:
 
     One per process is the normal case. `cache_dir=None` disables the on-disk compile cache;
     by default it is `$WASMBOX_CACHE_DIR` or `~/.cache/wasmbox`. `max_workers` sizes the thread
-    pool that `acall` uses.
+    pool that `acall` uses. Per-call scratch directories (manifest `scratch`) are made under a
+    private folder in `scratch_dir` (default: the system's temporary directory).
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class Sandbox:
         cache_dir: str | os.PathLike[str] | None | _Default = _Default.CACHE_DIR,
         max_workers: int | None = None,
         settings: EngineSettings | None = None,
+        scratch_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
@@ -69,6 +72,7 @@ class Sandbox:
             Path(directory) if directory is not None else None, self.settings
         )
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
+        self._scratch_space = ScratchSpace(scratch_dir)
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
@@ -79,7 +83,7 @@ class Sandbox:
         self._python_grants: dict[str, tuple[Preopen, ...]] = {}  # run_python's, by digest
         self._python_lock = threading.Lock()
         self._closed = False
-        self._scratch: str | None = None  # holds the Python runtime when there is no cache dir
+        self._runtime_dir: str | None = None  # holds the Python runtime when there is no cache dir
 
     # -- host functions -------------------------------------------------------------------
 
@@ -125,8 +129,9 @@ class Sandbox:
             raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))
         runner = ModuleRunner(
-            self.engine, module, info, manifest, self._host_functions, self._ticker
-        )
+            self.engine, module, info, manifest, self._host_functions, self._ticker,
+            self._scratch_space,
+        )  # fmt: skip
         return self._register(manifest, Tool(manifest, runner, self._executor, info), replace)
 
     def _register(self, manifest: Manifest, tool: Tool, replace: bool) -> Tool:
@@ -146,9 +151,22 @@ class Sandbox:
                 if name != replacing
                 for preopen in tool.manifest.preopens
             ) + tuple(p for grants in self._python_grants.values() for p in grants)
-        problem = overlapping_preopens(manifest.preopens, theirs)
+        problem = overlapping_preopens(manifest.preopens, theirs) or self._private_dir_problem(manifest)
         if problem:
             raise CapabilityError(f"{manifest.name}: {problem}")
+
+    def _private_dir_problem(self, manifest: Manifest) -> str | None:
+        """Why a grant would reach the Sandbox's own folders: the scratch root (other calls'
+        scratch) in any way, the compile cache (trusted code) for writing."""
+        cache = self._cache.directory
+        for preopen in manifest.preopens:
+            private = [(self._scratch_space.root, "scratch")]
+            if preopen.writable and cache is not None:
+                private.append((Path(os.path.realpath(cache)), "compile cache"))
+            for folder, what in private:
+                if preopen.host == folder or preopen.host in folder.parents:
+                    return f"preopen {preopen.host} contains the Sandbox's {what} folder {folder}"
+        return None
 
     def _check_host_functions(self, manifest: Manifest) -> None:
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
@@ -184,14 +202,14 @@ class Sandbox:
             if self._python is None:
                 directory = self._cache.directory
                 if directory is None:
-                    self._scratch = tempfile.mkdtemp(prefix="wasmbox-")
-                    directory = Path(self._scratch)
+                    self._runtime_dir = tempfile.mkdtemp(prefix="wasmbox-")
+                    directory = Path(self._runtime_dir)
                 runtime = ensure_runtime(
                     directory, progress, partial(self._precompile_stdlib, progress=progress)
                 )
                 self._python = PythonRuntimeRunner(
                     self.engine, self._compile_runtime(runtime, progress), runtime,
-                    self._host_functions, self._ticker,
+                    self._host_functions, self._ticker, self._scratch_space,
                 )  # fmt: skip
             return self._python
 
@@ -207,7 +225,7 @@ class Sandbox:
         progress("byte-compiling the standard library inside the runtime ...")
         runner = PythonRuntimeRunner(
             self.engine, self._compile_runtime(runtime, progress), runtime, {}, self._ticker,
-            stdlib_writable=True, spares=0,
+            self._scratch_space, stdlib_writable=True, spares=0,
         )  # fmt: skip
         grants = Manifest(
             name="precompile", runtime="python",
@@ -288,8 +306,10 @@ class Sandbox:
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+        if self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+        if idle:
+            self._scratch_space.close()
 
     def __enter__(self) -> Sandbox:
         return self

@@ -3,6 +3,8 @@
  *
  *   fsprobe read PATH        print the file to stdout
  *   fsprobe write PATH TEXT  create/truncate PATH and write TEXT to it
+ *   fsprobe fill PATH N [C]  create/truncate PATH and write N bytes to it, C bytes per write
+ *                            (default 64 KiB; C = N makes it one write)
  *   fsprobe ls DIR           the names in DIR, sorted, one per line ("." and ".." left out)
  *   fsprobe env              each environment entry, one per line
  *   fsprobe argv [ARG...]    each argv entry (argv[0] and these ARGs too), one per line
@@ -29,7 +31,7 @@ static int fail(int err) {
 }
 
 static int usage(void) {
-    fputs("usage: fsprobe read PATH | write PATH TEXT | ls DIR | env | argv [ARG...] | cat"
+    fputs("usage: fsprobe read PATH | write PATH TEXT | fill PATH N [CHUNK] | ls DIR | env | argv [ARG...] | cat"
           " | exit N\n", stderr);
     return 2;
 }
@@ -85,6 +87,38 @@ static int cmd_write(const char *path, const char *text) {
     return 0;
 }
 
+static int parse_size(const char *text, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(text, &end, 10);
+    if (errno || end == text || *end || n == 0 || n > (1ull << 31)) return -1;
+    *out = (size_t)n;
+    return 0;
+}
+
+static int cmd_fill(const char *path, const char *total_text, const char *chunk_text) {
+    size_t total, chunk = 64 * 1024;
+    if (parse_size(total_text, &total) < 0) return usage();
+    if (chunk_text && parse_size(chunk_text, &chunk) < 0) return usage();
+    if (chunk > total) chunk = total;
+    char *buf = malloc(chunk);
+    if (!buf) return fail(ENOMEM);
+    memset(buf, 'x', chunk);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fail(errno);
+    for (size_t done = 0; done < total;) {
+        size_t n = total - done < chunk ? total - done : chunk;
+        if (write_all(fd, buf, n) < 0) {
+            int err = errno;
+            close(fd);
+            return fail(err);
+        }
+        done += n;
+    }
+    if (close(fd) < 0) return fail(errno);
+    return 0;
+}
+
 static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -123,6 +157,8 @@ static int dispatch(int argc, char **argv) {
     int nargs = argc - 2;
     if (!strcmp(cmd, "read") && nargs == 1) return cmd_read(argv[2]);
     if (!strcmp(cmd, "write") && nargs == 2) return cmd_write(argv[2], argv[3]);
+    if (!strcmp(cmd, "fill") && (nargs == 2 || nargs == 3))
+        return cmd_fill(argv[2], argv[3], nargs == 3 ? argv[4] : NULL);
     if (!strcmp(cmd, "ls") && nargs == 1) return cmd_ls(argv[2]);
     if (!strcmp(cmd, "env") && nargs == 0) return print_lines(environ);
     if (!strcmp(cmd, "argv")) return print_lines(argv);

@@ -1,0 +1,200 @@
+"""Scratch space: one fresh, empty, writable directory per call at `/tmp`, gone afterwards.
+
+Each call's directory lives under one private root per Sandbox (0700). Its size is enforced
+while the guest runs, not only after: the store's epoch deadline becomes one tick, and at every
+tick (every `EngineSettings.epoch_tick_s`, on the call's own thread) a callback measures the
+directory and stops the guest with `output_limit` once it holds more than the cap, or with
+`timeout` once the call's deadline has passed. So the host holds at most the cap plus what
+the guest writes in one tick, or plus one write: the Python runtime's streams write at most
+4 KiB at a time, but a core module's single `fd_write` can carry up to its whole memory
+(`limits.memory`), and no tick can stop a write half way (Wasmtime's WASI cannot be wrapped:
+its functions need the calling instance's memory).
+
+Removal and measurement never follow symlinks and work relative to directory descriptors, so
+a guest's deep trees (deeper than PATH_MAX or the recursion limit) and symlinks cannot make
+the host remove, measure or keep anything outside the call's directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+from . import _call
+from ._errors import ErrorKind
+from ._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
+from ._units import format_size
+
+ENTRY_MIN = 4096  # each file or directory counts at least this much (an inode, a block)
+_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+
+
+class ScratchSpace:
+    """The per-call directories of one Sandbox, under a private root made at once (so grants
+    can be checked against it) and removed when the Sandbox closes or is collected."""
+
+    def __init__(self, parent: str | os.PathLike[str] | None = None) -> None:
+        if parent is not None:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+        self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix="wasmbox-scratch-", dir=parent)))
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+
+    def create(self) -> Path:
+        """A fresh, empty directory for one call."""
+        return Path(tempfile.mkdtemp(prefix="call-", dir=self.root))
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def remove(path: Path) -> None:
+    """Delete a call's directory and everything in it, whatever the guest made there."""
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        _empty(top)
+    finally:
+        os.close(top)
+    os.rmdir(path)
+
+
+def _empty(top: int) -> None:
+    """Remove everything below the directory `top`, iteratively (no recursion limit)."""
+    stack: list[tuple[int, str | None]] = [(os.dup(top), None)]  # (dir fd, its name in the parent)
+    while stack:
+        fd, _ = stack[-1]
+        descended = False
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    try:
+                        child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    except FileNotFoundError:
+                        continue
+                    stack.append((child, entry.name))
+                    descended = True
+                    break
+                os.unlink(entry.name, dir_fd=fd)
+        if descended:
+            continue
+        fd, name = stack.pop()
+        os.close(fd)
+        if name is not None:
+            os.rmdir(name, dir_fd=stack[-1][0])
+
+
+def usage(path: Path, stop_above: int) -> int:
+    """Bytes the directory holds: each entry counts its size or its blocks, at least
+    `ENTRY_MIN`. Stops counting once past `stop_above` (that is enough to know)."""
+    total = 0
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return 0
+    stack = [top]
+    try:
+        while stack and total <= stop_above:
+            fd = stack.pop()
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        total += max(info.st_size, info.st_blocks * 512, ENTRY_MIN)
+                        if stat.S_ISDIR(info.st_mode):
+                            try:
+                                stack.append(os.open(
+                                    entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd,
+                                ))  # fmt: skip
+                            except OSError:
+                                continue
+            finally:
+                os.close(fd)
+    finally:
+        for fd in stack:
+            os.close(fd)
+    return total
+
+
+class Watch:
+    """Checks one call's scratch directory and deadline at every epoch tick of its store."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        self.path = path
+        self.cap = cap
+        self._id = 0
+
+    def arm(self, store: wasmtime.Store) -> None:
+        """Check at every tick of `store` from now until `disarm` (on the call's thread)."""
+        self._id = next(_ids)
+        with _lock:
+            _watches[self._id] = self
+        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _NO_FINALIZER)
+        store.set_epoch_deadline(1)
+
+    def disarm(self) -> None:
+        with _lock:
+            _watches.pop(self._id, None)
+
+    def over(self) -> bool:
+        return usage(self.path, self.cap) > self.cap
+
+    @property
+    def message(self) -> str:
+        return f"scratch space {GUEST_PATH} exceeded its {format_size(self.cap)} cap"
+
+
+_watches: dict[int, Watch] = {}
+_lock = threading.Lock()
+_ids = itertools.count(1)
+_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
+
+
+@ctypes.CFUNCTYPE(
+    ctypes.c_size_t, ctypes.POINTER(ffi.wasmtime_context_t), ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
+)  # fmt: skip
+def _on_tick(
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    handle: int | None,
+    delta: ctypes._Pointer[ctypes.c_uint64],
+    kind: ctypes._Pointer[ctypes.c_uint8],
+) -> int:
+    """Runs on the guest's thread: continue for one more tick, or stop the guest."""
+    try:
+        watch = _watches.get(handle or 0)
+        if watch is None:
+            return _stop(context, ErrorKind.HOST_ERROR, "the call's scratch watch is gone")
+        state = _call.current()
+        if time.perf_counter() > state.deadline:
+            limits = state.manifest.limits
+            return _stop(context, ErrorKind.TIMEOUT, f"exceeded the {limits.timeout:g}s deadline")
+        if watch.over():
+            return _stop(context, ErrorKind.OUTPUT_LIMIT, watch.message)
+    except BaseException as exc:  # never unwind into Wasmtime
+        return _stop(context, ErrorKind.HOST_ERROR, f"checking scratch space: {exc!r}")
+    delta[0] = 1
+    kind[0] = _CONTINUE
+    return 0
+
+
+def _stop(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> int:
+    if _call.inside_call():
+        _call.abort(context, kind, message)
+    error = ffi.wasmtime_error_new(message.encode())
+    return ctypes.cast(error, ctypes.c_void_p).value or 0
