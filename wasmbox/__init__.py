@@ -5,6 +5,7 @@
     tool.call({"text": "a b c"}).unwrap()
 """
 
+from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -32,6 +33,8 @@ from ._tool import Tool
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditLog",
+    "AuditRecord",
     "BadResponseError",
     "CallError",
     "CallResult",
@@ -56,5 +59,7 @@ __all__ = [
     "ToolKind",
     "ToolTimeoutError",
     "TrapError",
+    "Verification",
     "WasmboxError",
+    "verify_audit_log",
 ]

@@ -249,7 +249,7 @@ def finish(
     error: CallError | None,
     stdout: Output,
     stderr: Output,
-    memory_exhausted: Callable[[], bool],
+    memory_size: Callable[[], int | None],
     close: Callable[[wasmtime.Store], None] = wasmtime.Store.close,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
@@ -257,6 +257,7 @@ def finish(
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
     call's Store in a reference cycle until the garbage collector runs."""
     limits = state.manifest.limits
+    peak_memory = memory_size()
     if state.abort is not None:
         error = state.abort
     elif error is not None and error.kind in (ErrorKind.GUEST_ERROR, ErrorKind.TRAP):
@@ -264,7 +265,7 @@ def finish(
             error = CallError(kind=state.failure, message=error.message)
         else:
             says_oom = error.kind is ErrorKind.GUEST_ERROR and bool(_OOM_WORDING.search(error.message))
-            if says_oom or memory_exhausted():
+            if says_oom or (peak_memory is not None and near_cap(peak_memory, limits.memory)):
                 suffix = "" if says_oom else " (memory cap reached)"
                 error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message + suffix)
     truncated = stdout.truncated or stderr.truncated
@@ -288,15 +289,9 @@ def finish(
         truncated=truncated,
         fuel_used=limits.fuel - fuel_left,
         duration_s=time.perf_counter() - started,
+        peak_memory=peak_memory,
         host_calls=state.records,
     )
-
-
-def memory_exhausted(
-    store: wasmtime.Store | wasmtime.Caller, memory: wasmtime.Memory | None, cap: int
-) -> bool:
-    """True when `memory` is within one page of the cap, so the next growth was refused."""
-    return memory is not None and near_cap(memory.data_len(store), cap)
 
 
 def near_cap(memory_size: int, cap: int) -> bool:

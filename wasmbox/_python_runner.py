@@ -140,7 +140,7 @@ class PythonRuntimeRunner:
         try:
             return _call.finish(
                 state, spare.store, started, value, error, spare.stdout, spare.stderr,
-                lambda: False, close=self._keeper.close,
+                lambda: None, close=self._keeper.close,
             )  # fmt: skip
         finally:
             spare.remove_scratch()

@@ -53,6 +53,9 @@ class CallResult(BaseModel):
     truncated: bool = Field(False, description="stdout or stderr was cut at the output cap.")
     fuel_used: int = 0
     duration_s: float = 0.0
+    peak_memory: int | None = Field(
+        None, description="Bytes of linear memory at the end (it only grows); None for Python."
+    )
     host_calls: list[HostCallRecord] = Field(default_factory=list)
 
     @classmethod

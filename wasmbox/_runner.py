@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import wasmtime
+from wasmtime import _ffi as ffi
 
 from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_poll
 from ._call import CallInput, Failure
@@ -107,10 +108,11 @@ class ModuleRunner:
                     watch = _scratch.Watch(scratch, self._manifest.scratch)
                     watch.arm(store)
                 instance = self._pre.instantiate(store)
+                memory = _memory(store, instance)
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
                 else:
-                    memory = _rawcall.memory(_MEMORY.get(store, instance))
+                    assert memory is not None  # checked at load
                     value = self._run_reactor(store, instance, memory, call)
         except Failure as failure:
             error = failure.error
@@ -125,7 +127,7 @@ class ModuleRunner:
                 watch.disarm()
         return _call.finish(
             state, store, started, value, error, stdout, stderr,
-            lambda: _call.memory_exhausted(store, memory, limits.memory),
+            lambda: memory.data_len(store) if memory is not None else None,
         )  # fmt: skip
 
     def _run_reactor(
@@ -161,6 +163,14 @@ class ModuleRunner:
         if not is_ok:
             raise Failure(ErrorKind.GUEST_ERROR, value)
         return value
+
+
+def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> wasmtime.Memory | None:
+    try:
+        item = _MEMORY.get(store, instance)
+    except wasmtime.WasmtimeError:  # a command module need not export it
+        return None
+    return _rawcall.memory(item) if item.kind == ffi.WASMTIME_EXTERN_MEMORY.value else None
 
 
 def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
+from ._audit import AuditLog, AuditSink, Auditor, args_digest
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
 from . import _call
@@ -54,7 +56,8 @@ class Sandbox:
     One per process is the normal case. `cache_dir=None` disables the on-disk compile cache;
     by default it is `$WASMBOX_CACHE_DIR` or `~/.cache/wasmbox`. `max_workers` sizes the thread
     pool that `acall` uses. Per-call scratch directories (manifest `scratch`) are made under a
-    private folder in `scratch_dir` (default: the system's temporary directory).
+    private folder in `scratch_dir` (default: the system's temporary directory). `audit` takes
+    the sinks that get a record of every call: callables, `logging.Logger`s, `AuditLog`s.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Sandbox:
         max_workers: int | None = None,
         settings: EngineSettings | None = None,
         scratch_dir: str | os.PathLike[str] | None = None,
+        audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
@@ -73,6 +77,7 @@ class Sandbox:
         )
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
+        self._auditor = Auditor(audit)
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
@@ -132,7 +137,8 @@ class Sandbox:
             self.engine, module, info, manifest, self._host_functions, self._ticker,
             self._scratch_space,
         )  # fmt: skip
-        return self._register(manifest, Tool(manifest, runner, self._executor, info), replace)
+        tool = Tool(manifest, runner, self._executor, self._auditor, hashlib.sha256(wasm).hexdigest(), info)
+        return self._register(manifest, tool, replace)
 
     def _register(self, manifest: Manifest, tool: Tool, replace: bool) -> Tool:
         with self._lock:
@@ -191,7 +197,7 @@ class Sandbox:
         except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runner = PythonToolRunner(self.python_runtime(), manifest, source)
-        return Tool(manifest, runner, self._executor)
+        return Tool(manifest, runner, self._executor, self._auditor, _sha256(source))
 
     def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
         """The CPython runtime, built and compiled on first use (progress on stderr) and
@@ -261,8 +267,13 @@ class Sandbox:
                     with self._lock:  # later grant sets are checked against this one too
                         self._python_grants[key] = grants.preopens
         if not isinstance(code, str):
-            return CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
-        return self.python_runtime().call(grants, {"mode": "code", "code": code})
+            result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
+        else:
+            result = self.python_runtime().call(grants, {"mode": "code", "code": code})
+        if self._auditor.enabled:
+            digest = _sha256(code) if isinstance(code, str) else args_digest(code)
+            self._auditor.record(result, grants.digest(), digest, {}, grants.limits)
+        return result
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """`run_python` on the Sandbox's worker threads."""
@@ -310,12 +321,17 @@ class Sandbox:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
         if idle:
             self._scratch_space.close()
+        self._auditor.flush()
 
     def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _check_python_preopens(manifest: Manifest) -> None:

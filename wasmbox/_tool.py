@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import _schema
+from ._audit import Auditor
 from ._call import CallInput
 from ._errors import ErrorKind
 from ._inspect import ModuleInfo, ToolKind
@@ -29,12 +30,21 @@ class Tool:
     """One tool, ready to call. Get it from `Sandbox.load`; call it from any thread."""
 
     def __init__(
-        self, manifest: Manifest, runner: Runner, executor: Executor, info: ModuleInfo | None = None
+        self,
+        manifest: Manifest,
+        runner: Runner,
+        executor: Executor,
+        auditor: Auditor,
+        code_digest: str,
+        info: ModuleInfo | None = None,
     ) -> None:
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
+        self.code_digest = code_digest  # sha256 of the wasm module or the Python source
         self._runner = runner
         self._executor = executor
+        self._auditor = auditor
+        self._manifest_digest: str | None = None  # computed on first audited call
 
     @property
     def name(self) -> str:
@@ -64,11 +74,23 @@ class Tool:
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
         if problem is not None:
-            return CallResult.failed(
+            result = CallResult.failed(
                 self.name, ErrorKind.INVALID_ARGUMENTS, problem, time.perf_counter() - start
             )
-        data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-        return self._runner.call(CallInput(args or {}, tuple(argv), data))
+        else:
+            data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+            result = self._runner.call(CallInput(args or {}, tuple(argv), data))
+        if self._auditor.enabled:
+            self._audit(result, args, argv, stdin)
+        return result
+
+    def _audit(self, result: CallResult, args: object, argv: object, stdin: object) -> None:
+        if self._manifest_digest is None:
+            self._manifest_digest = self.manifest.digest()
+        given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
+        self._auditor.record(
+            result, self._manifest_digest, self.code_digest, given, self.manifest.limits
+        )
 
     async def acall(
         self,

@@ -46,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, default=1.0, help="per throughput figure")
     bench.add_argument("--no-python", action="store_true", help="core modules only")
 
+    audit = commands.add_parser("audit", help="work with audit logs")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    check = audit_commands.add_parser("verify", help="check an audit log's hash chain")
+    check.add_argument("file", type=Path)
+    check.add_argument("--head", help="the hash the log must end at (catches lines cut from the end)")
+
     options = parser.parse_args(argv)
     try:
         if options.command == "run":
@@ -56,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _python(options)
         if options.command == "build":
             return _build()
+        if options.command == "audit":
+            return _audit_verify(options)
         if options.command == "bench":
             from . import _bench
 
@@ -100,6 +108,21 @@ def _build() -> int:
     with Sandbox() as box:
         runtime = box.python_runtime()
     print(f"wasmbox: the Python runtime is ready ({runtime.component_path})", file=sys.stderr)
+    return 0
+
+
+def _audit_verify(options: argparse.Namespace) -> int:
+    from ._audit import verify_audit_log
+
+    try:
+        outcome = verify_audit_log(options.file, options.head)
+    except OSError as exc:
+        print(f"wasmbox: cannot read {options.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if not outcome.ok:
+        print(f"{options.file}: BROKEN after {outcome.records} good records: {outcome.problem}")
+        return 1
+    print(f"{options.file}: ok, {outcome.records} records, head {outcome.head}")
     return 0
 
 
