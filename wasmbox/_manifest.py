@@ -26,6 +26,7 @@ from pydantic import (
 from . import _schema
 from ._engine import MAX_MEMORY
 from ._errors import ManifestError
+from ._allowlist import FETCH, Rule, parse_rule
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SCRATCH_GUEST_PATH = "/tmp"
@@ -104,6 +105,28 @@ class Preopen(_Strict):
         return str(path)
 
 
+class Network(_Strict):
+    """Egress through the `http.fetch` host function (see `_allowlist`, `_fetch`)."""
+
+    allow: tuple[str, ...] = Field(
+        strict=False, min_length=1,
+        description="'host:port', an address with or without ':port', '[v6]:port', or a CIDR.",
+    )  # fmt: skip
+    max_response: Size = Field(1024**2, description="Cap on a response body.")
+    timeout: Duration = Field(5.0, description="Cap on one fetch, redirects included.")
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            parse_rule(entry)  # ValueError names the entry
+        return value
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return tuple(parse_rule(entry) for entry in self.allow)
+
+
 class Manifest(_Strict):
     """A tool and its grants. Unknown keys are errors; relative paths follow the manifest file."""
 
@@ -123,6 +146,7 @@ class Manifest(_Strict):
     scratch: Size | None = Field(
         None, description="A fresh writable /tmp of at most this size for each call, then deleted."
     )
+    network: Network | None = None
     input_schema: dict[str, Any] | None = None
 
     @field_validator("module", "source", mode="before")
@@ -182,6 +206,8 @@ class Manifest(_Strict):
         overlap = overlapping_preopens(self.preopens, self.preopens)
         if overlap:
             raise ValueError(overlap)
+        if (self.network is None) != (FETCH not in self.host_functions):
+            raise ValueError(f"[network] and the {FETCH} host function go together: grant both or neither")
         if self.scratch is not None:
             for guest in guests:
                 if (guest + "/").startswith(SCRATCH_GUEST_PATH + "/"):

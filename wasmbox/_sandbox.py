@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
+from ._allowlist import FETCH
+from ._fetch import Fetcher, Resolver
 from ._audit import AuditLog, AuditSink, Auditor, args_digest
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
@@ -58,6 +60,7 @@ class Sandbox:
     pool that `acall` uses. Per-call scratch directories (manifest `scratch`) are made under a
     private folder in `scratch_dir` (default: the system's temporary directory). `audit` takes
     the sinks that get a record of every call: callables, `logging.Logger`s, `AuditLog`s.
+    `resolver(host, port) -> [address, ...]` replaces the system resolver for `http.fetch`.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class Sandbox:
         settings: EngineSettings | None = None,
         scratch_dir: str | os.PathLike[str] | None = None,
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
@@ -81,7 +85,9 @@ class Sandbox:
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
-        self._host_functions: dict[str, HostFunction] = {}
+        self._host_functions: dict[str, HostFunction] = {
+            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch)  # built in; granted by [network]
+        }
         self._tools: dict[str, Tool] = {}
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None

@@ -1,0 +1,288 @@
+"""`http.fetch`: egress by resolved address against the manifest's allow list.
+
+A real HTTP server runs on 127.0.0.1; manifests allow it explicitly (loopback is refused
+otherwise). Name lookups go through a resolver the test controls, so DNS answers can be hostile.
+"""
+
+from __future__ import annotations
+
+import http.server
+import ipaddress
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+import wasmbox
+from wasmbox._allowlist import parse_rule, verdict
+
+from .conftest import wat
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.startswith("/to/"):  # /to/<url>: a redirect there
+            self.send_response(302)
+            self.send_header("Location", self.path[4:])
+            self.end_headers()
+            return
+        if self.path == "/big":
+            body = b"x" * (2 * 1024 * 1024)
+        else:
+            body = json.dumps({"path": self.path, "host": self.headers["Host"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Test", "yes")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(201)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[int]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+
+
+class Resolver:
+    """Answers from a table; counts lookups (a second lookup would be a rebinding window)."""
+
+    def __init__(self, answers: dict[str, list[list[str]]]) -> None:
+        self.answers = answers
+        self.lookups: list[str] = []
+
+    def __call__(self, host: str, port: int) -> Sequence[str]:
+        self.lookups.append(host)
+        queue = self.answers.get(host)
+        if queue is None:
+            return wasmbox._fetch.default_resolver(host, port)  # numeric hosts
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+@pytest.fixture
+def resolver() -> Resolver:
+    return Resolver({})
+
+
+@pytest.fixture
+def fbox(cache_dir: Any, resolver: Resolver) -> Iterator[wasmbox.Sandbox]:
+    with wasmbox.Sandbox(cache_dir=cache_dir, resolver=resolver) as sandbox:
+        yield sandbox
+
+
+def core_tool(box: wasmbox.Sandbox, allow: list[str], **network: Any) -> wasmbox.Tool:
+    return box.load({"name": "fetch", "module": wat("fetch"), "host_functions": ["http.fetch"],
+                     "network": {"allow": allow, **network}})  # fmt: skip
+
+
+def fetch(box: wasmbox.Sandbox, allow: list[str], url: str, **network: Any) -> wasmbox.CallResult:
+    """One fetch from a core module; the tool is reloaded with this allow list."""
+    tool = box.load({"name": "fetch", "module": wat("fetch"), "host_functions": ["http.fetch"],
+                     "network": {"allow": allow, **network}}, replace=True)  # fmt: skip
+    return tool.call({"url": url})
+
+
+def refused(result: wasmbox.CallResult) -> str:
+    """The refusal's message (the guest saw it as its host call's error)."""
+    assert result.error is not None and result.error.kind is wasmbox.ErrorKind.CAPABILITY_DENIED, result
+    (record,) = result.host_calls
+    assert record.name == "http.fetch" and record.verdict == "denied"
+    return record.detail or ""
+
+
+def test_allowed_fetch_from_a_core_module(fbox: wasmbox.Sandbox, server: int) -> None:
+    value = fetch(fbox, [f"127.0.0.1:{server}"], f"http://127.0.0.1:{server}/a?b=1").unwrap()
+    assert value["status"] == 200 and value["headers"]["x-test"] == "yes"
+    assert json.loads(value["body"]) == {"path": "/a?b=1", "host": f"127.0.0.1:{server}"}
+
+
+def test_allowed_fetch_from_python_with_post(fbox: wasmbox.Sandbox, server: int) -> None:
+    grants = {"name": "py", "runtime": "python", "host_functions": ["http.fetch"],
+              "network": {"allow": [f"127.0.0.1:{server}"]}}  # fmt: skip
+    code = (f"from wasmbox_guest import call_host\n"
+            f"r = call_host('http.fetch', url='http://127.0.0.1:{server}/', method='POST', body=b'hi')\n"
+            f"(r['status'], r['body'])")  # fmt: skip
+    assert fbox.run_python(code, grants).unwrap() == [201, b"hi"]
+
+
+def test_name_is_resolved_once_and_the_checked_address_is_used(fbox: wasmbox.Sandbox, resolver: Resolver, server: int) -> None:
+    # first answer: the allowed test server; any later answer: the metadata endpoint
+    resolver.answers["api.example.test"] = [["127.0.0.1"], ["169.254.169.254"]]
+    value = fetch(fbox, [f"127.0.0.1:{server}"], f"http://api.example.test:{server}/x").unwrap()
+    assert json.loads(value["body"])["host"] == f"api.example.test:{server}"  # Host header kept
+    assert resolver.lookups == ["api.example.test"]  # no second lookup to rebind
+    assert "169.254.169.254" in refused(fetch(fbox, [f"127.0.0.1:{server}"], f"http://api.example.test:{server}/x"))
+
+
+def test_every_resolved_address_is_checked(fbox: wasmbox.Sandbox, resolver: Resolver, server: int) -> None:
+    resolver.answers["mixed.example.test"] = [["127.0.0.1", "10.0.0.7"]]
+    detail = refused(fetch(fbox, [f"127.0.0.1:{server}"], f"http://mixed.example.test:{server}/"))
+    assert "10.0.0.7 is private" in detail
+
+
+def test_a_name_rule_never_reaches_internal_addresses(fbox: wasmbox.Sandbox, resolver: Resolver) -> None:
+    resolver.answers["api.weather.test"] = [["10.1.2.3"]]
+    assert "10.1.2.3 is private" in refused(fetch(fbox, ["api.weather.test:80"], "http://api.weather.test/"))
+
+
+def test_redirect_to_a_forbidden_host_is_refused(fbox: wasmbox.Sandbox, server: int) -> None:
+    allow = [f"127.0.0.1:{server}"]
+    ok = fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://127.0.0.1:{server}/landed").unwrap()
+    assert json.loads(ok["body"])["path"] == "/landed" and ok["url"].endswith("/landed")
+    detail = refused(fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://169.254.169.254/latest/meta-data/"))
+    assert "169.254.169.254 is link-local" in detail
+    other_port = refused(fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://127.0.0.1:1/"))
+    assert "127.0.0.1 is loopback" in other_port
+
+
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),
+        ("http://[fe80::1]/", "link-local"),
+        ("http://127.0.0.1:{port}/", "loopback"),  # allowed only on the server's own port below
+        ("http://[::1]/", "loopback"),
+        ("http://10.0.0.1/", "private"),
+        ("http://172.16.0.1/", "private"),
+        ("http://192.168.1.1/", "private"),
+        ("http://[fd00::1]/", "private"),
+        ("http://100.64.0.1/", "not globally routable"),
+        ("http://224.0.0.1/", "multicast"),
+        ("http://[ff02::1]/", "multicast"),
+        ("http://0.0.0.0/", "unspecified"),
+        ("http://[::]/", "unspecified"),
+        ("http://[::ffff:169.254.169.254]/", "link-local"),
+        ("http://[::ffff:10.0.0.1]/", "private"),
+        ("http://[64:ff9b::a9fe:a9fe]/", "link-local"),  # NAT64 form of 169.254.169.254
+        ("http://[2002:a9fe:a9fe::1]/", "link-local"),  # 6to4 form
+        ("http://2852039166/", "link-local"),  # 169.254.169.254 as one decimal number
+        ("http://0251.0376.0251.0376/", "link-local"),  # octal
+        ("http://0xa9.0xfe.0xa9.0xfe/", "link-local"),  # hex
+        ("http://169.254.43518/", "link-local"),  # short form
+        ("http://127.1/", "loopback"),
+        ("http://0x7f000001/", "loopback"),
+    ],
+)
+def test_forbidden_addresses_are_refused_in_any_spelling(
+    fbox: wasmbox.Sandbox, server: int, url: str, reason: str
+) -> None:
+    allow = [f"127.0.0.1:{server + 1 if server < 65535 else server - 1}", "93.184.216.34"]
+    assert reason in refused(fetch(fbox, allow, url.format(port=server)))
+
+
+def test_odd_spellings_get_the_canonical_verdict_when_allowed(fbox: wasmbox.Sandbox, server: int) -> None:
+    allow = [f"127.0.0.1:{server}"]
+    for host in ("127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "[::ffff:127.0.0.1]"):
+        assert fetch(fbox, allow, f"http://{host}:{server}/").unwrap()["status"] == 200, host
+
+
+def test_a_cidr_entry_allows_internal_addresses_explicitly(fbox: wasmbox.Sandbox, server: int) -> None:
+    assert fetch(fbox, ["127.0.0.0/8"], f"http://127.0.0.1:{server}/").unwrap()["status"] == 200
+    assert "not in the allow list" in refused(fetch(fbox, ["203.0.113.0/24"], "http://8.8.8.8/"))
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("file:///etc/passwd", "scheme 'file' is refused"),
+        ("ftp://127.0.0.1/", "scheme 'ftp' is refused"),
+        ("gopher://127.0.0.1:70/", "scheme 'gopher' is refused"),
+        ("http://user:pw@127.0.0.1/", "user info"),
+    ],
+)
+def test_other_schemes_and_user_info_are_refused(fbox: wasmbox.Sandbox, server: int, url: str, message: str) -> None:
+    assert message in refused(fetch(fbox, [f"127.0.0.1:{server}"], url))
+
+
+def test_response_size_and_time_are_capped(fbox: wasmbox.Sandbox, server: int) -> None:
+    allow = [f"127.0.0.1:{server}"]
+    big = fetch(fbox, allow, f"http://127.0.0.1:{server}/big", max_response="64KiB")
+    assert big.error is not None and big.error.kind is wasmbox.ErrorKind.OUTPUT_LIMIT
+    assert "max_response" in big.error.message
+    silent = __import__("socket").create_server(("127.0.0.1", 0))  # accepts, never answers
+    try:
+        port = silent.getsockname()[1]
+        slow = fetch(fbox, [f"127.0.0.1:{port}"], f"http://127.0.0.1:{port}/", timeout="200ms")
+        assert slow.error is not None and slow.error.kind is wasmbox.ErrorKind.TIMEOUT
+    finally:
+        silent.close()
+    assert fetch(fbox, allow, f"http://127.0.0.1:{server}/again").ok  # and the Sandbox serves on
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"url": "http://127.0.0.1/", "headers": {"Host": "evil.test"}}, "set by the host"),
+        ({"url": "http://127.0.0.1/", "headers": {"X-A": "b\r\nX-Injected: 1"}}, "invalid header"),
+        ({"url": "http://127.0.0.1/", "method": "GET /x HTTP/1.1\r\n"}, "invalid method"),
+        ({"url": 5}, "invalid arguments"),
+    ],
+)
+def test_request_injection_is_refused(fbox: wasmbox.Sandbox, server: int, args: dict[str, Any], message: str) -> None:
+    tool = core_tool(fbox, [f"127.0.0.1:{server}"])
+    result = tool.call(args)
+    assert not result.ok and result.host_calls[0].verdict == "invalid_arguments"
+    assert message in (result.host_calls[0].detail or "")
+
+
+def test_refusals_reach_the_audit_trail(cache_dir: Any, server: int) -> None:
+    records: list[wasmbox.AuditRecord] = []
+    with wasmbox.Sandbox(cache_dir=cache_dir, audit=records.append) as box:
+        fetch(box, [f"127.0.0.1:{server}"], "http://169.254.169.254/latest/meta-data/")
+    (record,) = records
+    (attempt,) = record.refused
+    assert attempt.name == "http.fetch" and "169.254.169.254" in (attempt.detail or "")
+
+
+@pytest.mark.parametrize(
+    "network, message",
+    [
+        ({"allow": ["api.example.com"]}, "needs its port"),
+        ({"allow": ["0177.0.0.1:80"]}, "canonical form"),
+        ({"allow": ["10.0.0.1/8"]}, "has host bits set"),
+        ({"allow": ["exa mple.com:80"]}, "not a host name"),
+        ({"allow": ["example.com:99999"]}, "not a port number"),
+        ({"allow": []}, "at least 1 item"),
+    ],
+)
+def test_bad_allow_entries_are_manifest_errors(network: dict[str, Any], message: str) -> None:
+    with pytest.raises(wasmbox.ManifestError, match=message):
+        wasmbox.Manifest.load({"name": "n", "runtime": "python", "host_functions": ["http.fetch"], "network": network})
+
+
+def test_network_and_fetch_go_together() -> None:
+    with pytest.raises(wasmbox.ManifestError, match="go together"):
+        wasmbox.Manifest.load({"name": "n", "runtime": "python", "host_functions": ["http.fetch"]})
+    with pytest.raises(wasmbox.ManifestError, match="go together"):
+        wasmbox.Manifest.load({"name": "n", "runtime": "python", "network": {"allow": ["1.2.3.4"]}})
+
+
+def test_fetch_cannot_be_registered_over(fbox: wasmbox.Sandbox) -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        fbox.register_host_function("http.fetch", lambda url: url)
+
+
+def test_verdicts_of_the_allow_list() -> None:
+    rules = [parse_rule(e) for e in ("api.example.com:443", "203.0.113.0/24", "[2001:db8::1]:8443")]
+    ip = ipaddress.ip_address
+    assert verdict(rules, "api.example.com", 443, ip("93.184.216.34")) is None
+    assert verdict(rules, "api.example.com", 80, ip("93.184.216.34")) is not None  # other port
+    assert verdict(rules, "other.example.com", 443, ip("93.184.216.34")) is not None
+    assert verdict(rules, "x", 1, ip("203.0.113.9")) is None  # CIDR: any name, any port
+    assert verdict(rules, "x", 8443, ip("2001:db8::1")) is None
+    assert verdict(rules, "x", 8443, ip("::ffff:203.0.113.9")) is None  # mapped form of an allowed one
+    assert verdict(rules, "api.example.com", 443, ip("::ffff:127.0.0.1")) is not None
