@@ -229,7 +229,7 @@ def test_response_size_and_time_are_capped(fbox: wasmbox.Sandbox, server: int) -
         ({"url": "http://127.0.0.1/", "headers": {"Host": "evil.test"}}, "set by the host"),
         ({"url": "http://127.0.0.1/", "headers": {"X-A": "b\r\nX-Injected: 1"}}, "invalid header"),
         ({"url": "http://127.0.0.1/", "method": "GET /x HTTP/1.1\r\n"}, "invalid method"),
-        ({"url": 5}, "invalid arguments"),
+        ({"url": 5}, "valid string"),
     ],
 )
 def test_request_injection_is_refused(fbox: wasmbox.Sandbox, server: int, args: dict[str, Any], message: str) -> None:
