@@ -46,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, default=1.0, help="per throughput figure")
     bench.add_argument("--no-python", action="store_true", help="core modules only")
 
+    lint = commands.add_parser("lint", help="warn about broad or unused grants in manifests")
+    lint.add_argument("manifests", type=Path, nargs="+")
+
     audit = commands.add_parser("audit", help="work with audit logs")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
     check = audit_commands.add_parser("verify", help="check an audit log's hash chain")
@@ -62,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _python(options)
         if options.command == "build":
             return _build()
+        if options.command == "lint":
+            return _lint(options)
         if options.command == "audit":
             return _audit_verify(options)
         if options.command == "bench":
@@ -109,6 +114,27 @@ def _build() -> int:
         runtime = box.python_runtime()
     print(f"wasmbox: the Python runtime is ready ({runtime.component_path})", file=sys.stderr)
     return 0
+
+
+def _lint(options: argparse.Namespace) -> int:
+    from ._lint import lint
+    from ._manifest import Manifest
+
+    worst = 0
+    for path in options.manifests:
+        try:
+            warnings = lint(Manifest.load(path))
+        except (WasmboxError, wasmtime.WasmtimeError) as exc:
+            print(f"{path}: error: {exc}")
+            worst = 2
+            continue
+        for warning in warnings:
+            print(f"{path}: warning: {warning}")
+        if warnings:
+            worst = max(worst, 1)
+        else:
+            print(f"{path}: ok")
+    return worst
 
 
 def _audit_verify(options: argparse.Namespace) -> int:

@@ -1,0 +1,62 @@
+"""`wasmbox lint`: broad and unused grants are warned about; the bundled manifests are clean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wasmbox
+from wasmbox._lint import lint
+from wasmbox.cli import main as cli
+
+from .conftest import CAPABILITIES, manifest
+
+
+def test_bundled_manifests_grant_only_what_they_use(built_examples: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = sorted(CAPABILITIES.glob("*.toml"))
+    assert len(paths) >= 5
+    assert cli(["lint", *map(str, paths)]) == 0
+    assert capsys.readouterr().out.count(": ok") == len(paths)
+
+
+def big_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "a" / "tree"
+    tree.mkdir(parents=True)
+    for n in range(1100):
+        (tree / f"{n}.txt").write_text("x")
+    return tree
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"limits": {"memory": "2GiB", "fuel": 10**11, "timeout": "10m"}}, ["limits.fuel", "limits.memory", "limits.timeout"]),
+        ({"host_functions": ["http.fetch"], "network": {"allow": ["0.0.0.0/0"]}}, ["a whole range", "internal addresses", "never imports"]),
+        ({"host_functions": ["http.fetch"], "network": {"allow": ["169.254.169.254"]}}, ["internal addresses", "never imports"]),
+        ({"scratch": "4GiB"}, ["scratch is 4GiB", "does not import WASI"]),
+        ({"env": {"A": "b"}}, ["env is granted"]),
+    ],
+)
+def test_broad_or_unused_grants_are_warned(fields: dict[str, Any], expected: list[str]) -> None:
+    warnings = lint(wasmbox.Manifest.load(manifest("echo", **fields)))
+    for text in expected:
+        assert any(text in w for w in warnings), (text, warnings)
+
+
+def test_writable_large_tree_is_warned(tmp_path: Path) -> None:
+    tree = big_tree(tmp_path)
+    grants = manifest("echo", preopens=[{"host": str(tree), "guest": "/t", "writable": True}])
+    assert any("large tree" in w for w in lint(wasmbox.Manifest.load(grants)))
+    grants["preopens"][0]["writable"] = False
+    assert not any("large tree" in w for w in lint(wasmbox.Manifest.load(grants)))
+
+
+def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broad.toml"
+    path.write_text(f'name = "b"\nmodule = "{manifest("echo")["module"]}"\n[limits]\nmemory = "2GiB"\n')
+    assert cli(["lint", str(path)]) == 1
+    assert "warning: limits.memory" in capsys.readouterr().out
+    path.write_text('name = "b"\nmodule = 5\n')
+    assert cli(["lint", str(path)]) == 2

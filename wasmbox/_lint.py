@@ -1,0 +1,124 @@
+"""`wasmbox lint`: warnings about manifests that grant more than a tool plausibly needs.
+
+A valid manifest can still be too generous: a writable preopen of a big tree, an allow list
+of whole address ranges, limits far above what one tool call needs, grants the module never
+uses. Lint says so; loading is unaffected.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+import wasmtime
+
+from ._allowlist import AddressRule, forbidden_reason
+from ._inspect import inspect_module, read_wasm
+from ._manifest import Manifest
+from ._units import format_size
+
+LARGE_TREE_FILES = 1000
+LARGE_TREE_BYTES = 100 * 1024**2
+# Limits above these are unusual for one tool call.
+HIGH = {"fuel": 10**10, "memory": 1024**3, "timeout": 60.0, "output": 16 * 1024**2, "host_calls": 10_000}
+HIGH_SCRATCH = 1024**3
+HIGH_RESPONSE = 64 * 1024**2
+
+
+def lint(manifest: Manifest) -> list[str]:
+    """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
+    warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
+    warnings += _unused_grant_warnings(manifest)
+    return warnings
+
+
+def _preopen_warnings(manifest: Manifest) -> list[str]:
+    warnings = []
+    for preopen in manifest.preopens:
+        if not preopen.writable:
+            continue
+        if len(preopen.host.parts) <= 2 or preopen.host == Path.home():
+            warnings.append(f"preopen {preopen.guest}: writable grant of a top-level folder {preopen.host}")
+            continue
+        files, size = _tree_size(preopen.host)
+        if files > LARGE_TREE_FILES or size > LARGE_TREE_BYTES:
+            warnings.append(
+                f"preopen {preopen.guest}: writable grant of a large tree {preopen.host} "
+                f"(more than {min(files, LARGE_TREE_FILES)} files or {format_size(size)}); "
+                "grant a small folder, or use `scratch` for temporary files"
+            )
+    return warnings
+
+
+def _tree_size(top: Path) -> tuple[int, int]:
+    files = size = 0
+    for root, dirs, names in os.walk(top):
+        files += len(names) + len(dirs)
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+        if files > LARGE_TREE_FILES or size > LARGE_TREE_BYTES:
+            break
+    return files, size
+
+
+def _network_warnings(manifest: Manifest) -> list[str]:
+    if manifest.network is None:
+        return []
+    warnings = []
+    for entry, rule in zip(manifest.network.allow, manifest.network.rules):
+        if not isinstance(rule, AddressRule):
+            continue
+        broad = 24 if rule.network.version == 4 else 48
+        if rule.network.prefixlen < broad:
+            warnings.append(
+                f"network.allow {entry!r}: a whole range of {rule.network.num_addresses:,} addresses"
+            )
+        reason = forbidden_reason(ipaddress.ip_address(rule.network.network_address))
+        one_port_of_one_host = rule.port is not None and rule.network.num_addresses == 1
+        if reason is not None and not one_port_of_one_host:
+            warnings.append(f"network.allow {entry!r}: allows internal addresses ({reason})")
+    if manifest.network.max_response > HIGH_RESPONSE:
+        warnings.append(f"network.max_response is {format_size(manifest.network.max_response)}")
+    return warnings
+
+
+def _limit_warnings(manifest: Manifest) -> list[str]:
+    limits = manifest.limits
+    warnings = []
+    for name, high in HIGH.items():
+        value = getattr(limits, name)
+        if value > high:
+            shown = format_size(value) if name in ("memory", "output") else f"{value:,}"
+            warnings.append(f"limits.{name} is {shown}, more than one tool call usually needs")
+    if manifest.scratch is not None and manifest.scratch > HIGH_SCRATCH:
+        warnings.append(f"scratch is {format_size(manifest.scratch)}")
+    return warnings
+
+
+def _unused_grant_warnings(manifest: Manifest) -> list[str]:
+    if manifest.module is not None:
+        info = inspect_module(wasmtime.Module(wasmtime.Engine(), read_wasm(manifest.module)))
+        used = set(info.host_functions)
+        warnings = [
+            f"host function {name} is granted but the module never imports it"
+            for name in manifest.host_functions
+            if name not in used
+        ]
+        if not info.uses_wasi:
+            for what, given in (("preopens", manifest.preopens), ("scratch", manifest.scratch),
+                                ("env", manifest.env), ("args", manifest.args)):  # fmt: skip
+                if given:
+                    warnings.append(f"{what} is granted but the module does not import WASI, so cannot use it")
+        return warnings
+    if manifest.source is not None:  # a Python tool: names its host functions in its source
+        source = manifest.source.read_text(encoding="utf-8", errors="replace")
+        return [
+            f"host function {name} is granted but the source never names it"
+            for name in manifest.host_functions
+            if name not in source
+        ]
+    return []
