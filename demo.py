@@ -5,9 +5,11 @@ Run it with `./dev demo` (which sets up the venv and builds the C example tools 
 
 from __future__ import annotations
 
+import http.server
 import json
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -129,7 +131,57 @@ def main() -> int:
     print(f"  {'run_python':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
           "  (200 fresh interpreters, sum(range(100)))")
     box.close()
+    builtin_capabilities()
     return 0
+
+
+class _Weather(http.server.BaseHTTPRequestHandler):
+    """A local stand-in for a weather API."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"city": "Lisbon", "temp_c": 19.5, "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def builtin_capabilities() -> None:
+    """http.fetch (allowed and refused), scratch space, and the audit trail of each call."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Weather)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    records: list[wasmbox.AuditRecord] = []
+    print("\nbuilt-in capabilities (a Sandbox with an audit sink):")
+    with wasmbox.Sandbox(audit=records.append) as box:
+        # the bundled manifest, with its allow list pointed at this demo's server
+        manifest = wasmbox.Manifest.load(CAPS / "fetch_json.toml")
+        network = manifest.network.model_copy(update={"allow": (f"127.0.0.1:{port}",)})  # type: ignore[union-attr]
+        fetch = box.load(manifest.model_copy(update={"network": network}))
+        for label, url in (("fetch an allowed URL", f"http://127.0.0.1:{port}/today"),
+                           ("fetch the metadata endpoint", "http://169.254.169.254/latest/meta-data/")):
+            result = fetch.call({"url": url})
+            outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+            print(f"  {label:36} {outcome:18} {_detail(result)}")
+        incident = records[-1]
+        print("  its audit record:", json.dumps(
+            {k: v for k, v in incident.as_dict().items() if k in ("tool", "error_kind", "host_calls", "args_digest")},
+        )[:300])
+        scratch = {"name": "scratch_demo", "runtime": "python", "scratch": "1MiB"}
+        code = ("import os\nbefore = os.listdir('/tmp')\nopen('/tmp/notes.txt', 'w').write('draft ' * 100)\n"
+                "{'empty_at_start': before == [], 'wrote': os.path.getsize('/tmp/notes.txt')}")
+        for label, snippet in (("scratch: write a temp file", code), ("scratch: next call starts empty", code),
+                               ("scratch: write past the 1MiB cap", "open('/tmp/big', 'wb').write(b'x' * (4 << 20))")):
+            result = box.run_python(snippet, scratch)
+            outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+            print(f"  {label:36} {outcome:18} {_detail(result)}")
+    server.shutdown()
+    print(f"  {len(records)} audit records; nothing left in the scratch folder: "
+          f"{not box._scratch_space.root.exists()}")
 
 
 def _detail(result: wasmbox.CallResult) -> str:
