@@ -61,3 +61,26 @@ def test_single_host_round_trip_call(benchmark, box: wasmbox.Sandbox) -> None:  
         {"name": "forward", "module": str(WAT / "forward.wat"), "host_functions": ["host.fn"]}
     )
     assert benchmark(tool.call, {"x": 1}).unwrap() == 2
+
+
+@pytest.mark.parametrize("sink", ["audit_log", "callable"])
+def test_trivial_call_audited(benchmark, tmp_path: Path, sink: str) -> None:  # type: ignore[no-untyped-def]
+    """test_trivial_call with every call audited: to a hash-chained JSONL file (written on
+    its own thread), or to a callable. Compare with test_trivial_call in the same run."""
+    records: list[wasmbox.AuditRecord] = []
+    log = wasmbox.AuditLog(tmp_path / "audit.jsonl")
+    with wasmbox.Sandbox(cache_dir=tmp_path / "cache", audit=log if sink == "audit_log" else records.append) as box:
+        tool = box.load({"name": "echo", "module": str(WAT / "echo.wat")})
+        assert benchmark(tool.call, ARGS).unwrap() == ARGS
+    log.close()
+    assert wasmbox.verify_audit_log(tmp_path / "audit.jsonl").ok
+
+
+def test_trivial_call_with_scratch(benchmark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A WASI command with a 1 MiB scratch /tmp made, watched and removed on every call."""
+    probe = ROOT / "runtimes" / "examples" / "build" / "fsprobe.wasm"
+    with wasmbox.Sandbox(cache_dir=tmp_path / "cache") as box:
+        plain = box.load({"name": "plain", "module": str(probe)})
+        scratch = box.load({"name": "scratch", "module": str(probe), "scratch": "1MiB"})
+        assert plain.call(argv=["exit", "0"]).ok
+        assert benchmark(scratch.call, argv=["write", "/tmp/a", "x"]).value == {"exit_code": 0}
