@@ -224,10 +224,10 @@ class AuditLog:
             line = _json(data).encode() + b"\n"
             self.head = hashlib.sha256(line).hexdigest()
             chunks.append(line)
-        data = b"".join(chunks)
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
+        pending = b"".join(chunks)
+        while pending:
+            written = os.write(self._fd, pending)
+            pending = pending[written:]
         os.fsync(self._fd)
 
 

@@ -21,7 +21,13 @@ from typing import Any
 
 from . import _call
 from ._allowlist import IPAddress, verdict
-from ._errors import CapabilityDeniedError, HostError, InvalidArgumentsError, OutputLimitError, ToolTimeoutError
+from ._errors import (
+    CapabilityDeniedError,
+    HostError,
+    InvalidArgumentsError,
+    OutputLimitError,
+    ToolTimeoutError,
+)
 from ._units import format_size
 
 Resolver = Callable[[str, int], Sequence[str]]
@@ -118,7 +124,7 @@ class Fetcher:
                 key = name.lower()
                 reply_headers[key] = f"{reply_headers[key]}, {value}" if key in reply_headers else value
             return response.status, reply_headers, content, response.getheader("location")
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise ToolTimeoutError(f"{host}: no complete response in time") from None
         except (OSError, http.client.HTTPException) as exc:
             raise HostError(f"{host}: {type(exc).__name__}: {exc}") from None
@@ -157,7 +163,7 @@ class Fetcher:
                 sock = socket.create_connection((str(address), port), timeout=remaining)
                 if scheme == "https":
                     sock = self._tls.wrap_socket(sock, server_hostname=host)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 failure = ToolTimeoutError(f"{host}: connecting timed out")
                 continue
             except ssl.SSLError as exc:

@@ -153,7 +153,7 @@ class PythonRuntimeRunner:
         store = _call.new_store(self._engine, limits, self._ticker)
         spare = _Spare(manifest, store, stdout, stderr)
         try:
-            extra = self._stdlib
+            extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
             if manifest.scratch is not None:
                 spare.scratch = self._scratch.create()
                 extra = (*extra, (spare.scratch, _scratch.GUEST_PATH, True))
