@@ -4,7 +4,6 @@ writable grant), and a tampered or truncated compile-cache entry."""
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import threading
 from pathlib import Path

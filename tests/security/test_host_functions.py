@@ -186,28 +186,27 @@ def test_host_function_reentering_the_sandbox_is_bounded(guarded: Guarded, kind:
     """A host function that calls a tool whose guest calls it again, as deep as the guest
     likes: the nesting stops at wasmbox's limit instead of crashing the process (it aborted
     in a RecursionError inside a ctypes callback at ~60 levels)."""
-    box = guarded.box
     depth: list[int] = []
 
-    @box.host_function("host.fn")
+    @guarded.box.host_function("host.fn")
     def delegate(**args: Any) -> Any:
         depth.append(1)
         if kind == "core":
-            inner = box.call("fwd", args)
+            inner = guarded.box.call("fwd", args)
         else:
-            inner = box.run_python(CODE, GRANTS)
+            inner = guarded.box.run_python(CODE, GRANTS)
         return inner.error.kind.value if inner.error else inner.value
 
     CODE = "import wasmbox_guest\nwasmbox_guest.call_host('host.fn')"
     GRANTS = {"name": "py", "runtime": "python", "host_functions": ["host.fn"], "limits": QUICK}
     if kind == "core":
-        box.load({"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"], "limits": QUICK})
-        result = box.call("fwd", {})
+        guarded.box.load({"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"], "limits": QUICK})
+        result = guarded.box.call("fwd", {})
     else:
-        result = box.run_python(CODE, GRANTS)
+        result = guarded.box.run_python(CODE, GRANTS)
     assert result.ok and result.value == "host_error", result
     assert len(depth) == wasmbox._call.MAX_NESTED_CALLS
-    del box, delegate
+    del delegate
     guarded.assert_untouched()
 
 
