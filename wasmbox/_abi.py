@@ -42,14 +42,21 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
 
 
 def _check_depth(value: Any) -> None:
+    """Refuse values nested deeper than MAX_DEPTH, and timestamps: msgpack decodes extension
+    type -1 itself, without asking `ext_hook`, and a Timestamp in a value breaks its JSON."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, msgpack.Timestamp):
+            raise FramingError("MessagePack extension type -1 (timestamp) is not allowed")
         if isinstance(item, (list, dict)):
             if depth > MAX_DEPTH:
                 raise FramingError(f"nested deeper than {MAX_DEPTH} levels")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, _WALKED))
+
+
+_WALKED = (list, dict, msgpack.Timestamp)
 
 
 def unpack_reply(data: bytes | bytearray | memoryview) -> tuple[bool, Any]:

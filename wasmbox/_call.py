@@ -28,6 +28,8 @@ from ._units import format_size
 
 # A guest that turns a failed allocation into its own error says so in words like these.
 _OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
+# Wasmtime's words for a store limit refusing memory (linear, table, or the GC heap).
+_OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap out of memory")
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
@@ -81,16 +83,27 @@ def current() -> CallState:
     return state
 
 
+# How deep calls may nest on one thread (a host function calling a tool whose guest calls a
+# host function that calls a tool ...). Each level costs ~15 Python frames and some native
+# stack; unbounded, a guest could drive the host into a RecursionError inside a ctypes
+# callback, which aborted the process.
+MAX_NESTED_CALLS = 16
+
+
 @contextlib.contextmanager
 def running(state: CallState) -> Iterator[None]:
     """Make `state` current for the duration of a call; calls may nest (a host function may
-    call another tool)."""
+    call another tool), up to MAX_NESTED_CALLS deep (deeper is a `host_error` Failure)."""
     outer = getattr(_local, "state", None)
-    _local.state = state
+    depth = getattr(_local, "depth", 0)
+    if depth >= MAX_NESTED_CALLS:
+        message = f"calls nested more than {MAX_NESTED_CALLS} deep (host functions calling tools)"
+        raise Failure(ErrorKind.HOST_ERROR, message)
+    _local.state, _local.depth = state, depth + 1
     try:
         yield
     finally:
-        _local.state = outer
+        _local.state, _local.depth = outer, depth
 
 
 def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> None:
@@ -221,7 +234,7 @@ def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> Cal
     if code is wasmtime.TrapCode.INTERRUPT or "wasm trap: interrupt" in text:
         return CallError(kind=ErrorKind.TIMEOUT, message=f"exceeded the {limits.timeout:g}s deadline")
     message = cause(text)
-    if "exceeds memory limits" in message or "exceeds table limits" in message:
+    if any(words in message for words in _OVER_MEMORY_CAP):
         return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
     if "maximum concurrent limit" in message:  # the pooling allocator's slots are all in use
         return CallError(

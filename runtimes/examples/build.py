@@ -12,9 +12,9 @@ of a PyPI package):
 Each `c/*.c` is compiled with the `ziglang` package (`zig cc -target wasm32-wasi -O2`,
 stripped, `-I runtimes` for wasmbox.h, a 256 KiB stack). A source is a wasmbox ABI v1 reactor
 (`-mexec-model=reactor`) unless its first line is `// wasmbox: command`, which makes it a WASI
-command (`main`, exported as `_start`). A target newer than its source, wasmbox.h and this
-script is skipped unless `force`. Each module built is then checked: a reactor exports exactly
-memory, _initialize, wasmbox_alloc and wasmbox_call; a command exports exactly memory and
+command (`main`, exported as `_start`). A target newer than its source, wasmbox.h, the
+headers in c/ and this script is skipped unless `force`. Each module built is then checked: a
+reactor exports exactly memory, _initialize, wasmbox_alloc and wasmbox_call; a command exports exactly memory and
 _start; imports come only from wasi_snapshot_preview1 and (with wasmbox_alloc exported)
 wasmbox, with the ABI's types. One line per module built goes to stderr.
 """
@@ -61,7 +61,8 @@ class BuildError(RuntimeError):
 def build_examples(force: bool = False) -> list[Path]:
     """Build what is out of date (everything with `force`); the .wasm of every example, sorted."""
     BUILD.mkdir(exist_ok=True)
-    deps = max(HEADER.stat().st_mtime_ns, Path(__file__).stat().st_mtime_ns)
+    headers = [HEADER, *SOURCES.glob("*.h")]  # shared by the sources that include them
+    deps = max(p.stat().st_mtime_ns for p in [*headers, Path(__file__)])
     outputs = []
     for source in sorted(SOURCES.glob("*.c")):
         target = BUILD / f"{source.stem}.wasm"

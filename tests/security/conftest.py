@@ -1,0 +1,176 @@
+"""Fixtures of the hostile-guest suite: a host tree with a secret outside the grant, and a
+guard that checks the host is untouched after a hostile call.
+
+Every case gets its own Sandbox (`guarded.box`). `guarded.assert_untouched()` then checks
+that the files outside the grant are exactly as they were, that the Sandbox still serves a
+normal core call and a normal Python call, that no thread was added, and that once the
+Sandbox is closed the process holds exactly the descriptors and threads it held before the
+Sandbox existed (so nothing the hostile call opened or started outlives it).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wasmbox
+
+from ..conftest import BUILD, WAT
+
+SECRET = "wasmbox-hostile-suite-secret-7f3a"  # never appears in any guest's code or argv
+SECURITY_WAT = WAT / "security"
+HOSTILE_CMD = BUILD / "hostile_cmd.wasm"
+HOSTILE_CORE = BUILD / "hostile_core.wasm"
+QUICK = {"fuel": 20_000_000, "timeout": "500ms"}  # limits for hostile cases
+
+
+def security_wat(name: str) -> str:
+    return str(SECURITY_WAT / f"{name}.wat")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def fd_targets() -> list[str]:
+    """What each open descriptor of this process refers to (for failure messages)."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(f"{fd}: {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:
+            pass
+    return targets
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under `root` (links not followed): its kind and content digest or target."""
+    tree: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                tree[key] = "link:" + os.readlink(path)
+            elif path.is_dir():
+                tree[key] = "dir"
+            else:
+                info = path.stat()
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                tree[key] = f"file:{digest}:{info.st_mode:o}:{info.st_mtime_ns}"
+    return tree
+
+
+def leaks_secret(result: wasmbox.CallResult) -> bool:
+    return SECRET in json.dumps(result.model_dump(mode="json"), default=str)
+
+
+@dataclass
+class Guarded:
+    """One hostile case's world: a Sandbox, a granted dir, and a secret beside it."""
+
+    box: wasmbox.Sandbox
+    root: Path  # the whole tree
+    granted: Path  # root/granted: what cases preopen at /data
+    outside: Path  # root/outside: never granted; holds secret.txt
+    secret: Path
+    fds_before: int
+    fd_targets_before: list[str]
+    threads_before: int
+    threads_open: int  # with this Sandbox warmed up
+
+    def preopen(self, writable: bool = False) -> list[dict[str, Any]]:
+        return [{"host": str(self.granted), "guest": "/data", "writable": writable}]
+
+    def command(self, *argv: str, writable: bool = False, **fields: Any) -> wasmbox.CallResult:
+        """Run hostile_cmd (a WASI command) with `argv`, /data granted."""
+        manifest = {"name": "hostile_cmd", "module": str(HOSTILE_CMD), "limits": QUICK,
+                    "preopens": self.preopen(writable), **fields}  # fmt: skip
+        return self.box.load(manifest, replace=True).call(argv=list(argv))
+
+    def core(self, *op: str, writable: bool = False, **fields: Any) -> wasmbox.CallResult:
+        """Run hostile_core (an ABI v1 reactor) on `op`, /data granted."""
+        manifest = {"name": "hostile_core", "module": str(HOSTILE_CORE), "limits": QUICK,
+                    "preopens": self.preopen(writable), **fields}  # fmt: skip
+        return self.box.load(manifest, replace=True).call({"op": list(op)})
+
+    def python(self, code: str, writable: bool = False, **fields: Any) -> wasmbox.CallResult:
+        """Run `code` with run_python, /data granted."""
+        grants = {"name": "hostile_py", "runtime": "python", "limits": QUICK,
+                  "preopens": self.preopen(writable), **fields}  # fmt: skip
+        return self.box.run_python(code, grants)
+
+    def assert_untouched(self, *, granted_too: bool = True) -> None:
+        """The host after a hostile call: outside files unchanged, the Sandbox serving, no
+        thread added; closed, it leaves the descriptors and threads as they were before it."""
+        assert snapshot(self.outside) == self._outside, "a file outside the grant changed"
+        assert self.secret.read_text() == SECRET
+        assert sorted(os.listdir(self.root)) == ["granted", "outside"], "something was created beside the grant"
+        if granted_too:
+            assert snapshot(self.granted) == self._granted, "the read-only grant changed"
+        echo = self.box.load({"name": "echo_after", "module": str(WAT / "echo.wat")}, replace=True)
+        assert echo.call({"still": "serving"}).unwrap() == {"still": "serving"}
+        del echo
+        assert self.box.run_python("6 * 7").value == 42
+        assert threading.active_count() <= self.threads_open, threading.enumerate()
+        self.box.close()
+        del self.box  # the last reference: its engine and compiled runtime go with it
+        gc.collect()
+        assert threading.active_count() <= self.threads_before, threading.enumerate()
+        assert open_fds() <= self.fds_before, set(fd_targets()) - set(self.fd_targets_before)
+
+    def _record(self) -> None:
+        self._outside = snapshot(self.outside)
+        self._granted = snapshot(self.granted)
+
+
+@pytest.fixture(scope="session")
+def hostile_guests(built_examples: Path, cache_dir: Path) -> Path:
+    """The C guests built, and the Python runtime in the session cache (built once)."""
+    with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
+        sandbox.python_runtime()
+        sandbox.run_python("1")
+    return built_examples
+
+
+@pytest.fixture
+def guarded(hostile_guests: Path, cache_dir: Path, tmp_path: Path) -> Iterator[Guarded]:
+    """A fresh Sandbox beside a host tree:
+
+        granted/inside.txt, granted/sub/, granted/abs_link -> outside/secret.txt,
+        granted/rel_link -> ../outside/secret.txt, granted/dir_link -> outside/
+        outside/secret.txt (SECRET)
+    """
+    root = tmp_path / "host"
+    granted, outside = root / "granted", root / "outside"
+    (granted / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (granted / "inside.txt").write_text("inside\n")
+    secret = outside / "secret.txt"
+    secret.write_text(SECRET)
+    os.symlink(secret, granted / "abs_link")
+    os.symlink("../outside/secret.txt", granted / "rel_link")
+    os.symlink(outside, granted / "dir_link")
+    gc.collect()
+    fds_before, targets_before, threads_before = open_fds(), fd_targets(), threading.active_count()
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    box.load({"name": "warm", "module": str(WAT / "echo.wat")}).call({})
+    box.run_python("1")  # starts the housekeeping thread and makes a spare
+    guard = Guarded(box, root, granted, outside, secret, fds_before, targets_before, threads_before,
+                    threading.active_count())  # fmt: skip
+    guard._record()
+    del box
+    try:
+        yield guard
+    finally:
+        if hasattr(guard, "box"):
+            guard.box.close()
