@@ -137,6 +137,7 @@ class PythonRuntimeRunner:
             spare.stderr.detach()
             if watch is not None:
                 watch.disarm()
+                error = watch.settle(error)
         try:
             return _call.finish(
                 state, spare.store, started, value, error, spare.stdout, spare.stderr,

@@ -125,6 +125,7 @@ class ModuleRunner:
             stderr.detach()
             if watch is not None:
                 watch.disarm()
+                error = watch.settle(error)
         return _call.finish(
             state, store, started, value, error, stdout, stderr,
             lambda: memory.data_len(store) if memory is not None else None,

@@ -33,6 +33,7 @@ from wasmtime import _ffi as ffi
 
 from . import _call
 from ._errors import ErrorKind
+from ._results import CallError
 from ._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
 from ._units import format_size
 
@@ -150,6 +151,13 @@ class Watch:
     def disarm(self) -> None:
         with _lock:
             _watches.pop(self._id, None)
+
+    def settle(self, error: CallError | None) -> CallError | None:
+        """The call's error once the guest has stopped: `output_limit` if the directory
+        ended over its cap (a call shorter than a tick is measured only here)."""
+        if (error is None or error.kind is ErrorKind.GUEST_ERROR) and self.over():
+            return CallError(kind=ErrorKind.OUTPUT_LIMIT, message=self.message)
+        return error
 
     def over(self) -> bool:
         return usage(self.path, self.cap) > self.cap
