@@ -37,11 +37,12 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
     except Exception as exc:  # msgpack raises many unrelated types on garbage
         detail = f": {exc}" if str(exc) else ""
         raise FramingError(f"not MessagePack: {type(exc).__name__}{detail}"[:200]) from None
-    _check_depth(value)
+    check_depth(value)
     return value
 
 
-def _check_depth(value: Any) -> None:
+def check_depth(value: Any) -> None:
+    """FramingError if lists and maps in `value` nest deeper than MAX_DEPTH."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
