@@ -237,7 +237,7 @@ def _release(
 ) -> None:
     keeper.stop()
     for spare in spares.drain():
-        spare.store.close()
+        _call.close_store(spare.store)
     linker.close()
     _component_io.forget(handle)
 
@@ -273,7 +273,7 @@ class _Spares:
         with self._lock:
             spare = self._ready.pop(key, None)
         if spare is not None and spare.manifest != manifest:  # never another grant set's
-            spare.store.close()
+            _call.close_store(spare.store)
             return None
         return spare
 
@@ -317,7 +317,7 @@ class _Housekeeper:
         try:
             self._tasks.put_nowait(("close", store))
         except queue.Full:
-            store.close()
+            _call.close_store(store)
 
     def prepare(self, manifest: Manifest, key: str) -> None:
         if self._spares.wanted(key):
