@@ -37,11 +37,11 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
     except Exception as exc:  # msgpack raises many unrelated types on garbage
         detail = f": {exc}" if str(exc) else ""
         raise FramingError(f"not MessagePack: {type(exc).__name__}{detail}"[:200]) from None
-    _check_depth(value)
+    check_depth(value)
     return value
 
 
-def _check_depth(value: Any) -> None:
+def check_depth(value: Any) -> None:
     """Refuse values nested deeper than MAX_DEPTH, and timestamps: msgpack decodes extension
     type -1 itself, without asking `ext_hook`, and a Timestamp in a value breaks its JSON."""
     stack = [(value, 1)]

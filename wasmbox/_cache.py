@@ -15,6 +15,7 @@ import os
 import stat
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ class CacheStats:
     hits: int = 0
     compiles: int = 0
     rejected: int = 0  # entries found but not trusted (corrupt, mismatched), then rebuilt
+    write_failures: int = 0  # compiled but not stored (the directory is unwritable or full)
 
 
 class ArtifactCache:
@@ -98,8 +100,18 @@ class ArtifactCache:
         compiled = self._compile(engine, wasm(), kind)
         data = bytes(compiled.serialize())
         record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())
-        _write_atomic(artifact, data)
-        _write_atomic(meta, json.dumps(record).encode())
+        try:
+            _write_atomic(artifact, data)
+            _write_atomic(meta, json.dumps(record).encode())
+        except OSError as exc:  # unwritable or full: the compiled artifact is good all the same
+            with self._lock:
+                self.stats.write_failures += 1
+            warnings.warn(
+                f"wasmbox: cannot write to the compile cache {self.directory} "
+                f"({exc.strerror or exc}); using the compiled code without caching it, so "
+                "the next process compiles it again",
+                RuntimeWarning, stacklevel=4,
+            )  # fmt: skip
         return compiled
 
     def _compile(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
@@ -138,8 +150,14 @@ class ArtifactCache:
 
 
 def _ensure_private_dir(directory: Path) -> None:
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = directory.stat()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = directory.stat()
+    except OSError as exc:
+        raise WasmboxError(
+            f"cache directory {directory} cannot be created: {exc.strerror or exc} "
+            "(set WASMBOX_CACHE_DIR, or pass cache_dir=None to compile in memory)"
+        ) from None
     if info.st_uid != os.getuid():
         raise WasmboxError(f"cache directory {directory} is owned by another user")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):

@@ -263,7 +263,7 @@ def finish(
     stdout: Output,
     stderr: Output,
     memory_size: Callable[[], int | None],
-    close: Callable[[wasmtime.Store], None] = wasmtime.Store.close,
+    close: Callable[[wasmtime.Store], None] | None = None,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
@@ -289,7 +289,7 @@ def finish(
             message=f"{which} exceeded the {format_size(limits.output)} output cap",
         )
     fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
-    close(store)
+    (close or close_store)(store)
     if state.reraise is not None:
         raise state.reraise
     return CallResult.model_construct(
@@ -305,6 +305,22 @@ def finish(
         peak_memory=peak_memory,
         host_calls=state.records,
     )
+
+
+def close_store(store: wasmtime.Store) -> None:
+    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile.
+
+    `Store.close()` frees the store in C and only then forgets the pointer in Python: a signal
+    handler that raises between the two (Python runs them right after a C call returns) left
+    a freed pointer that `__del__` freed again later, a segfault. Here the Store forgets its
+    pointer first, so an interrupt can at worst leak one store, never free it twice.
+    """
+    try:
+        ptr = store._consume()
+    except ValueError:  # already closed
+        return
+    store._Store__context = None  # type: ignore[attr-defined]
+    ffi.wasmtime_store_delete(ptr)
 
 
 def near_cap(memory_size: int, cap: int) -> bool:

@@ -232,12 +232,14 @@ class Manifest(_Strict):
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ManifestError(f"{path}: cannot read manifest: {exc.strerror or exc}") from None
+        except ValueError as exc:  # not UTF-8, or a NUL byte in the path
+            raise ManifestError(f"{path}: cannot read manifest: {exc}"[:300]) from None
         try:
             if path.suffix == ".json":
                 data = json.loads(text)
             else:
                 data = tomllib.loads(text)
-        except (ValueError, tomllib.TOMLDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
             raise ManifestError(f"{path}: not valid {path.suffix[1:] or 'TOML'}: {exc}") from None
         if not isinstance(data, dict):
             raise ManifestError(f"{path}: a manifest must be a table/object")

@@ -80,18 +80,21 @@ def ensure_runtime(
     runtime = PythonRuntime(target / "runtime.wasm", target / "stdlib", key)
     if runtime.component.is_file():
         return runtime
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with _locked(directory / f".python-runtime-{key[:24]}.lock"):
-        if runtime.component.is_file():  # another process built it while we waited
-            return runtime
-        stage = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))
-        try:
-            _build(stage, progress)
-            if prepare is not None:
-                prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
-            os.replace(stage, target)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with _locked(directory / f".python-runtime-{key[:24]}.lock"):
+            if runtime.component.is_file():  # another process built it while we waited
+                return runtime
+            stage = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))
+            try:
+                _build(stage, progress)
+                if prepare is not None:
+                    prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
+                os.replace(stage, target)
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
+    except OSError as exc:  # e.g. the cache directory is unwritable or full
+        raise RuntimeBuildError(f"cannot build the Python runtime in {directory}: {exc}") from None
     return runtime
 
 

@@ -279,7 +279,7 @@ class _Spare:
 
     def discard(self) -> None:
         """Free an unused spare: its store and its scratch directory."""
-        self.store.close()
+        _call.close_store(self.store)
         self.remove_scratch()
 
     def renew(self, ticker: EpochTicker) -> None:
@@ -346,7 +346,7 @@ class _Housekeeper:
         try:
             self._tasks.put_nowait(("close", store))
         except queue.Full:
-            store.close()
+            _call.close_store(store)
 
     def prepare(self, manifest: Manifest, key: str) -> None:
         if self._spares.wanted(key):

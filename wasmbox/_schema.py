@@ -6,6 +6,7 @@ subset is refused at load, so nothing is silently left unchecked), then each cal
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -28,31 +29,67 @@ _KEYWORDS = _ANNOTATIONS | {
 }  # fmt: skip
 
 
-def check_schema(schema: Any, path: str = "$") -> None:
-    """Raise ValueError if `schema` uses anything outside the supported subset."""
+MAX_DEPTH = 64  # schemas nested deeper are refused (a deeper one only serves to exhaust the stack)
+_COUNTS = {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}
+_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+
+def check_schema(schema: Any, path: str = "$", depth: int = 1) -> None:
+    """Raise ValueError if `schema` uses anything outside the supported subset, or a keyword
+    with a value of the wrong shape (so that `validate` can rely on every value it reads)."""
     if isinstance(schema, bool):
         return
     if not isinstance(schema, Mapping):
         raise ValueError(f"{path}: a schema must be an object or a boolean")
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
     unknown = set(schema) - _KEYWORDS
     if unknown:
-        raise ValueError(f"{path}: unsupported schema keyword(s) {sorted(unknown)}")
-    types = schema.get("type")
-    for name in [types] if isinstance(types, str) else (types or []):
-        if name not in _TYPES:
-            raise ValueError(f"{path}.type: unknown type {name!r}")
-    for name, sub in (schema.get("properties") or {}).items():
-        check_schema(sub, f"{path}.properties.{name}")
+        raise ValueError(f"{path}: unsupported schema keyword(s) {sorted(map(str, unknown))}")
+    if "type" in schema:
+        types = schema["type"]
+        names = [types] if isinstance(types, str) else types
+        if not isinstance(names, list) or not names:
+            raise ValueError(f"{path}.type: must be a type name or a non-empty list of them")
+        for name in names:
+            if not isinstance(name, str) or name not in _TYPES:
+                raise ValueError(f"{path}.type: unknown type {name!r}")
+    for key in _COUNTS & set(schema):
+        value = schema[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{path}.{key}: must be a non-negative integer")
+    for key in _BOUNDS & set(schema):
+        value = schema[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ValueError(f"{path}.{key}: must be a finite number")
+    if "uniqueItems" in schema and not isinstance(schema["uniqueItems"], bool):
+        raise ValueError(f"{path}.uniqueItems: must be a boolean")
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        raise ValueError(f"{path}.enum: must be a list")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        raise ValueError(f"{path}.required: must be a list of property names")
+    properties = schema.get("properties", {})
+    if not isinstance(properties, Mapping):
+        raise ValueError(f"{path}.properties: must be an object")  # noqa: TRY004 - pydantic reports ValueErrors
+    for name, sub in properties.items():
+        check_schema(sub, f"{path}.properties.{name}", depth + 1)
     for key in ("additionalProperties", "items", "not"):
         if key in schema:
-            check_schema(schema[key], f"{path}.{key}")
+            check_schema(schema[key], f"{path}.{key}", depth + 1)
     for key in ("anyOf", "oneOf", "allOf"):
-        for i, sub in enumerate(schema.get(key, [])):
-            check_schema(sub, f"{path}.{key}[{i}]")
+        if key in schema:
+            subs = schema[key]
+            if not isinstance(subs, list) or not subs:
+                raise ValueError(f"{path}.{key}: must be a non-empty list of schemas")
+            for i, sub in enumerate(subs):
+                check_schema(sub, f"{path}.{key}[{i}]", depth + 1)
     if "pattern" in schema:
+        if not isinstance(schema["pattern"], str):
+            raise ValueError(f"{path}.pattern: must be a string")
         try:
             re.compile(schema["pattern"])
-        except re.error as exc:
+        except (re.error, RecursionError, OverflowError) as exc:
             raise ValueError(f"{path}.pattern: {exc}") from None
 
 

@@ -8,7 +8,7 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _schema
+from . import _abi, _schema
 from ._audit import Auditor
 from ._call import CallInput
 from ._errors import ErrorKind
@@ -122,7 +122,12 @@ class Tool:
             return "args keys must be strings"
         schema = self.manifest.input_schema
         if schema is not None:
-            return _schema.validate(dict(args or {}), schema)
+            values = dict(args or {})
+            try:  # the schema check recurses, so it never sees deeper args than a result may be
+                _abi.check_depth(values)
+            except _abi.FramingError as exc:
+                return f"args are {exc}"
+            return _schema.validate(values, schema)
         return None
 
     def __repr__(self) -> str:
