@@ -6,25 +6,14 @@ Growth is measured after a warm-up, so caches and pools that fill once do not co
 
 from __future__ import annotations
 
-import os
-import resource
 import sys
-import threading
 import time
 from pathlib import Path
 
 import wasmbox
+from wasmbox._bench import process_stats as snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def snapshot() -> tuple[float, int, int]:
-    return rss_mib(), len(os.listdir("/proc/self/fd")), threading.active_count()
 
 
 def main() -> int:

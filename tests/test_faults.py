@@ -159,6 +159,7 @@ def test_sigint_while_a_guest_spins(box: wasmbox.Sandbox, runtime: str) -> None:
 
 
 @pytest.mark.usefixtures("default_sigint")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (see the loop)
 def test_sigint_at_random_moments_leaves_nothing_behind(box: wasmbox.Sandbox) -> None:
     """Interrupts landing anywhere in the host's code around a call (not only in the guest).
 

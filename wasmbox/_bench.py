@@ -6,6 +6,8 @@ can be run wherever wasmbox is installed, to see what a machine does.
 
 from __future__ import annotations
 
+import os
+import resource
 import tempfile
 import threading
 import time
@@ -51,6 +53,13 @@ HOST_LOOP_WAT = """(module
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br_if $again (i32.lt_u (local.get $i) (i32.const 100))))
     (local.get $r)))"""
+
+
+def process_stats() -> tuple[float, int, int]:
+    """This process's (resident memory in MiB, open file descriptors, Python threads); Linux."""
+    with open("/proc/self/statm") as statm:
+        rss = int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+    return rss, len(os.listdir("/proc/self/fd")), threading.active_count()
 
 
 def latency(call: Callable[[], object], count: int, gap_s: float = 0.0) -> tuple[float, float]:
