@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 import wasmbox
 from wasmbox import CapabilityError, ErrorKind, Manifest, ManifestError, _abi
-from wasmbox._call import _OOM_WORDING
 
+from .abi_oracle import check_reply
 from .conftest import manifest, wat
 
 # Calls into wasm are fast but not free: a modest number of examples, no per-example deadline.
@@ -247,30 +247,6 @@ def test_sandbox_load_raises_only_load_errors(fuzz_box: wasmbox.Sandbox, data: d
     assert isinstance(tool.call({}), wasmbox.CallResult)
 
 
-def _expected_kind(reply: bytes, cap: int) -> tuple[ErrorKind | None, Any]:
-    """What the host must make of `reply` as a guest's raw result: (None, value) or (kind, None)."""
-    if len(reply) > cap:
-        return ErrorKind.OUTPUT_LIMIT, None
-    try:
-        ok, value = _abi.unpack_reply(reply)
-    except _abi.FramingError:
-        return ErrorKind.BAD_RESPONSE, None
-    if ok:
-        return None, value
-    return (ErrorKind.MEMORY_LIMIT if _OOM_WORDING.search(value) else ErrorKind.GUEST_ERROR), value
-
-
-def _check_reply(result: wasmbox.CallResult, reply: bytes, cap: int) -> None:
-    kind, value = _expected_kind(reply, cap)
-    if kind is None:
-        assert result.ok, result.error
-        assert _abi.pack(result.value) == _abi.pack(value)  # (NaN != NaN; the bytes are equal)
-    else:
-        assert result.error is not None and result.error.kind is kind, (result.error, kind)
-        if kind is ErrorKind.GUEST_ERROR:
-            assert result.error.message == value
-
-
 @pytest.fixture(scope="module")
 def reflect(fuzz_box: wasmbox.Sandbox) -> wasmbox.Tool:
     return fuzz_box.load(manifest("reflect", limits={"output": "512B"}))
@@ -279,7 +255,7 @@ def reflect(fuzz_box: wasmbox.Sandbox) -> wasmbox.Tool:
 @WASM
 @given(st.binary(max_size=700))
 def test_arbitrary_bytes_from_a_guest_are_a_value_or_a_typed_error(reflect: wasmbox.Tool, reply: bytes) -> None:
-    _check_reply(reflect.call({"r": reply}), reply, 512)
+    check_reply(reflect.call({"r": reply}), reply, 512)
 
 
 replies = (
@@ -299,7 +275,7 @@ def test_arbitrary_structures_from_a_guest_are_a_value_or_a_typed_error(
     if reply and data.draw(st.booleans()):  # and a damaged copy: cut short or one byte changed
         i = data.draw(st.integers(0, len(reply) - 1))
         reply = reply[:i] if data.draw(st.booleans()) else reply[:i] + bytes([data.draw(st.integers(0, 255))]) + reply[i + 1 :]
-    _check_reply(reflect.call({"r": reply}), reply, 512)
+    check_reply(reflect.call({"r": reply}), reply, 512)
 
 
 @WASM
