@@ -110,7 +110,7 @@ def test_nothing_is_left_on_the_host_whatever_the_outcome(
 
 
 def test_deep_tree_is_removed(box: wasmbox.Sandbox, tool: wasmbox.Tool) -> None:
-    path = box._scratch_space.create()
+    path = box._scratch_space.create(1 << 20).path
     fd = os.open(path, os.O_RDONLY)
     for _ in range(3000):  # deeper than PATH_MAX, and than a recursive walk could go
         os.mkdir("d", dir_fd=fd)

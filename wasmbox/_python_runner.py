@@ -116,15 +116,12 @@ class PythonRuntimeRunner:
         self._keeper.prepare(manifest, key)  # the next call under these grants finds one ready
         value: Any = None
         error = spare.error
-        watch = None
         try:
             if error is None:
                 _call.check_preopens(manifest)  # again: the spare was made a moment ago
                 with _call.running(state):
                     if spare.scratch is not None:
-                        assert manifest.scratch is not None
-                        watch = _scratch.Watch(spare.scratch, manifest.scratch)
-                        watch.arm(spare.store)
+                        spare.scratch.arm(spare.store)
                     assert spare.run is not None
                     response = _component_io.call_bytes(spare.store, spare.run, payload)
                 value = self._decode(response, limits.output)
@@ -135,16 +132,16 @@ class PythonRuntimeRunner:
         finally:
             spare.stdout.detach()
             spare.stderr.detach()
-            if watch is not None:
-                watch.disarm()
-                error = watch.settle(error)
+            if spare.scratch is not None:
+                error = spare.scratch.settle(error)
         try:
             return _call.finish(
                 state, spare.store, started, value, error, spare.stdout, spare.stderr,
                 lambda: None, close=self._keeper.close,
             )  # fmt: skip
         finally:
-            spare.remove_scratch()
+            if spare.scratch is not None:
+                spare.scratch.remove()
 
     def _prepare(self, manifest: Manifest) -> _Spare:
         """A store and instance for one call under `manifest`, not yet run. Never raises:
@@ -156,8 +153,8 @@ class PythonRuntimeRunner:
         try:
             extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
             if manifest.scratch is not None:
-                spare.scratch = self._scratch.create()
-                extra = (*extra, (spare.scratch, _scratch.GUEST_PATH, True))
+                spare.scratch = self._scratch.create(manifest.scratch)
+                extra = (*extra, spare.scratch.preopen)
             wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
             store.set_wasi(wasi)
             with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
@@ -270,17 +267,13 @@ class _Spare:
         self.stderr = stderr
         self.run: component.Func | None = None
         self.error: CallError | None = None
-        self.scratch: Path | None = None  # this call's /tmp, made with the spare
-
-    def remove_scratch(self) -> None:
-        if self.scratch is not None:
-            _scratch.remove(self.scratch)
-            self.scratch = None
+        self.scratch: _scratch.CallScratch | None = None  # this call's /tmp, made with the spare
 
     def discard(self) -> None:
         """Free an unused spare: its store and its scratch directory."""
         _call.close_store(self.store)
-        self.remove_scratch()
+        if self.scratch is not None:
+            self.scratch.remove()
 
     def renew(self, ticker: EpochTicker) -> None:
         """Full fuel and a deadline counted from now, not from when the spare was made."""

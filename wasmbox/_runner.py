@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import wasmtime
@@ -56,8 +55,9 @@ class ModuleRunner:
         self._limits = manifest.limits
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
+        self._scratch = scratch
         # A module that cannot reach WASI cannot use a scratch directory: none is made.
-        self._scratch = scratch if manifest.scratch is not None and info.uses_wasi else None
+        self._scratch_cap = manifest.scratch if info.uses_wasi else None
         self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
         linker = wasmtime.Linker(engine)
         if info.uses_wasi:
@@ -79,16 +79,15 @@ class ModuleRunner:
         self._ticker.enter()
         scratch = None
         try:
-            if self._scratch is None:
-                return self._call(call)
-            scratch = self._scratch.create()
+            if self._scratch_cap is not None:
+                scratch = self._scratch.create(self._scratch_cap)
             return self._call(call, scratch)
         finally:
             if scratch is not None:
-                _scratch.remove(scratch)
+                scratch.remove()
             self._ticker.leave()
 
-    def _call(self, call: CallInput, scratch: Path | None = None) -> CallResult:
+    def _call(self, call: CallInput, scratch: _scratch.CallScratch | None) -> CallResult:
         started = time.perf_counter()
         limits = self._limits
         state = _call.CallState.start(self._manifest, started)
@@ -97,16 +96,13 @@ class ModuleRunner:
         memory: wasmtime.Memory | None = None
         value: Any = None
         error: CallError | None = None
-        watch = None
         try:
             if self._uses_wasi:
-                extra = ((scratch, _scratch.GUEST_PATH, True),) if scratch is not None else ()
+                extra = (scratch.preopen,) if scratch is not None else ()
                 store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr, extra))
             with _call.running(state):
                 if scratch is not None:
-                    assert self._manifest.scratch is not None
-                    watch = _scratch.Watch(scratch, self._manifest.scratch)
-                    watch.arm(store)
+                    scratch.arm(store)
                 instance = self._pre.instantiate(store)
                 memory = _memory(store, instance)
                 if self.kind is ToolKind.COMMAND:
@@ -123,9 +119,8 @@ class ModuleRunner:
         finally:
             stdout.detach()
             stderr.detach()
-            if watch is not None:
-                watch.disarm()
-                error = watch.settle(error)
+            if scratch is not None:
+                error = scratch.settle(error)
         return _call.finish(
             state, store, started, value, error, stdout, stderr,
             lambda: memory.data_len(store) if memory is not None else None,

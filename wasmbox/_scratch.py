@@ -20,10 +20,8 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-import shutil
 import stat
 import tempfile
-import threading
 import time
 import weakref
 from pathlib import Path
@@ -49,18 +47,18 @@ class ScratchSpace:
         if parent is not None:
             Path(parent).mkdir(parents=True, exist_ok=True)
         self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix="wasmbox-scratch-", dir=parent)))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        self._finalizer = weakref.finalize(self, remove, self.root)
 
-    def create(self) -> Path:
-        """A fresh, empty directory for one call."""
-        return Path(tempfile.mkdtemp(prefix="call-", dir=self.root))
+    def create(self, cap: int) -> CallScratch:
+        """A fresh, empty directory for one call, of at most `cap` bytes."""
+        return CallScratch(Path(tempfile.mkdtemp(prefix="call-", dir=self.root)), cap)
 
     def close(self) -> None:
         self._finalizer()
 
 
 def remove(path: Path) -> None:
-    """Delete a call's directory and everything in it, whatever the guest made there."""
+    """Delete a directory and everything in it, whatever a guest made there."""
     try:
         top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -132,29 +130,27 @@ def usage(path: Path, stop_above: int) -> int:
     return total
 
 
-class Watch:
-    """Checks one call's scratch directory and deadline at every epoch tick of its store."""
+class CallScratch:
+    """One call's scratch directory: preopened at /tmp, checked with the call's deadline at
+    every epoch tick while the guest runs (`arm` .. `settle`), then removed."""
 
     def __init__(self, path: Path, cap: int) -> None:
         self.path = path
         self.cap = cap
+        self.preopen = (path, GUEST_PATH, True)  # (host, guest, writable) for `build_wasi`
         self._id = 0
 
     def arm(self, store: wasmtime.Store) -> None:
-        """Check at every tick of `store` from now until `disarm` (on the call's thread)."""
+        """Check at every tick of `store` from now until `settle` (on the call's thread)."""
         self._id = next(_ids)
-        with _lock:
-            _watches[self._id] = self
+        _watches[self._id] = self
         ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _NO_FINALIZER)
         store.set_epoch_deadline(1)
 
-    def disarm(self) -> None:
-        with _lock:
-            _watches.pop(self._id, None)
-
     def settle(self, error: CallError | None) -> CallError | None:
-        """The call's error once the guest has stopped: `output_limit` if the directory
-        ended over its cap (a call shorter than a tick is measured only here)."""
+        """Stop checking; the call's error once the guest has stopped: `output_limit` if the
+        directory ended over its cap (a call shorter than a tick is measured only here)."""
+        _watches.pop(self._id, None)
         if (error is None or error.kind is ErrorKind.GUEST_ERROR) and self.over():
             return CallError(kind=ErrorKind.OUTPUT_LIMIT, message=self.message)
         return error
@@ -166,9 +162,12 @@ class Watch:
     def message(self) -> str:
         return f"scratch space {GUEST_PATH} exceeded its {format_size(self.cap)} cap"
 
+    def remove(self) -> None:
+        """Delete the directory and all in it (again is a no-op)."""
+        remove(self.path)
 
-_watches: dict[int, Watch] = {}
-_lock = threading.Lock()
+
+_watches: dict[int, CallScratch] = {}  # armed ones, by the handle their store's callback gets
 _ids = itertools.count(1)
 _NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 
