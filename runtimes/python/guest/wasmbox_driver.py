@@ -105,7 +105,7 @@ class _Refusal(Exception):
 class WitWorld(wit_world.WitWorld):
     def run(self, request: bytes) -> bytes:
         try:
-            return _pack({"ok": _serve(request)})
+            return _reply(*_serve(request))
         except _Refusal as refusal:
             if _raised_here(refusal):
                 return _error(refusal.kind, str(refusal), "")
@@ -127,7 +127,8 @@ def _raised_here(exc: BaseException) -> bool:
     return tb is not None and tb.tb_frame.f_code.co_filename == __file__
 
 
-def _serve(request: bytes) -> object:
+def _serve(request: bytes) -> tuple[object, bool]:
+    """The value the request produced, and whether it must be sendable as is (a tool's)."""
     random.seed()  # the snapshot's seed was fixed at build time; each call gets a fresh one
     try:
         message = msgpack.unpackb(request, raw=False)
@@ -141,7 +142,7 @@ def _serve(request: bytes) -> object:
     raise _Refusal("bad_response", f"driver: unknown mode {mode!r}")
 
 
-def _run_tool(message: dict) -> object:
+def _run_tool(message: dict) -> tuple[object, bool]:
     namespace = {"__name__": "__wasmbox_tool__", "__builtins__": builtins}
     _remember_source(message["filename"], message["source"])
     code = compile(message["source"], message["filename"], "exec")
@@ -154,11 +155,10 @@ def _run_tool(message: dict) -> object:
         inspect.signature(entry).bind(**args)
     except TypeError as exc:
         raise _Refusal("invalid_arguments", f"{message['entry']}(): {exc}") from None
-    value = entry(**args)
-    return _sendable(value, strict=True)
+    return entry(**args), True
 
 
-def _run_code(source: str) -> object:
+def _run_code(source: str) -> tuple[object, bool]:
     _remember_source("<code>", source)
     tree = ast.parse(source, "<code>", "exec")
     last = None
@@ -167,8 +167,8 @@ def _run_code(source: str) -> object:
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     exec(compile(tree, "<code>", "exec"), namespace)
     if last is None:
-        return None
-    return _sendable(eval(compile(last, "<code>", "eval"), namespace), strict=False)
+        return None, False
+    return eval(compile(last, "<code>", "eval"), namespace), False
 
 
 def _remember_source(filename: str, source: str) -> None:
@@ -177,17 +177,17 @@ def _remember_source(filename: str, source: str) -> None:
     linecache.cache[filename] = (len(source), None, lines, filename)
 
 
-def _sendable(value: object, strict: bool) -> object:
-    """`value` if MessagePack can carry it; a snippet's other values become their repr."""
+def _reply(value: object, strict: bool) -> bytes:
+    """The ok response, encoded once. A value MessagePack cannot carry is an error for a
+    tool (`strict`); a snippet's becomes its repr."""
     try:
-        _pack(value)
-        return value
+        return _pack({"ok": value})
     except (TypeError, ValueError, OverflowError):
         if strict:
             raise _Refusal(
                 "guest_error", f"the tool returned a {type(value).__name__}, which cannot be sent"
             ) from None
-        return repr(value)
+        return _pack({"ok": repr(value)})
 
 
 def _pack(value: object) -> bytes:
