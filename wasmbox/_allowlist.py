@@ -8,6 +8,7 @@ entry allows that name and port, at global addresses only.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Sequence
@@ -35,6 +36,12 @@ class AddressRule:
 
 
 Rule = NameRule | AddressRule
+
+
+@functools.lru_cache(maxsize=256)
+def parse_rules(allow: tuple[str, ...]) -> tuple[Rule, ...]:
+    """The rules of an allow list (parsed once per distinct list)."""
+    return tuple(parse_rule(entry) for entry in allow)
 
 
 def parse_rule(entry: str) -> Rule:

@@ -28,6 +28,7 @@ from ._errors import (
     OutputLimitError,
     ToolTimeoutError,
 )
+from ._manifest import Network
 from ._units import format_size
 
 Resolver = Callable[[str, int], Sequence[str]]
@@ -88,7 +89,7 @@ class Fetcher:
 
     def _once(
         self,
-        network: Any,
+        network: Network,
         method: str,
         url: str,
         headers: dict[str, str],

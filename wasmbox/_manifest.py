@@ -24,9 +24,9 @@ from pydantic import (
 )
 
 from . import _schema
+from ._allowlist import FETCH, Rule, parse_rules
 from ._engine import MAX_MEMORY
 from ._errors import ManifestError
-from ._allowlist import FETCH, Rule, parse_rule
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SCRATCH_GUEST_PATH = "/tmp"
@@ -118,13 +118,12 @@ class Network(_Strict):
     @field_validator("allow")
     @classmethod
     def _allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for entry in value:
-            parse_rule(entry)  # ValueError names the entry
+        parse_rules(value)  # ValueError names the entry
         return value
 
     @property
     def rules(self) -> tuple[Rule, ...]:
-        return tuple(parse_rule(entry) for entry in self.allow)
+        return parse_rules(self.allow)
 
 
 class Manifest(_Strict):
