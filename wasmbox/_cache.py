@@ -60,9 +60,9 @@ class ArtifactCache:
         if directory is not None:
             _ensure_private_dir(directory)
 
-    def module(self, engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
-        """The compiled module for `wasm` (binary), from the cache when a trusted entry exists."""
-        digest = hashlib.sha256(wasm).hexdigest()
+    def module(self, engine: wasmtime.Engine, wasm: bytes, digest: str) -> wasmtime.Module:
+        """The compiled module for `wasm` (binary) whose sha256 is `digest`, from the cache
+        when a trusted entry exists."""
         return self._artifact(engine, digest, lambda: wasm, wasmtime.Module)  # type: ignore[return-value]
 
     def component(

@@ -88,15 +88,16 @@ class PythonRuntimeRunner:
         """Where the built component lives (its compiled form is in the artifact cache)."""
         return str(self._runtime.component)
 
-    def call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
-        """Send one request to a fresh instance under `manifest`'s grants and limits."""
+    def call(self, manifest: Manifest, key: str, request: dict[str, Any]) -> CallResult:
+        """Send one request to a fresh instance under `manifest`'s grants and limits; `key` is
+        `manifest.digest()`, which names the grant set (callers compute it once)."""
         self._ticker.enter()
         try:
-            return self._call(manifest, request)
+            return self._call(manifest, key, request)
         finally:
             self._ticker.leave()
 
-    def _call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
+    def _call(self, manifest: Manifest, key: str, request: dict[str, Any]) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
         try:
@@ -107,7 +108,6 @@ class PythonRuntimeRunner:
                 time.perf_counter() - started,
             )  # fmt: skip
         state = _call.CallState.start(manifest, started)
-        key = manifest.digest()  # names the grant set; computed once per call
         spare = self._spares.take(key, manifest)
         if spare is None:
             spare = self._prepare(manifest)
@@ -382,9 +382,10 @@ class PythonToolRunner:
 
     kind = ToolKind.PYTHON
 
-    def __init__(self, runtime: PythonRuntimeRunner, manifest: Manifest, source: str) -> None:
+    def __init__(self, runtime: PythonRuntimeRunner, manifest: Manifest, key: str, source: str) -> None:
         self._runtime = runtime
         self._manifest = manifest
+        self._key = key
         assert manifest.source is not None
         self._request = {
             "mode": "tool", "source": source, "filename": manifest.source.name,
@@ -392,4 +393,4 @@ class PythonToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)})
+        return self._runtime.call(self._manifest, self._key, {**self._request, "args": dict(call.args)})

@@ -49,6 +49,7 @@ class _Default(Enum):
 
 _RESERVED_GUEST_PATH = "/python"  # where the runtime's stdlib is preopened
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
+_NO_GRANTS_DIGEST = _NO_GRANTS.digest()
 _PRECOMPILE = "import compileall\ncompileall.compile_dir('/python', quiet=1, workers=1)"
 
 
@@ -91,6 +92,7 @@ class Sandbox:
         self._tools: dict[str, Tool] = {}
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
+        self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
         self._python_grants: dict[str, tuple[Preopen, ...]] = {}  # run_python's, by digest
         self._python_lock = threading.Lock()
         self._closed = False
@@ -130,8 +132,9 @@ class Sandbox:
             return self._register(manifest, self._python_tool(manifest), replace)
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
+        code_digest = hashlib.sha256(wasm).hexdigest()
         try:
-            module = self._cache.module(self.engine, wasm)
+            module = self._cache.module(self.engine, wasm, code_digest)
         except wasmtime.WasmtimeError as exc:
             raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
         info = inspect_module(module)
@@ -143,7 +146,10 @@ class Sandbox:
             self.engine, module, info, manifest, self._host_functions, self._ticker,
             self._scratch_space,
         )  # fmt: skip
-        tool = Tool(manifest, runner, self._executor, self._auditor, hashlib.sha256(wasm).hexdigest(), info)
+        tool = Tool(
+            manifest, runner, self._executor, self._auditor,
+            manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
+        )  # fmt: skip
         return self._register(manifest, tool, replace)
 
     def _register(self, manifest: Manifest, tool: Tool, replace: bool) -> Tool:
@@ -202,8 +208,12 @@ class Sandbox:
             compile(source, str(manifest.source), "exec")  # syntax errors belong to load time
         except (OSError, UnicodeDecodeError, SyntaxError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
-        runner = PythonToolRunner(self.python_runtime(), manifest, source)
-        return Tool(manifest, runner, self._executor, self._auditor, _sha256(source))
+        digest = manifest.digest()
+        runner = PythonToolRunner(self.python_runtime(), manifest, digest, source)
+        return Tool(
+            manifest, runner, self._executor, self._auditor,
+            manifest_digest=digest, code_digest=_sha256(source),
+        )  # fmt: skip
 
     def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
         """The CPython runtime, built and compiled on first use (progress on stderr) and
@@ -226,10 +236,16 @@ class Sandbox:
             return self._python
 
     def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
-        return self._cache.component(
-            self.engine, runtime.component, runtime.component_sha256,
-            lambda: progress("compiling the Python runtime (once per cache) ..."),
-        )  # fmt: skip
+        """The compiled component, once per Sandbox: a first build compiles it for the stdlib
+        step and then publishes the same bytes."""
+        compiled = self._components.get(runtime.component_sha256)
+        if compiled is None:
+            compiled = self._cache.component(
+                self.engine, runtime.component, runtime.component_sha256,
+                lambda: progress("compiling the Python runtime (once per cache) ..."),
+            )  # fmt: skip
+            self._components[runtime.component_sha256] = compiled
+        return compiled
 
     def _precompile_stdlib(self, runtime: PythonRuntime, progress: Progress) -> None:
         """Byte-compile the stdlib with the runtime itself (the .pyc must be CPython 3.14's)."""
@@ -243,7 +259,7 @@ class Sandbox:
             name="precompile", runtime="python",
             limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
         )  # fmt: skip
-        result = runner.call(grants, {"mode": "code", "code": _PRECOMPILE})
+        result = runner.call(grants, grants.digest(), {"mode": "code", "code": _PRECOMPILE})
         runner.close()
         if not result.ok:
             raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
@@ -256,7 +272,7 @@ class Sandbox:
         host functions and limits; without one the snippet gets no grants and default limits.
         """
         if manifest is None:
-            grants = _NO_GRANTS
+            grants, key = _NO_GRANTS, _NO_GRANTS_DIGEST
         else:
             grants = Manifest.load(manifest)
             if grants.runtime != "python" or grants.source is not None:
@@ -266,8 +282,8 @@ class Sandbox:
                 )
             self._check_host_functions(grants)
             _check_python_preopens(grants)
+            key = grants.digest()
             if grants.preopens:
-                key = grants.digest()
                 if key not in self._python_grants:
                     self._check_preopens(grants)
                     with self._lock:  # later grant sets are checked against this one too
@@ -275,10 +291,10 @@ class Sandbox:
         if not isinstance(code, str):
             result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         else:
-            result = self.python_runtime().call(grants, {"mode": "code", "code": code})
+            result = self.python_runtime().call(grants, key, {"mode": "code", "code": code})
         if self._auditor.enabled:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
-            self._auditor.record(result, grants.digest(), digest, {}, grants.limits)
+            self._auditor.record(result, key, digest, {}, grants.limits)
         return result
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:

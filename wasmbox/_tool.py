@@ -35,16 +35,18 @@ class Tool:
         runner: Runner,
         executor: Executor,
         auditor: Auditor,
+        *,
+        manifest_digest: str,
         code_digest: str,
         info: ModuleInfo | None = None,
     ) -> None:
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
+        self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
         self.code_digest = code_digest  # sha256 of the wasm module or the Python source
         self._runner = runner
         self._executor = executor
         self._auditor = auditor
-        self._manifest_digest: str | None = None  # computed on first audited call
 
     @property
     def name(self) -> str:
@@ -85,11 +87,9 @@ class Tool:
         return result
 
     def _audit(self, result: CallResult, args: object, argv: object, stdin: object) -> None:
-        if self._manifest_digest is None:
-            self._manifest_digest = self.manifest.digest()
         given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
         self._auditor.record(
-            result, self._manifest_digest, self.code_digest, given, self.manifest.limits
+            result, self.manifest_digest, self.code_digest, given, self.manifest.limits
         )
 
     async def acall(
