@@ -159,6 +159,25 @@ def test_sigint_while_a_guest_spins(box: wasmbox.Sandbox, runtime: str) -> None:
 
 
 @pytest.mark.usefixtures("default_sigint")
+def test_sigint_while_a_core_guest_sleeps_reaches_the_caller(box: wasmbox.Sandbox) -> None:
+    """The interrupt lands in our poll_oneoff (Python code inside a host callback): it must come
+    out of `call`, not be parked in wasmtime-py's global last-exception slot."""
+    import wasmtime._func
+
+    nap = box.load(manifest("sleep", limits={"timeout": "1s"}))
+    timer = _sigint_after(0.1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            timer.start()
+            nap.call({})
+            time.sleep(5)  # (the signal lands here if it was late; never reached otherwise)
+    finally:
+        timer.join()
+    assert getattr(wasmtime._func, "LAST_EXCEPTION", None) is None
+    assert_serving(box, python=False)
+
+
+@pytest.mark.usefixtures("default_sigint")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (see the loop)
 def test_sigint_at_random_moments_leaves_nothing_behind(box: wasmbox.Sandbox) -> None:
     """Interrupts landing anywhere in the host's code around a call (not only in the guest).

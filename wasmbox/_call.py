@@ -120,6 +120,18 @@ def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, mes
     ffi.wasmtime_context_set_fuel(context, 0)
 
 
+def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t], name: str, exc: BaseException) -> str:
+    """Stop the guest after one of our callbacks failed, without raising into Wasmtime: a bug
+    of ours ends the call as `host_error`; an interrupt (KeyboardInterrupt, SystemExit) is
+    re-raised on the caller's thread once the call is over. Returns what the guest is told."""
+    if isinstance(exc, Exception):
+        abort(context, ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
+        return "internal error"
+    current().reraise = exc
+    abort(context, ErrorKind.HOST_ERROR, f"{name}: interrupted")
+    return "interrupted"
+
+
 def serve_host_call(
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     name: str,

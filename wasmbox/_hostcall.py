@@ -59,16 +59,13 @@ def _trampoline(
     count: int,
 ) -> int:
     context = ffi.wasmtime_caller_context(caller)
-    state = _call.current()
     function = _functions[handle or 0]
     try:
-        values[0].i64 = _serve(function, state, caller, context,
+        values[0].i64 = _serve(function, _call.current(), caller, context,
                                values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
-    except Exception as exc:  # a bug of ours: stop the guest, keep the process
-        values[0].i64 = _abort(context, ErrorKind.HOST_ERROR, f"{function.name}: internal error: {exc!r}")
-    except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
-        state.reraise = exc
-        values[0].i64 = _abort(context, ErrorKind.HOST_ERROR, f"{function.name}: interrupted")
+    except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
+        _call.callback_failed(context, function.name, exc)
+        values[0].i64 = 0
     return 0
 
 

@@ -202,13 +202,8 @@ class PythonRuntimeRunner:
         try:
             function = self._host_functions.get(name) if granted else None
             return _call.serve_host_call(context, name, args, function).payload
-        except Exception as exc:  # a bug of ours must not escape into the C callback
-            _call.abort(context, ErrorKind.HOST_ERROR, f"{name}: internal error: {exc!r}")
-            return _abi.error("internal error")
-        except BaseException as exc:  # e.g. KeyboardInterrupt: re-raised on this call's thread
-            _call.current().reraise = exc
-            _call.abort(context, ErrorKind.HOST_ERROR, f"{name}: interrupted")
-            return _abi.error("interrupted")
+        except BaseException as exc:  # must not escape into the C callback
+            return _abi.error(_call.callback_failed(context, name, exc))
 
 
 def _replace_monotonic_clock(

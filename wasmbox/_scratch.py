@@ -194,7 +194,7 @@ def _on_tick(
         if watch.over():
             return _stop(context, ErrorKind.OUTPUT_LIMIT, watch.message)
     except BaseException as exc:  # never unwind into Wasmtime
-        return _stop(context, ErrorKind.HOST_ERROR, f"checking scratch space: {exc!r}")
+        return _stop(context, ErrorKind.HOST_ERROR, _call.callback_failed(context, "scratch check", exc))
     delta[0] = 1
     kind[0] = _CONTINUE
     return 0

@@ -35,8 +35,8 @@ def poll_oneoff(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, 
     try:
         return _poll(caller, in_ptr & 0xFFFF_FFFF, out_ptr & 0xFFFF_FFFF, count & 0xFFFF_FFFF,
                      nevents_ptr & 0xFFFF_FFFF)  # fmt: skip
-    except Exception as exc:  # never raise into wasmtime-py's trampoline
-        _call.abort(caller._context(), ErrorKind.HOST_ERROR, f"poll_oneoff: internal error: {exc!r}")
+    except BaseException as exc:  # never raise into wasmtime-py's trampoline (e.g. Ctrl-C in a sleep)
+        _call.callback_failed(caller._context(), "poll_oneoff", exc)
         return _ERRNO_FAULT
 
 
