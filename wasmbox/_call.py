@@ -274,7 +274,7 @@ def finish(
     error: CallError | None,
     stdout: Output,
     stderr: Output,
-    memory_size: Callable[[], int | None],
+    peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
@@ -282,7 +282,6 @@ def finish(
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
     call's Store in a reference cycle until the garbage collector runs."""
     limits = state.manifest.limits
-    peak_memory = memory_size()
     if state.abort is not None:
         error = state.abort
     elif error is not None and error.kind in (ErrorKind.GUEST_ERROR, ErrorKind.TRAP):

@@ -19,10 +19,6 @@ from . import _abi, _call, _rawcall
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply
 
-_MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
-_ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
-_FUNC = ffi.WASMTIME_EXTERN_FUNC.value
-_MEM = ffi.WASMTIME_EXTERN_MEMORY.value
 _ABI_MODULE = _abi.ABI_MODULE.encode()
 _NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 
@@ -80,7 +76,10 @@ def _serve(
     if state.abort is not None:  # the guest is being stopped: do not even read its request
         return 0
     if state.exports is None:  # the same for every host call of this instance
-        state.exports = (_MEMORY.from_caller(caller, _MEM), _ALLOC.from_caller(caller, _FUNC))
+        state.exports = (
+            _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY),
+            _rawcall.ALLOC.from_caller(caller, _rawcall.EXTERN_FUNC),
+        )
     memory, alloc = state.exports
     if memory is None or alloc is None:  # checked at load; a guard all the same
         return _abort(context, ErrorKind.BAD_RESPONSE, "guest exports no memory or wasmbox_alloc")

@@ -137,7 +137,7 @@ class PythonRuntimeRunner:
         try:
             return _call.finish(
                 state, spare.store, started, value, error, spare.stdout, spare.stderr,
-                lambda: None, close=self._keeper.close,
+                None, close=self._keeper.close,
             )  # fmt: skip
         finally:
             if spare.scratch is not None:

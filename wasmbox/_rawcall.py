@@ -12,6 +12,9 @@ import ctypes
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from . import _abi
+
+
 class ExportName:
     """An export name encoded once, for lookups on every fresh instance."""
 
@@ -37,8 +40,11 @@ class ExportName:
         return item if found and item.kind == kind else None
 
 
-def memory(item: ffi.wasmtime_extern_t) -> wasmtime.Memory:
-    return wasmtime.Memory._from_raw(item.of.memory)
+# The ABI exports both the runner and the host-call trampoline look up, and extern kinds.
+MEMORY = ExportName(_abi.EXPORT_MEMORY)
+ALLOC = ExportName(_abi.EXPORT_ALLOC)
+EXTERN_MEMORY = ffi.WASMTIME_EXTERN_MEMORY.value
+EXTERN_FUNC = ffi.WASMTIME_EXTERN_FUNC.value
 
 
 def memory_view(context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t) -> tuple[int, int]:

@@ -7,6 +7,7 @@ the memory cap and the epoch deadline. Every failure becomes a `CallResult` with
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,8 +29,6 @@ from ._units import format_size
 # Store limits beyond the manifest's: one instance with one memory (so `limits.memory` is the
 # whole budget), and tables small enough that they cannot be used to exhaust host memory.
 _STORE_LIMITS = {"table_elements": 100_000, "instances": 1, "tables": 8, "memories": 1}
-_MEMORY = _rawcall.ExportName(_abi.EXPORT_MEMORY)
-_ALLOC = _rawcall.ExportName(_abi.EXPORT_ALLOC)
 _CALL = _rawcall.ExportName(_abi.EXPORT_CALL)
 _INITIALIZE = _rawcall.ExportName(_abi.EXPORT_INITIALIZE)
 _START = _rawcall.ExportName(_abi.EXPORT_START)
@@ -93,7 +92,7 @@ class ModuleRunner:
         state = _call.CallState.start(self._manifest, started)
         stdout, stderr = Output(limits.output), Output(limits.output)
         store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
-        memory: wasmtime.Memory | None = None
+        memory: ffi.wasmtime_extern_t | None = None
         value: Any = None
         error: CallError | None = None
         try:
@@ -121,39 +120,40 @@ class ModuleRunner:
             stderr.detach()
             if scratch is not None:
                 error = scratch.settle(error)
-        return _call.finish(
-            state, store, started, value, error, stdout, stderr,
-            lambda: memory.data_len(store) if memory is not None else None,
-        )  # fmt: skip
+        peak = _rawcall.memory_view(store._context(), memory)[1] if memory is not None else None
+        return _call.finish(state, store, started, value, error, stdout, stderr, peak)
 
     def _run_reactor(
         self,
         store: wasmtime.Store,
         instance: wasmtime.Instance,
-        memory: wasmtime.Memory,
+        memory: ffi.wasmtime_extern_t,
         call: CallInput,
     ) -> Any:
         try:
             payload = _abi.pack(dict(call.args))
         except (TypeError, ValueError, OverflowError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
+        context = store._context()
         if self._initialize:
-            _rawcall.call_void(store._context(), _INITIALIZE.get(store, instance))
-        ptr = _rawcall.call_i32(store._context(), _ALLOC.get(store, instance), len(payload))
-        if ptr == 0 or ptr + len(payload) > memory.data_len(store):
+            _rawcall.call_void(context, _INITIALIZE.get(store, instance))
+        ptr = _rawcall.call_i32(context, _rawcall.ALLOC.get(store, instance), len(payload))
+        base, size = _rawcall.memory_view(context, memory)
+        if ptr == 0 or ptr + len(payload) > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
-        memory.write(store, payload, ptr)
-        packed = _rawcall.call_i64(store._context(), _CALL.get(store, instance), ptr, len(payload))
+        ctypes.memmove(base + ptr, payload, len(payload))
+        packed = _rawcall.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
         if rlen > self._limits.output:
             raise Failure(
                 ErrorKind.OUTPUT_LIMIT,
                 f"result of {rlen} bytes exceeds the {format_size(self._limits.output)} output cap",
             )
-        if rptr + rlen > memory.data_len(store):
+        base, size = _rawcall.memory_view(context, memory)  # the guest may have grown it
+        if rptr + rlen > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")
         try:
-            is_ok, value = _abi.unpack_reply(memory.read(store, rptr, rptr + rlen))
+            is_ok, value = _abi.unpack_reply(ctypes.string_at(base + rptr, rlen))
         except _abi.FramingError as exc:
             raise Failure(ErrorKind.BAD_RESPONSE, str(exc)) from None
         if not is_ok:
@@ -161,12 +161,12 @@ class ModuleRunner:
         return value
 
 
-def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> wasmtime.Memory | None:
+def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_extern_t | None:
     try:
-        item = _MEMORY.get(store, instance)
+        item = _rawcall.MEMORY.get(store, instance)
     except wasmtime.WasmtimeError:  # a command module need not export it
         return None
-    return _rawcall.memory(item) if item.kind == ffi.WASMTIME_EXTERN_MEMORY.value else None
+    return item if item.kind == _rawcall.EXTERN_MEMORY else None
 
 
 def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:
