@@ -50,7 +50,6 @@ class CallState:
 
     manifest: Manifest
     deadline: float
-    host_calls_left: int
     records: list[HostCallRecord] = field(default_factory=list)
     failure: ErrorKind | None = None  # root cause a host call reported, if the guest then fails
     abort: CallError | None = None  # set by the host to stop the guest; wins over its result
@@ -60,8 +59,7 @@ class CallState:
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
-        limits = manifest.limits
-        return cls(manifest, started + limits.timeout, limits.host_calls)
+        return cls(manifest, started + manifest.limits.timeout)
 
 
 class Failure(Exception):
@@ -153,12 +151,11 @@ def serve_host_call(
     elif time.perf_counter() > state.deadline:
         abort(context, ErrorKind.TIMEOUT, f"{name} called after the deadline")
         reply = refusal(name, "limit", "the deadline has passed", size)
-    elif state.host_calls_left <= 0:
+    elif len(state.records) >= state.manifest.limits.host_calls:  # (each call made a record)
         message = f"host-call limit ({len(state.records)}) exceeded"
         abort(context, ErrorKind.HOST_ERROR, message)
         reply = refusal(name, "limit", message, size)
     else:
-        state.host_calls_left -= 1
         if function is None:
             reply = refusal(
                 name, "denied", "this host function is not granted to this tool", size,
@@ -244,7 +241,7 @@ def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> Cal
     if code is wasmtime.TrapCode.OUT_OF_FUEL or "all fuel consumed" in text:
         return CallError(kind=ErrorKind.OUT_OF_FUEL, message=f"used all {limits.fuel:,} units of fuel")
     if code is wasmtime.TrapCode.INTERRUPT or "wasm trap: interrupt" in text:
-        return CallError(kind=ErrorKind.TIMEOUT, message=f"exceeded the {limits.timeout:g}s deadline")
+        return CallError(kind=ErrorKind.TIMEOUT, message=deadline_message(limits))
     message = cause(text)
     if any(words in message for words in _OVER_MEMORY_CAP):
         return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
@@ -254,6 +251,18 @@ def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> Cal
             message=f"the Sandbox is at capacity ({message}; see EngineSettings.pool_slots)",
         )
     return CallError(kind=ErrorKind.TRAP, message=message)
+
+
+def deadline_message(limits: Limits) -> str:
+    return f"exceeded the {limits.timeout:g}s deadline"
+
+
+def check_result_size(size: int, cap: int) -> None:
+    """Failure `output_limit` when a result of `size` bytes is over the output cap."""
+    if size > cap:
+        raise Failure(
+            ErrorKind.OUTPUT_LIMIT, f"result of {size} bytes exceeds the {format_size(cap)} output cap"
+        )
 
 
 def cause(text: str) -> str:

@@ -14,6 +14,7 @@ import inspect
 import itertools
 import weakref
 from collections.abc import Callable
+from typing import TypeAlias
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -26,9 +27,8 @@ _LIST = ffi.WASMTIME_COMPONENT_LIST.value
 _STRING = ffi.WASMTIME_COMPONENT_STRING.value
 _NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 
-Context = "ctypes._Pointer[ffi.wasmtime_context_t]"
-# (context, name, args) -> reply bytes; must not raise
-BytesHandler = Callable[["ctypes._Pointer[ffi.wasmtime_context_t]", str, bytes], bytes]
+Context: TypeAlias = "ctypes._Pointer[ffi.wasmtime_context_t]"
+BytesHandler = Callable[[Context, str, bytes], bytes]  # (context, name, args) -> reply; never raises
 _handlers: dict[int, Callable[[], BytesHandler | None]] = {}
 _ids = itertools.count(1)
 

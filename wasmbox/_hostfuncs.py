@@ -17,9 +17,10 @@ import pydantic
 
 from . import _abi
 from ._errors import ErrorKind, ToolError
+from ._manifest import HOST_FUNCTION_NAME
 from ._results import HostCallRecord, HostCallVerdict
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_NAME = re.compile(HOST_FUNCTION_NAME)
 
 # How a host function's own ToolError (e.g. CapabilityDeniedError) is recorded.
 _VERDICTS: dict[ErrorKind, HostCallVerdict] = {
@@ -44,7 +45,6 @@ class HostFunction:
         if not _NAME.match(name):
             raise ValueError(f"invalid host function name {name!r} (use e.g. 'kv.get')")
         self.name = name
-        self.func = func
         self._validated = pydantic.validate_call(func)
 
     def invoke(self, request: bytes) -> HostReply:

@@ -31,7 +31,7 @@ from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SCRATCH_GUEST_PATH = "/tmp"
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
-_HOST_FUNCTION = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+HOST_FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 Size = Annotated[
     int,
@@ -135,7 +135,7 @@ class Manifest(_Strict):
     runtime: Literal["python"] | None = None
     source: Path | None = Field(None, description="Python source (runtime = 'python').")
     entry: str = "main"
-    host_functions: tuple[Annotated[str, Field(pattern=_HOST_FUNCTION)], ...] = Field(
+    host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field(
         (), strict=False
     )
     env: dict[str, str] = Field(default_factory=dict)

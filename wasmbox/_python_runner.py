@@ -31,7 +31,6 @@ from ._manifest import Manifest
 from ._output import Output
 from ._pyruntime import STDLIB_GUEST_PATH, PythonRuntime
 from ._results import CallError, CallResult
-from ._units import format_size
 
 # Kinds the driver may report; anything else a guest claims is a guest error.
 _DRIVER_KINDS = {
@@ -174,14 +173,8 @@ class PythonRuntimeRunner:
         self._release()
 
     @staticmethod
-    def _decode(response: object, cap: int) -> Any:
-        if not isinstance(response, (bytes, bytearray)):
-            raise Failure(ErrorKind.BAD_RESPONSE, "the runtime returned no bytes")
-        if len(response) > cap:
-            raise Failure(
-                ErrorKind.OUTPUT_LIMIT,
-                f"result of {len(response)} bytes exceeds the {format_size(cap)} output cap",
-            )
+    def _decode(response: bytes, cap: int) -> Any:
+        _call.check_result_size(len(response), cap)
         try:
             message = _abi.unpack(response)
         except _abi.FramingError as exc:
@@ -194,7 +187,7 @@ class PythonRuntimeRunner:
             raise Failure(kind, trace if isinstance(trace, str) and trace else message["error"])
         raise Failure(ErrorKind.BAD_RESPONSE, "the runtime's response is not an ok/error map")
 
-    def _call_host(self, context: _Context, name: str, args: bytes) -> bytes:
+    def _call_host(self, context: _component_io.Context, name: str, args: bytes) -> bytes:
         """The `call-host` import. Never raises (see `_call.abort`)."""
         if len(name) > _MAX_NAME:
             name = name[:_MAX_NAME] + "..."  # never echo a guest's megabytes back
@@ -236,7 +229,6 @@ _NO_SLEEP = (
     "it would hold the host past the call's deadline"
 )
 _NO_INPUT = CallInput({})
-_Context = Any  # ctypes pointer to a wasmtime_context_t
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants a spare is instantiated under: none (the component's start-up calls no host function).
 _PREPARING = Manifest(name="preparing", runtime="python")

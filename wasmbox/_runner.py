@@ -24,7 +24,6 @@ from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._output import Output
 from ._results import CallError, CallResult
-from ._units import format_size
 
 # Store limits beyond the manifest's: one instance with one memory (so `limits.memory` is the
 # whole budget), and tables small enough that they cannot be used to exhaust host memory.
@@ -144,11 +143,7 @@ class ModuleRunner:
         ctypes.memmove(base + ptr, payload, len(payload))
         packed = _rawcall.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
-        if rlen > self._limits.output:
-            raise Failure(
-                ErrorKind.OUTPUT_LIMIT,
-                f"result of {rlen} bytes exceeds the {format_size(self._limits.output)} output cap",
-            )
+        _call.check_result_size(rlen, self._limits.output)
         base, size = _rawcall.memory_view(context, memory)  # the guest may have grown it
         if rptr + rlen > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")

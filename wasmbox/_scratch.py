@@ -31,8 +31,8 @@ from wasmtime import _ffi as ffi
 
 from . import _call
 from ._errors import ErrorKind
-from ._results import CallError
 from ._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
+from ._results import CallError
 from ._units import format_size
 
 ENTRY_MIN = 4096  # each file or directory counts at least this much (an inode, a block)
@@ -189,8 +189,7 @@ def _on_tick(
             return _stop(context, ErrorKind.HOST_ERROR, "the call's scratch watch is gone")
         state = _call.current()
         if time.perf_counter() > state.deadline:
-            limits = state.manifest.limits
-            return _stop(context, ErrorKind.TIMEOUT, f"exceeded the {limits.timeout:g}s deadline")
+            return _stop(context, ErrorKind.TIMEOUT, _call.deadline_message(state.manifest.limits))
         if watch.over():
             return _stop(context, ErrorKind.OUTPUT_LIMIT, watch.message)
     except BaseException as exc:  # never unwind into Wasmtime

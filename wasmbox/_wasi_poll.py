@@ -14,12 +14,12 @@ import time
 
 import wasmtime
 
-from . import _call
+from . import _abi, _call
 from ._errors import ErrorKind
 
 _SUBSCRIPTION = struct.Struct("<QB7xIxxxxQQH6x")  # userdata, tag, clock id, timeout, precision, flags
-_FD_SUBSCRIPTION = struct.Struct("<QB7xI")  # userdata, tag, fd
 _EVENT = struct.Struct("<QHB5xQH6x")  # userdata, error, type, nbytes, flags
+_IN, _OUT = _SUBSCRIPTION.size, _EVENT.size  # 48 and 32 bytes
 _CLOCK, _FD_READ, _FD_WRITE = 0, 1, 2
 _ABSTIME = 1
 _MAX_SUBSCRIPTIONS = 64  # libc asks for one or two; more is only work for the host
@@ -41,18 +41,18 @@ def poll_oneoff(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, 
 
 
 def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevents_ptr: int) -> int:
-    memory = caller.get("memory")
+    memory = caller.get(_abi.EXPORT_MEMORY)
     if not isinstance(memory, wasmtime.Memory) or count == 0 or count > _MAX_SUBSCRIPTIONS:
         return _ERRNO_INVAL
     size = memory.data_len(caller)
-    if in_ptr + count * 48 > size or out_ptr + count * 32 > size or nevents_ptr + 4 > size:
+    if in_ptr + count * _IN > size or out_ptr + count * _OUT > size or nevents_ptr + 4 > size:
         return _ERRNO_FAULT
-    raw = memory.read(caller, in_ptr, in_ptr + count * 48)
+    raw = memory.read(caller, in_ptr, in_ptr + count * _IN)
     ready: list[bytes] = []
     sleep_ns: int | None = None
     sleeper: int = 0
     for i in range(count):
-        entry = raw[i * 48 : (i + 1) * 48]
+        entry = raw[i * _IN : (i + 1) * _IN]
         userdata, tag = entry[0:8], entry[8]
         if tag in (_FD_READ, _FD_WRITE):
             ready.append(_EVENT.pack(int.from_bytes(userdata, "little"), 0, tag, 0, 0))
