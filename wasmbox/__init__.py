@@ -6,6 +6,7 @@
 """
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
+from ._engine import EngineSettings
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -23,7 +24,6 @@ from ._errors import (
     TrapError,
     WasmboxError,
 )
-from ._engine import EngineSettings
 from ._inspect import ToolKind
 from ._manifest import Limits, Manifest, Preopen
 from ._results import CallError, CallResult, HostCallRecord

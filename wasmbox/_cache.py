@@ -26,7 +26,6 @@ from wasmtime import component
 from ._engine import EngineSettings
 from ._errors import WasmboxError
 
-
 Artifact = wasmtime.Module | component.Component
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import inspect
-import itertools
 import weakref
 from collections.abc import Callable
 from typing import TypeAlias
@@ -20,17 +19,17 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime import component
 
+from . import _rawcall
+
 _VAL = ctypes.sizeof(ffi.wasmtime_component_val_t)
 _OF = ffi.wasmtime_component_val_t.of.offset
 _U8 = ffi.WASMTIME_COMPONENT_U8.value
 _LIST = ffi.WASMTIME_COMPONENT_LIST.value
 _STRING = ffi.WASMTIME_COMPONENT_STRING.value
-_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 
 Context: TypeAlias = "ctypes._Pointer[ffi.wasmtime_context_t]"
 BytesHandler = Callable[[Context, str, bytes], bytes]  # (context, name, args) -> reply; never raises
-_handlers: dict[int, Callable[[], BytesHandler | None]] = {}
-_ids = itertools.count(1)
+_handlers: _rawcall.Handles[Callable[[], BytesHandler | None]] = _rawcall.Handles()
 
 
 def set_bytes(value: ffi.wasmtime_component_val_t, data: bytes) -> None:
@@ -95,12 +94,11 @@ def call_bytes(store: wasmtime.Store, func: component.Func, payload: bytes) -> b
 def add_bytes_func(instance: component.LinkerInstance, name: str, handler: BytesHandler) -> int:
     """Define `name: (string, list<u8>) -> list<u8>` on `instance`, served by `handler`.
     Returns a handle for `forget`, once the linker is closed."""
-    handle = next(_ids)
     # weakly, for a bound method: the registry must not keep its owner (and engine) alive
-    _handlers[handle] = weakref.WeakMethod(handler) if inspect.ismethod(handler) else lambda: handler
+    handle = _handlers.add(weakref.WeakMethod(handler) if inspect.ismethod(handler) else lambda: handler)
     encoded = name.encode()
     error = ffi.wasmtime_component_linker_instance_add_func(
-        instance.ptr(), encoded, len(encoded), _trampoline, handle, _NO_FINALIZER
+        instance.ptr(), encoded, len(encoded), _trampoline, handle, _rawcall.NO_FINALIZER
     )
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
@@ -109,7 +107,7 @@ def add_bytes_func(instance: component.LinkerInstance, name: str, handler: Bytes
 
 def forget(handle: int) -> None:
     """Drop a handler (it holds its owner, e.g. a runner and its whole engine, alive)."""
-    _handlers.pop(handle, None)
+    _handlers.discard(handle)
 
 
 @ffi.wasmtime_component_func_callback_t
@@ -123,11 +121,12 @@ def _trampoline(
     nresults: int,
 ) -> int:
     if nargs != 2 or nresults != 1:  # not the world's signature: refuse before touching them
-        return ctypes.cast(wasmtime.WasmtimeError("call-host: wrong signature")._consume(), ctypes.c_void_p).value or 0
+        return _rawcall.error_pointer("call-host: wrong signature")
     try:
         name = take_string(args[0])
         request = take_bytes(args[1])
-        handler = _handlers[handle or 0]()
+        owner = _handlers.get(handle)
+        handler = owner() if owner is not None else None
         reply = handler(context, name, request) if handler is not None else b""
     except Exception:  # a malformed call: answer with an empty reply, the guest sees an error
         reply = b""

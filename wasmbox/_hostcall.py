@@ -10,7 +10,6 @@ why in the call state and takes the store's fuel (`_call.abort`).
 from __future__ import annotations
 
 import ctypes
-import itertools
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -20,28 +19,24 @@ from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply
 
 _ABI_MODULE = _abi.ABI_MODULE.encode()
-_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 
 # Host functions by handle; a handle per HostFunction object, so this grows with the number
 # of registered functions, not with loads.
-_functions: dict[int, HostFunction] = {}
-_handles: dict[int, int] = {}
-_ids = itertools.count(1)
+_functions: _rawcall.Handles[HostFunction] = _rawcall.Handles()
+_handles: dict[HostFunction, int] = {}
 
 
 def define(linker: wasmtime.Linker, function: HostFunction) -> None:
     """Link `function` as import `wasmbox` `<name>` of type (i32, i32) -> i64."""
-    handle = _handles.get(id(function))
-    if handle is None or _functions.get(handle) is not function:
-        handle = next(_ids)
-        _functions[handle] = function
-        _handles[id(function)] = handle
+    handle = _handles.get(function)
+    if handle is None:
+        handle = _handles[function] = _functions.add(function)
     name = function.name.encode()
     i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
     functype = wasmtime.FuncType([i32, i32], [i64])  # a FuncType is bound to its first engine
     error = ffi.wasmtime_linker_define_func_unchecked(
         linker.ptr(), _ABI_MODULE, len(_ABI_MODULE), name, len(name), functype.ptr(),
-        _trampoline, handle, _NO_FINALIZER,
+        _trampoline, handle, _rawcall.NO_FINALIZER,
     )  # fmt: skip
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
@@ -55,7 +50,8 @@ def _trampoline(
     count: int,
 ) -> int:
     context = ffi.wasmtime_caller_context(caller)
-    function = _functions[handle or 0]
+    function = _functions.get(handle)
+    assert function is not None  # registered before any module could call it
     try:
         values[0].i64 = _serve(function, _call.current(), caller, context,
                                values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import itertools
 from typing import Literal
 
 import wasmtime
 from wasmtime import _ffi as ffi
 
-_live: dict[int, Output] = {}
-_ids = itertools.count(1)
+from . import _rawcall
+
+_live: _rawcall.Handles[Output] = _rawcall.Handles()
 _WriteCallback = ctypes.CFUNCTYPE(
     ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t
 )
-_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
 
 
 class Output:
@@ -50,22 +49,21 @@ class Output:
 
     def attach(self, wasi: wasmtime.WasiConfig, stream: Literal["stdout", "stderr"]) -> None:
         """Route the guest's `stream` into this Output until `detach`."""
-        self._id = next(_ids)
-        _live[self._id] = self
+        self._id = _live.add(self)
         setter = (
             ffi.wasi_config_set_stdout_custom if stream == "stdout"
             else ffi.wasi_config_set_stderr_custom
         )  # fmt: skip
-        setter(wasi.ptr(), _write, self._id, _NO_FINALIZER)
+        setter(wasi.ptr(), _write, self._id, _rawcall.NO_FINALIZER)
 
     def detach(self) -> None:
-        _live.pop(self._id, None)
+        _live.discard(self._id)
 
 
 @_WriteCallback
 def _write(handle: int | None, data: ctypes._Pointer[ctypes.c_ubyte], size: int) -> int:
     try:
-        output = _live.get(handle or 0)
+        output = _live.get(handle)
         if output is None:  # the call is over: nobody is listening any more
             return -errno.EPIPE
         return output.write(ctypes.string_at(data, size))

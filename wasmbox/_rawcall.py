@@ -8,11 +8,15 @@ each call; our ABI exports' types are checked once at load (`_inspect`), so a ca
 from __future__ import annotations
 
 import ctypes
+import itertools
+from typing import Generic, TypeVar
 
 import wasmtime
 from wasmtime import _ffi as ffi
 
 from . import _abi
+
+T = TypeVar("T")
 
 
 class ExportName:
@@ -38,6 +42,34 @@ class ExportName:
         item = ffi.wasmtime_extern_t()
         found = ffi.wasmtime_caller_export_get(caller, self._buffer, len(self._bytes), ctypes.byref(item))
         return item if found and item.kind == kind else None
+
+
+class Handles(Generic[T]):
+    """Objects that a C callback finds by the integer it was registered with (its `data`
+    pointer). Handles start at 1, so a NULL `data` finds nothing."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, T] = {}
+        self._ids = itertools.count(1)
+
+    def add(self, item: T) -> int:
+        handle = next(self._ids)
+        self._items[handle] = item
+        return handle
+
+    def get(self, handle: int | None) -> T | None:
+        return self._items.get(handle or 0)
+
+    def discard(self, handle: int) -> None:
+        self._items.pop(handle, None)
+
+
+NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()  # for callbacks whose data we own
+
+
+def error_pointer(message: str) -> int:
+    """A new `wasmtime_error_t` as the address a C callback returns to fail."""
+    return ctypes.cast(ffi.wasmtime_error_new(message.encode()), ctypes.c_void_p).value or 0
 
 
 # The ABI exports both the runner and the host-call trampoline look up, and extern kinds.

@@ -11,26 +11,26 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import wasmtime
 from wasmtime.component import Component
 
+from . import _call
 from ._allowlist import FETCH
-from ._fetch import Fetcher, Resolver
-from ._audit import AuditLog, AuditSink, Auditor, args_digest
+from ._audit import AuditLog, Auditor, AuditSink, args_digest
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
-from . import _call
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from ._fetch import Fetcher, Resolver
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
 from ._manifest import Limits, Manifest, ManifestSource, Preopen, overlapping_preopens
 from ._pyruntime import (
-    PythonRuntime,
     Progress,
+    PythonRuntime,
     RuntimeBuildError,
     ensure_runtime,
     stderr_progress,

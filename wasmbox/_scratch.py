@@ -18,7 +18,6 @@ the host remove, measure or keep anything outside the call's directory.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import stat
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _call
+from . import _call, _rawcall
 from ._errors import ErrorKind
 from ._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
 from ._results import CallError
@@ -142,15 +141,14 @@ class CallScratch:
 
     def arm(self, store: wasmtime.Store) -> None:
         """Check at every tick of `store` from now until `settle` (on the call's thread)."""
-        self._id = next(_ids)
-        _watches[self._id] = self
-        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _NO_FINALIZER)
+        self._id = _watches.add(self)
+        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _rawcall.NO_FINALIZER)
         store.set_epoch_deadline(1)
 
     def settle(self, error: CallError | None) -> CallError | None:
         """Stop checking; the call's error once the guest has stopped: `output_limit` if the
         directory ended over its cap (a call shorter than a tick is measured only here)."""
-        _watches.pop(self._id, None)
+        _watches.discard(self._id)
         if (error is None or error.kind is ErrorKind.GUEST_ERROR) and self.over():
             return CallError(kind=ErrorKind.OUTPUT_LIMIT, message=self.message)
         return error
@@ -167,9 +165,7 @@ class CallScratch:
         remove(self.path)
 
 
-_watches: dict[int, CallScratch] = {}  # armed ones, by the handle their store's callback gets
-_ids = itertools.count(1)
-_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
+_watches: _rawcall.Handles[CallScratch] = _rawcall.Handles()  # armed ones, for their stores' callback
 
 
 @ctypes.CFUNCTYPE(
@@ -184,7 +180,7 @@ def _on_tick(
 ) -> int:
     """Runs on the guest's thread: continue for one more tick, or stop the guest."""
     try:
-        watch = _watches.get(handle or 0)
+        watch = _watches.get(handle)
         if watch is None:
             return _stop(context, ErrorKind.HOST_ERROR, "the call's scratch watch is gone")
         state = _call.current()
@@ -202,5 +198,4 @@ def _on_tick(
 def _stop(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> int:
     if _call.inside_call():
         _call.abort(context, kind, message)
-    error = ffi.wasmtime_error_new(message.encode())
-    return ctypes.cast(error, ctypes.c_void_p).value or 0
+    return _rawcall.error_pointer(message)
