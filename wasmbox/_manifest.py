@@ -29,7 +29,8 @@ from ._engine import MAX_MEMORY
 from ._errors import ManifestError
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
-SCRATCH_GUEST_PATH = "/tmp"
+SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
+STDLIB_GUEST_PATH = "/python"  # the Python runtime's stdlib (where its build saw it, too)
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 HOST_FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
@@ -207,10 +208,11 @@ class Manifest(_Strict):
             raise ValueError(overlap)
         if (self.network is None) != (FETCH not in self.host_functions):
             raise ValueError(f"[network] and the {FETCH} host function go together: grant both or neither")
-        if self.scratch is not None:
-            for guest in guests:
-                if (guest + "/").startswith(SCRATCH_GUEST_PATH + "/"):
-                    raise ValueError(f"preopen {guest} would hide or nest in the scratch space at /tmp")
+        for guest in guests:
+            if self.scratch is not None and _within(guest, SCRATCH_GUEST_PATH):
+                raise ValueError(f"preopen {guest} would hide or nest in the scratch space at /tmp")
+            if self.runtime == "python" and _within(guest, STDLIB_GUEST_PATH):
+                raise ValueError(f"preopen {guest} is reserved for the Python runtime")
         return self
 
     def digest(self) -> str:
@@ -253,6 +255,11 @@ class Manifest(_Strict):
 
 
 ManifestSource = Manifest | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def _within(guest: str, root: str) -> bool:
+    """Whether guest path `guest` is `root` or below it."""
+    return (guest + "/").startswith(root + "/")
 
 
 def overlapping_preopens(ours: tuple[Preopen, ...], theirs: tuple[Preopen, ...]) -> str | None:

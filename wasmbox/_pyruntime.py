@@ -29,7 +29,6 @@ from ._errors import WasmboxError
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "2"  # bump when the build steps change
-STDLIB_GUEST_PATH = "/python"  # where the build saw the stdlib (its FileFinders are cached)
 # In a checkout (or editable install) the sources are runtimes/python; a wheel carries them as
 # wasmbox/runtime_python (see pyproject.toml).
 _CHECKOUT = Path(__file__).resolve().parent.parent / "runtimes" / "python"

@@ -27,9 +27,9 @@ from ._engine import EpochTicker
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction
 from ._inspect import ToolKind
-from ._manifest import Manifest
+from ._manifest import STDLIB_GUEST_PATH, Manifest
 from ._output import Output
-from ._pyruntime import STDLIB_GUEST_PATH, PythonRuntime
+from ._pyruntime import PythonRuntime
 from ._results import CallError, CallResult
 
 # Kinds the driver may report; anything else a guest claims is a guest error.

@@ -27,7 +27,14 @@ from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._fetch import Fetcher, Resolver
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
-from ._manifest import Limits, Manifest, ManifestSource, Preopen, overlapping_preopens
+from ._manifest import (
+    STDLIB_GUEST_PATH,
+    Limits,
+    Manifest,
+    ManifestSource,
+    Preopen,
+    overlapping_preopens,
+)
 from ._pyruntime import (
     Progress,
     PythonRuntime,
@@ -47,10 +54,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 class _Default(Enum):
     CACHE_DIR = "default"
 
-_RESERVED_GUEST_PATH = "/python"  # where the runtime's stdlib is preopened
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
-_PRECOMPILE = "import compileall\ncompileall.compile_dir('/python', quiet=1, workers=1)"
+_PRECOMPILE = f"import compileall\ncompileall.compile_dir({STDLIB_GUEST_PATH!r}, quiet=1, workers=1)"
 
 
 class Sandbox:
@@ -202,7 +208,6 @@ class Sandbox:
                 f"{manifest.name}: source: a Python tool needs `source` "
                 "(a manifest without it is a grant set for run_python)"
             )
-        _check_python_preopens(manifest)
         try:
             source = manifest.source.read_text(encoding="utf-8")
             compile(source, str(manifest.source), "exec")  # syntax errors belong to load time
@@ -281,7 +286,6 @@ class Sandbox:
                     "and no source"
                 )
             self._check_host_functions(grants)
-            _check_python_preopens(grants)
             key = grants.digest()
             if grants.preopens:
                 if key not in self._python_grants:
@@ -355,10 +359,3 @@ class Sandbox:
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
-
-def _check_python_preopens(manifest: Manifest) -> None:
-    for preopen in manifest.preopens:
-        if (preopen.guest + "/").startswith(_RESERVED_GUEST_PATH + "/"):
-            raise ManifestError(
-                f"{manifest.name}: preopens: {preopen.guest} is reserved for the Python runtime"
-            )
