@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import itertools
 import json
@@ -91,10 +92,9 @@ class Auditor:
             items = [sinks]
         else:
             items = list(sinks)
-        for sink in items:
-            if not (callable(sink) or isinstance(sink, (logging.Logger, AuditLog))):
-                raise TypeError(f"not an audit sink: {sink!r} (a callable, a Logger or an AuditLog)")
-        self.sinks: tuple[Any, ...] = tuple(items)
+        # each sink with how a record is delivered to it, decided once
+        self._sinks = tuple((sink, _delivery(sink)) for sink in items)
+        self._logs = tuple(sink for sink in items if isinstance(sink, AuditLog))
         self.enabled = bool(items)
         self._seq = itertools.count(1)
 
@@ -115,30 +115,42 @@ class Auditor:
             error_kind=result.error.kind.value if result.error else None,
             error_message=result.error.message if result.error else None,
             fuel_used=result.fuel_used, duration_s=result.duration_s, peak_memory=result.peak_memory,
-            stdout_bytes=len(result.stdout.encode()), stderr_bytes=len(result.stderr.encode()),
+            stdout_bytes=_utf8_size(result.stdout), stderr_bytes=_utf8_size(result.stderr),
             truncated=result.truncated, host_calls=tuple(result.host_calls),
         )  # fmt: skip
-        for sink in self.sinks:
+        for sink, deliver in self._sinks:
             try:
-                if isinstance(sink, AuditLog):
-                    sink.write(record)
-                elif isinstance(sink, logging.Logger):
-                    level = logging.WARNING if record.refused else logging.INFO
-                    if sink.isEnabledFor(level):
-                        sink.log(level, "%s", _json(record.as_dict()), extra={"wasmbox_audit": record})
-                else:
-                    sink(record)
+                deliver(record)
             except Exception:  # noqa: BLE001 - an audit sink must not fail the call
                 _log.exception("audit sink %r failed", sink)
 
     def flush(self) -> None:
         """Wait for the AuditLogs' queues; a failed log is logged, not raised."""
-        for sink in self.sinks:
-            if isinstance(sink, AuditLog):
-                try:
-                    sink.flush()
-                except WasmboxError:
-                    _log.exception("audit log %s failed", sink.path)
+        for log in self._logs:
+            try:
+                log.flush()
+            except WasmboxError:
+                _log.exception("audit log %s failed", log.path)
+
+
+def _delivery(sink: object) -> Callable[[AuditRecord], None]:
+    if isinstance(sink, AuditLog):
+        return sink.write
+    if isinstance(sink, logging.Logger):
+        return functools.partial(_log_record, sink)
+    if callable(sink):
+        return sink
+    raise TypeError(f"not an audit sink: {sink!r} (a callable, a Logger or an AuditLog)")
+
+
+def _log_record(logger: logging.Logger, record: AuditRecord) -> None:
+    level = logging.WARNING if record.refused else logging.INFO
+    if logger.isEnabledFor(level):
+        logger.log(level, "%s", _json(record.as_dict()), extra={"wasmbox_audit": record})
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def args_digest(args: object) -> str:

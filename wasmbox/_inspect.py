@@ -65,6 +65,11 @@ def read_wasm(path: Path) -> bytes:
     return data
 
 
+def inspect_file(path: Path) -> ModuleInfo:
+    """The imports and exports of the module at `path` (compiled with a throwaway Engine)."""
+    return inspect_module(wasmtime.Module(wasmtime.Engine(), read_wasm(path)))
+
+
 def inspect_module(module: wasmtime.Module) -> ModuleInfo:
     imports = tuple(
         Import(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports

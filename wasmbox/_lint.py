@@ -11,10 +11,8 @@ import ipaddress
 import os
 from pathlib import Path
 
-import wasmtime
-
 from ._allowlist import AddressRule, forbidden_reason
-from ._inspect import inspect_module, read_wasm
+from ._inspect import inspect_file
 from ._manifest import Manifest
 from ._units import format_size
 
@@ -101,7 +99,7 @@ def _limit_warnings(manifest: Manifest) -> list[str]:
 
 def _unused_grant_warnings(manifest: Manifest) -> list[str]:
     if manifest.module is not None:
-        info = inspect_module(wasmtime.Module(wasmtime.Engine(), read_wasm(manifest.module)))
+        info = inspect_file(manifest.module)
         used = set(info.host_functions)
         warnings = [
             f"host function {name} is granted but the module never imports it"

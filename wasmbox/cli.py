@@ -13,7 +13,7 @@ import wasmtime
 
 from . import _abi
 from ._errors import WasmboxError
-from ._inspect import inspect_module, read_wasm
+from ._inspect import inspect_file
 from ._manifest import json_schema
 
 
@@ -154,12 +154,10 @@ def _audit_verify(options: argparse.Namespace) -> int:
 
 def _inspect(options: argparse.Namespace) -> int:
     try:
-        wasm = read_wasm(options.module)
-        module = wasmtime.Module(wasmtime.Engine(), wasm)
+        info = inspect_file(options.module)
     except (OSError, wasmtime.WasmtimeError) as exc:
         print(f"wasmbox: cannot read {options.module}: {exc}", file=sys.stderr)
         return 2
-    info = inspect_module(module)
     report: dict[str, Any] = {
         "module": str(options.module),
         "kind": info.kind.value if info.kind else None,
