@@ -33,3 +33,22 @@ def check_reply(result: wasmbox.CallResult, reply: bytes, cap: int) -> None:
         assert result.error is not None and result.error.kind is kind, (result.error, kind, reply)
         if kind is ErrorKind.GUEST_ERROR:
             assert result.error.message == value
+
+
+def check_pointer(result: wasmbox.CallResult, packed: int, cap: int) -> None:
+    """A guest's packed `(ptr << 32) | len` result: over the cap is `output_limit`; in bounds it
+    reads the guest's own memory, so a value is possible; else a typed refusal."""
+    _, length = _abi.split(packed)
+    if length > cap:
+        assert result.error is not None and result.error.kind is ErrorKind.OUTPUT_LIMIT, result.error
+    elif not result.ok:
+        assert result.error is not None
+        assert result.error.kind in (ErrorKind.BAD_RESPONSE, ErrorKind.GUEST_ERROR), result.error
+
+
+def check_echo(result: wasmbox.CallResult, args: object, *refusals: ErrorKind) -> None:
+    """An echo guest's call with `args`: the args back unchanged, or one of `refusals`."""
+    if result.ok:
+        assert _abi.pack(result.value) == _abi.pack(args), (result.value, args)
+    else:
+        assert result.error is not None and result.error.kind in refusals, result.error
