@@ -5,22 +5,48 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
+
 import wasmbox
 from wasmbox import ErrorKind, _abi
 from wasmbox._call import _OOM_WORDING
 
 
 def expected_outcome(reply: bytes, cap: int) -> tuple[ErrorKind | None, Any]:
-    """(None, value) for a good reply, else (the error kind, the guest's message or None)."""
+    """(None, value) for a good reply, else (the error kind, the guest's message or None).
+
+    Decided from the ABI's rules, not by the host's own decoder (`_abi.unpack_reply`), so a bug
+    there cannot agree with itself: one MessagePack object, no extension types (timestamps
+    included), lists and maps nested at most 64 deep, and exactly {"ok": v} or {"error": str}.
+    """
     if len(reply) > cap:
         return ErrorKind.OUTPUT_LIMIT, None
     try:
-        ok, value = _abi.unpack_reply(reply)
-    except _abi.FramingError:
+        message = msgpack.unpackb(reply, raw=False, strict_map_key=False)
+    except Exception:  # noqa: BLE001 - anything msgpack refuses
         return ErrorKind.BAD_RESPONSE, None
-    if ok:
-        return None, value
-    return (ErrorKind.MEMORY_LIMIT if _OOM_WORDING.search(value) else ErrorKind.GUEST_ERROR), value
+    if not _within_the_rules(message) or not isinstance(message, dict) or len(message) != 1:
+        return ErrorKind.BAD_RESPONSE, None
+    if "ok" in message:
+        return None, message["ok"]
+    error = message.get("error")
+    if not isinstance(error, str):
+        return ErrorKind.BAD_RESPONSE, None
+    return (ErrorKind.MEMORY_LIMIT if _OOM_WORDING.search(error) else ErrorKind.GUEST_ERROR), error
+
+
+def _within_the_rules(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (msgpack.ExtType, msgpack.Timestamp)):
+            return False
+        if isinstance(item, (list, dict)):
+            if depth > 64:
+                return False
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 def check_reply(result: wasmbox.CallResult, reply: bytes, cap: int) -> None:
