@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import wasmbox
 from wasmbox import ErrorKind
 
 from ..conftest import wat
@@ -112,4 +113,17 @@ def test_python_cannot_exhaust_the_host(
     result = guarded.python(code, limits=limits)
     assert result.error is not None and result.error.kind is kind, result.error
     assert words.lower() in result.error.message.lower(), result.error.message[-500:]
+    guarded.assert_untouched()
+
+
+def test_a_second_memory_cannot_get_past_the_memory_cap(guarded: Guarded) -> None:
+    """One memory per core instance: the pooling allocator refuses the module at load; without
+    pooling, the store's `memories: 1` limit refuses its instantiation."""
+    module = {"name": "two_memories", "module": security_wat("two_memories")}
+    with pytest.raises(wasmbox.ManifestError, match="defined memories count of 2"):
+        guarded.box.load(module)
+    with wasmbox.Sandbox(cache_dir=None, settings=wasmbox.EngineSettings(pooling=False)) as box:
+        result = box.load(module).call({})
+    assert result.error is not None and result.error.kind is ErrorKind.TRAP
+    assert "memory count too high" in result.error.message
     guarded.assert_untouched()

@@ -16,7 +16,7 @@ import pytest
 
 import wasmbox
 
-from .conftest import SECRET, Guarded, leaks_secret
+from .conftest import Guarded, leaks_secret
 
 EPERM, ENOENT, ENOTDIR, EBADF = (
     "Operation not permitted", "No such file or directory", "Not a directory", "Bad file descriptor",
@@ -256,12 +256,13 @@ found"""
     guarded.assert_untouched()
 
 
-@pytest.mark.xfail(reason="per-call fd cap: lead", strict=False)
+@pytest.mark.xfail(reason="no per-call cap on open files yet (SECURITY.md, known gaps)", strict=True)
 @pytest.mark.parametrize("kind", ["command", "core"])
 def test_a_guest_opening_thousands_of_files_is_capped(guarded: Guarded, kind: str) -> None:
     run = guarded.command if kind == "command" else guarded.core
     result = run("openmany", "/data/inside.txt", "5000")
-    opened = int(result.stdout.split("\n", 1)[0]) if result.stdout else 0
+    assert result.stdout, result  # the guest reports how many opens succeeded
+    opened = int(result.stdout.split("\n", 1)[0])
     assert opened < 5000, "no per-call cap on open files"
     guarded.assert_untouched()
 
@@ -274,8 +275,7 @@ def test_no_preopen_sees_no_filesystem_at_all(guarded: Guarded) -> None:
     guarded.assert_untouched()
 
 
-def test_host_root_and_parent_dirs_cannot_be_granted(guarded: Guarded) -> None:
+def test_host_root_cannot_be_granted(guarded: Guarded) -> None:
     with pytest.raises(wasmbox.ManifestError, match="root directory"):
         guarded.command("ls", "/", preopens=[{"host": "/", "guest": "/"}])
-    assert SECRET not in str(guarded.granted)
     guarded.assert_untouched()
