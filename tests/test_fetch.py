@@ -85,15 +85,14 @@ def fbox(cache_dir: Any, resolver: Resolver) -> Iterator[wasmbox.Sandbox]:
 
 
 def core_tool(box: wasmbox.Sandbox, allow: list[str], **network: Any) -> wasmbox.Tool:
+    """The core-module fetch tool, (re)loaded with this allow list."""
     return box.load({"name": "fetch", "module": wat("fetch"), "host_functions": ["http.fetch"],
-                     "network": {"allow": allow, **network}})  # fmt: skip
+                     "network": {"allow": allow, **network}}, replace=True)  # fmt: skip
 
 
 def fetch(box: wasmbox.Sandbox, allow: list[str], url: str, **network: Any) -> wasmbox.CallResult:
-    """One fetch from a core module; the tool is reloaded with this allow list."""
-    tool = box.load({"name": "fetch", "module": wat("fetch"), "host_functions": ["http.fetch"],
-                     "network": {"allow": allow, **network}}, replace=True)  # fmt: skip
-    return tool.call({"url": url})
+    """One fetch from a core module under this allow list."""
+    return core_tool(box, allow, **network).call({"url": url})
 
 
 def refused(result: wasmbox.CallResult) -> str:
@@ -169,6 +168,7 @@ def test_redirect_to_a_forbidden_host_is_refused(fbox: wasmbox.Sandbox, server: 
         ("http://[::ffff:10.0.0.1]/", "private"),
         ("http://[64:ff9b::a9fe:a9fe]/", "link-local"),  # NAT64 form of 169.254.169.254
         ("http://[2002:a9fe:a9fe::1]/", "link-local"),  # 6to4 form
+        ("http://[2001:0:4136:e378:8000:63bf:5601:5601]/", "link-local"),  # Teredo form
         ("http://2852039166/", "link-local"),  # 169.254.169.254 as one decimal number
         ("http://0251.0376.0251.0376/", "link-local"),  # octal
         ("http://0xa9.0xfe.0xa9.0xfe/", "link-local"),  # hex

@@ -37,6 +37,9 @@ def big_tree(tmp_path: Path) -> Path:
         ({"host_functions": ["http.fetch"], "network": {"allow": ["169.254.169.254"]}}, ["internal addresses", "never imports"]),
         ({"scratch": "4GiB"}, ["scratch is 4GiB", "does not import WASI"]),
         ({"env": {"A": "b"}}, ["env is granted"]),
+        ({"preopens": [{"host": "/tmp", "guest": "/t", "writable": True}]}, ["top-level folder"]),
+        ({"host_functions": ["http.fetch"], "network": {"allow": ["93.184.216.34:443"], "max_response": "1GiB"}},
+         ["network.max_response is 1GiB"]),
     ],
 )
 def test_broad_or_unused_grants_are_warned(fields: dict[str, Any], expected: list[str]) -> None:
@@ -60,3 +63,12 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "warning: limits.memory" in capsys.readouterr().out
     path.write_text('name = "b"\nmodule = 5\n')
     assert cli(["lint", str(path)]) == 2
+
+
+def test_python_tool_granted_a_host_function_its_source_never_names(tmp_path: Path) -> None:
+    source = tmp_path / "tool.py"
+    source.write_text("def main():\n    return 1\n")
+    grants = {"name": "py", "runtime": "python", "source": str(source), "host_functions": ["kv.get"]}
+    assert lint(wasmbox.Manifest.load(grants)) == ["host function kv.get is granted but the source never names it"]
+    source.write_text("from wasmbox_guest import call_host\ndef main():\n    return call_host('kv.get', key='a')\n")
+    assert lint(wasmbox.Manifest.load(grants)) == []
