@@ -166,17 +166,29 @@ def test_host_function_blocking_past_the_deadline(guarded: Guarded, kind: str) -
     guarded.assert_untouched()
 
 
-def test_reentrant_allocator_is_stopped_by_the_host_call_cap(guarded: Guarded) -> None:
-    """The guest's wasmbox_alloc calls the host again while the host writes a reply."""
+# (id, guest, extra limits, kind, words): guests that abuse the way a host reply is delivered
+REPLY_ABUSE = [
+    # its wasmbox_alloc calls the host again while the host writes a reply
+    ("reentrant-alloc", "reentrant_alloc", {"host_calls": 30}, ErrorKind.HOST_ERROR, "host-call limit"),
+    ("alloc-returns-a-bad-pointer", "bad_alloc_for_reply", {}, ErrorKind.BAD_RESPONSE, "invalid pointer"),
+    ("request-out-of-bounds", "host_request_oob", {}, ErrorKind.BAD_RESPONSE, "request out of bounds"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("guest", "limits", "kind", "words"), [c[1:] for c in REPLY_ABUSE],
+                         ids=[c[0] for c in REPLY_ABUSE])  # fmt: skip
+def test_reply_the_guest_cannot_take(
+    guarded: Guarded, guest: str, limits: dict[str, Any], kind: ErrorKind, words: str
+) -> None:
     @guarded.box.host_function("host.fn")
     def host_fn(**_: Any) -> int:
         return 1
 
-    tool = guarded.box.load({"name": "reenter", "module": security_wat("reentrant_alloc"),
-                             "host_functions": ["host.fn"], "limits": {**QUICK, "host_calls": 30}})  # fmt: skip
+    tool = guarded.box.load({"name": guest, "module": security_wat(guest), "host_functions": ["host.fn"],
+                             "limits": {**QUICK, **limits}})  # fmt: skip
     result = tool.call({})
-    assert result.error is not None and result.error.kind is ErrorKind.HOST_ERROR
-    assert "host-call limit" in result.error.message
+    assert result.error is not None and result.error.kind is kind, result.error
+    assert words in result.error.message
     del tool
     guarded.assert_untouched()
 
@@ -207,25 +219,6 @@ def test_host_function_reentering_the_sandbox_is_bounded(guarded: Guarded, kind:
     assert result.ok and result.value == "host_error", result
     assert len(depth) == wasmbox._call.MAX_NESTED_CALLS
     del delegate
-    guarded.assert_untouched()
-
-
-def test_reply_the_guest_cannot_take(guarded: Guarded) -> None:
-    @guarded.box.host_function("host.fn")
-    def host_fn(**_: Any) -> int:
-        return 1
-
-    bad_alloc = guarded.box.load({"name": "bad_alloc", "module": security_wat("bad_alloc_for_reply"),
-                                  "host_functions": ["host.fn"], "limits": QUICK})  # fmt: skip
-    result = bad_alloc.call({})
-    assert result.error is not None and result.error.kind is ErrorKind.BAD_RESPONSE
-    assert "invalid pointer" in result.error.message
-    oob = guarded.box.load({"name": "oob", "module": security_wat("host_request_oob"),
-                            "host_functions": ["host.fn"], "limits": QUICK})  # fmt: skip
-    result = oob.call({})
-    assert result.error is not None and result.error.kind is ErrorKind.BAD_RESPONSE
-    assert "request out of bounds" in result.error.message
-    del bad_alloc, oob
     guarded.assert_untouched()
 
 
