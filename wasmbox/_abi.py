@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgpack
@@ -13,6 +14,17 @@ EXPORT_MEMORY = "memory"
 EXPORT_START = "_start"
 EXPORT_INITIALIZE = "_initialize"
 WASI_MODULE = "wasi_snapshot_preview1"
+
+
+class Errno(enum.IntEnum):
+    """The WASI preview1 errno values our own WASI functions return."""
+
+    SUCCESS = 0
+    FAULT = 21
+    INVAL = 28
+    MFILE = 33
+    NOTSUP = 58
+    PERM = 63
 
 
 class FramingError(ValueError):

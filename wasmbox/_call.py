@@ -56,6 +56,7 @@ class CallState:
     fuel_left_at_abort: int | None = None
     reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
     exports: Any = None  # what a host-call trampoline looked up once for this instance
+    files: Any = None  # the guest's open-file count and WASI forwarder (_wasi_files.OpenFiles)
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:

@@ -28,11 +28,15 @@ class ExportName:
         self._buffer = ctypes.create_string_buffer(self._bytes)
 
     def get(self, store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_extern_t:
+        return self.lookup(store._context(), instance._instance)
+
+    def lookup(
+        self, context: ctypes._Pointer[ffi.wasmtime_context_t], instance: ffi.wasmtime_instance_t
+    ) -> ffi.wasmtime_extern_t:
         item = ffi.wasmtime_extern_t()
         found = ffi.wasmtime_instance_export_get(
-            store._context(), ctypes.byref(instance._instance),
-            self._buffer, len(self._bytes), ctypes.byref(item),
-        )  # fmt: skip
+            context, ctypes.byref(instance), self._buffer, len(self._bytes), ctypes.byref(item)
+        )
         if not found:
             raise wasmtime.WasmtimeError(f"instance has no export {self.name!r}")
         return item
@@ -101,6 +105,23 @@ def call_void(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmti
     _call(context, func, ())
 
 
+def call_raw(
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    func: ffi.wasmtime_extern_t,
+    values: ctypes.Array[ffi.wasmtime_val_raw_t] | ctypes._Pointer[ffi.wasmtime_val_raw_t],
+    count: int,
+) -> int:
+    """Call `func` on raw `values` (its params in, its results out; `count` is the larger of
+    the two numbers), e.g. a host callback's own array; returns the first result as an i32."""
+    trap = ctypes.POINTER(ffi.wasm_trap_t)()
+    error = ffi.wasmtime_func_call_unchecked(context, ctypes.byref(func.of.func), values, count, ctypes.byref(trap))
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+    if trap:
+        raise wasmtime.Trap._from_ptr(trap)
+    return values[0].i32
+
+
 def _call(
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     func: ffi.wasmtime_extern_t,
@@ -109,12 +130,5 @@ def _call(
     values = (ffi.wasmtime_val_raw_t * max(len(args), 1))()
     for i, arg in enumerate(args):
         values[i].i32 = arg
-    trap = ctypes.POINTER(ffi.wasm_trap_t)()
-    error = ffi.wasmtime_func_call_unchecked(
-        context, ctypes.byref(func.of.func), values, len(values), ctypes.byref(trap)
-    )
-    if error:
-        raise wasmtime.WasmtimeError._from_ptr(error)
-    if trap:
-        raise wasmtime.Trap._from_ptr(trap)
+    call_raw(context, func, values, len(values))
     return values[0]

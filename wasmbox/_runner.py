@@ -15,7 +15,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_poll
+from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_files, _wasi_poll
 from ._call import CallInput, Failure
 from ._engine import EpochTicker
 from ._errors import CapabilityError, ErrorKind
@@ -25,9 +25,10 @@ from ._manifest import Manifest
 from ._output import Output
 from ._results import CallError, CallResult
 
-# Store limits beyond the manifest's: one instance with one memory (so `limits.memory` is the
-# whole budget), and tables small enough that they cannot be used to exhaust host memory.
-_STORE_LIMITS = {"table_elements": 100_000, "instances": 1, "tables": 8, "memories": 1}
+# Store limits beyond the manifest's: the guest's instance (and the memoryless WASI forwarder of
+# `_wasi_files`) with one memory (so `limits.memory` is the whole budget), and tables small
+# enough that they cannot be used to exhaust host memory.
+_STORE_LIMITS = {"table_elements": 100_000, "instances": 2, "tables": 8, "memories": 1}
 _CALL = _rawcall.ExportName(_abi.EXPORT_CALL)
 _INITIALIZE = _rawcall.ExportName(_abi.EXPORT_INITIALIZE)
 _START = _rawcall.ExportName(_abi.EXPORT_START)
@@ -65,6 +66,8 @@ class ModuleRunner:
                 _abi.WASI_MODULE, "poll_oneoff", _wasi_poll.poll_type(), _wasi_poll.poll_oneoff,
                 access_caller=True,
             )  # fmt: skip
+            self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
+            self._files.define(linker)
             linker.allow_shadowing = False
         for name in sorted(set(info.host_functions)):
             _hostcall.define(linker, host_functions[name])

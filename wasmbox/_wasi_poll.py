@@ -23,7 +23,6 @@ _IN, _OUT = _SUBSCRIPTION.size, _EVENT.size  # 48 and 32 bytes
 _CLOCK, _FD_READ, _FD_WRITE = 0, 1, 2
 _ABSTIME = 1
 _MAX_SUBSCRIPTIONS = 64  # libc asks for one or two; more is only work for the host
-_ERRNO_SUCCESS, _ERRNO_FAULT, _ERRNO_INVAL, _ERRNO_NOTSUP = 0, 21, 28, 58
 
 
 def poll_type() -> wasmtime.FuncType:
@@ -37,16 +36,16 @@ def poll_oneoff(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, 
                      nevents_ptr & 0xFFFF_FFFF)  # fmt: skip
     except BaseException as exc:  # never raise into wasmtime-py's trampoline (e.g. Ctrl-C in a sleep)
         _call.callback_failed(caller._context(), "poll_oneoff", exc)
-        return _ERRNO_FAULT
+        return _abi.Errno.FAULT
 
 
 def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevents_ptr: int) -> int:
     memory = caller.get(_abi.EXPORT_MEMORY)
     if not isinstance(memory, wasmtime.Memory) or count == 0 or count > _MAX_SUBSCRIPTIONS:
-        return _ERRNO_INVAL
+        return _abi.Errno.INVAL
     size = memory.data_len(caller)
     if in_ptr + count * _IN > size or out_ptr + count * _OUT > size or nevents_ptr + 4 > size:
-        return _ERRNO_FAULT
+        return _abi.Errno.FAULT
     raw = memory.read(caller, in_ptr, in_ptr + count * _IN)
     ready: list[bytes] = []
     sleep_ns: int | None = None
@@ -59,11 +58,11 @@ def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevent
         elif tag == _CLOCK:
             _, _, _, timeout, _, flags = _SUBSCRIPTION.unpack(entry)
             if flags & _ABSTIME:
-                return _ERRNO_NOTSUP  # absolute deadlines on the guest's clock: not served
+                return _abi.Errno.NOTSUP  # absolute deadlines on the guest's clock: not served
             if sleep_ns is None or timeout < sleep_ns:
                 sleep_ns, sleeper = timeout, int.from_bytes(userdata, "little")
         else:
-            return _ERRNO_INVAL
+            return _abi.Errno.INVAL
     if not ready and sleep_ns is not None:
         state = _call.current()
         left = state.deadline - time.perf_counter()
@@ -74,4 +73,4 @@ def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevent
         ready.append(_EVENT.pack(sleeper, 0, _CLOCK, 0, 0))
     memory.write(caller, b"".join(ready), out_ptr)
     memory.write(caller, len(ready).to_bytes(4, "little"), nevents_ptr)
-    return _ERRNO_SUCCESS
+    return _abi.Errno.SUCCESS

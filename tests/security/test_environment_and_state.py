@@ -109,8 +109,9 @@ def test_memory_state_does_not_reach_the_next_call(guarded: Guarded, kind: str) 
 
 def test_writable_grant_is_the_only_state_the_next_call_sees(guarded: Guarded) -> None:
     """A writable grant persists by design; what a guest leaves there cannot widen the next
-    call's reach (a planted symlink stays unfollowable, a file stays inside)."""
-    assert guarded.command("symlink", "../outside/secret.txt", "/data/trap", writable=True).value == {"exit_code": 0}
+    call's reach (a symlink a Python guest planted stays unfollowable, a file stays inside)."""
+    planted = guarded.python("import os\nos.symlink('../outside/secret.txt', '/data/trap')", writable=True)
+    assert planted.ok, planted.error
     assert guarded.command("write", "/data/note.txt", "left", writable=True).value == {"exit_code": 0}
     after = guarded.command("read", "/data/trap", writable=True)
     assert after.stdout == "error: Operation not permitted\n"
