@@ -7,9 +7,13 @@ import threading
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 import wasmbox
 
-from .conftest import manifest
+from .conftest import WAT, manifest, wat
+
+SECURITY_WAT = WAT / "security"
 
 
 def test_memory_and_globals_are_fresh_every_call(box: wasmbox.Sandbox) -> None:
@@ -132,3 +136,24 @@ def test_pooled_slots_do_not_leak_memory_between_calls(box: wasmbox.Sandbox) -> 
     # state.wat bumps a counter in memory and a global; pooled slots are reused, not reset lazily
     tool = box.load(manifest("state"))
     assert {tool.call({}).unwrap() for _ in range(200)} == {0}
+
+
+@pytest.mark.parametrize("where", ["export", "start"])
+def test_guest_code_runs_without_the_gil(box: wasmbox.Sandbox, where: str) -> None:
+    """Only Wasmtime calls that run no guest code keep the GIL (`_rawcall.held`): while one
+    thread's guest spins, in its export or while it is instantiated, other threads' calls go
+    on, and the spinning call still meets its deadline (the epoch ticker needs the GIL too)."""
+    module = wat("spin") if where == "export" else str(SECURITY_WAT / "start_loop.wat")
+    limits = {"fuel": 10**10, "timeout": "1.5s"}  # fuel for several seconds of spinning
+    spinner = box.load({"name": f"spinner_{where}", "module": module, "limits": limits})
+    echo = box.load(manifest("echo"), replace=True)
+    outcome: list[wasmbox.CallResult] = []
+    spinning = threading.Thread(target=lambda: outcome.append(spinner.call({})))
+    spinning.start()
+    try:
+        for n in range(50):
+            assert echo.call({"n": n}).unwrap() == {"n": n}
+        assert spinning.is_alive(), "other calls waited for the spinning guest"
+    finally:
+        spinning.join()
+    assert outcome[0].error is not None and outcome[0].error.kind is wasmbox.ErrorKind.TIMEOUT

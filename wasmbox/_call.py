@@ -18,6 +18,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from . import _rawcall
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -33,6 +34,9 @@ _OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap ou
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
+# A store whose memory is no bigger than this is freed without releasing the GIL: resetting
+# its pooled slot takes microseconds, less than handing the GIL to another thread and back.
+_SMALL_MEMORY = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,8 @@ def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, mes
     state = current()
     if state.abort is None:
         state.abort = CallError(kind=kind, message=message)
-        left = ctypes.c_uint64(0)
-        ffi.wasmtime_context_get_fuel(context, ctypes.byref(left))
-        state.fuel_left_at_abort = left.value
-    ffi.wasmtime_context_set_fuel(context, 0)
+        state.fuel_left_at_abort = fuel_left(context)
+    set_fuel(context, 0)
 
 
 def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t], name: str, exc: BaseException) -> str:
@@ -177,17 +179,42 @@ def serve_host_call(
 
 
 def new_store(
-    engine: wasmtime.Engine, limits: Limits, ticker: EpochTicker, **store_limits: int
+    engine: wasmtime.Engine,
+    limits: Limits,
+    ticker: EpochTicker,
+    *,
+    table_elements: int = -1,
+    instances: int = -1,
+    tables: int = -1,
+    memories: int = -1,
 ) -> wasmtime.Store:
-    """A Store with the call's fuel, memory cap and epoch deadline."""
+    """A Store with the call's fuel, memory cap and epoch deadline (-1: no such store limit)."""
     if not ticker.running:
         raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
-    ticks = ticker.ticks(limits.timeout)
-    store = wasmtime.Store(engine)
-    store.set_limits(memory_size=limits.memory, **store_limits)
-    store.set_fuel(limits.fuel)
-    store.set_epoch_deadline(ticks)
+    store = _rawcall.new_store(engine)
+    _rawcall.held.store_limiter(store.ptr(), limits.memory, table_elements, instances, tables, memories)
+    renew(store._context(), limits, ticker)
     return store
+
+
+def renew(context: ctypes._Pointer[ffi.wasmtime_context_t], limits: Limits, ticker: EpochTicker) -> None:
+    """Full fuel, and a deadline counted from now."""
+    set_fuel(context, limits.fuel)
+    _rawcall.held.context_set_epoch_deadline(context, ticker.ticks(limits.timeout))
+
+
+def set_fuel(context: ctypes._Pointer[ffi.wasmtime_context_t], fuel: int) -> None:
+    error = _rawcall.held.context_set_fuel(context, fuel)
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+
+
+def fuel_left(context: ctypes._Pointer[ffi.wasmtime_context_t]) -> int:
+    left = ctypes.c_uint64(0)
+    error = _rawcall.held.context_get_fuel(context, ctypes.byref(left))
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+    return left.value
 
 
 def build_wasi(
@@ -309,8 +336,11 @@ def finish(
             kind=ErrorKind.OUTPUT_LIMIT,
             message=f"{which} exceeded the {format_size(limits.output)} output cap",
         )
-    fuel_left = store.get_fuel() if state.fuel_left_at_abort is None else state.fuel_left_at_abort
-    (close or close_store)(store)
+    fuel = fuel_left(store._context()) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
+    if close is not None:
+        close(store)
+    else:
+        close_store(store, small=peak_memory is not None and peak_memory <= _SMALL_MEMORY)
     if state.reraise is not None:
         raise state.reraise
     return CallResult.model_construct(
@@ -321,15 +351,16 @@ def finish(
         stdout=stdout.text(),
         stderr=stderr.text(),
         truncated=truncated,
-        fuel_used=limits.fuel - fuel_left,
+        fuel_used=limits.fuel - fuel,
         duration_s=time.perf_counter() - started,
         peak_memory=peak_memory,
         host_calls=state.records,
     )
 
 
-def close_store(store: wasmtime.Store) -> None:
-    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile.
+def close_store(store: wasmtime.Store, *, small: bool = False) -> None:
+    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile; a `small` one
+    (its memory at most `_SMALL_MEMORY`, quick to reset) with the GIL held.
 
     `Store.close()` frees the store in C and only then forgets the pointer in Python: a signal
     handler that raises between the two (Python runs them right after a C call returns) left
@@ -341,7 +372,7 @@ def close_store(store: wasmtime.Store) -> None:
     except ValueError:  # already closed
         return
     store._Store__context = None  # type: ignore[attr-defined]
-    ffi.wasmtime_store_delete(ptr)
+    (_rawcall.held.store_delete if small else ffi.wasmtime_store_delete)(ptr)
 
 
 def near_cap(memory_size: int, cap: int) -> bool:

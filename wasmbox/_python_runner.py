@@ -264,9 +264,7 @@ class _Spare:
 
     def renew(self, ticker: EpochTicker) -> None:
         """Full fuel and a deadline counted from now, not from when the spare was made."""
-        limits = self.manifest.limits
-        self.store.set_fuel(limits.fuel)
-        self.store.set_epoch_deadline(ticker.ticks(limits.timeout))
+        _call.renew(self.store._context(), self.manifest.limits, ticker)
 
 
 class _Spares:
