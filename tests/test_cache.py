@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import wasmbox
+from wasmbox._cache import artifact_digest
 from wasmbox._errors import WasmboxError
 
 from .conftest import manifest
@@ -108,3 +110,17 @@ def test_no_cache_dir_compiles_in_memory(tmp_path: Path) -> None:
         box.load(manifest("echo"))
         assert box.cache_stats.compiles == 1
     assert os.listdir(tmp_path) == []
+
+
+def test_big_artifacts_are_digested_piece_by_piece_and_every_piece_counts() -> None:
+    piece = 16 * 1024 * 1024
+    data = bytearray(os.urandom(2 * piece + 12345))
+    expected = hashlib.sha256(
+        b"".join(hashlib.sha256(data[i : i + piece]).digest() for i in range(0, len(data), piece))
+    ).hexdigest()
+    assert artifact_digest(bytes(data)) == expected
+    assert artifact_digest(b"small") == hashlib.sha256(b"small").hexdigest()
+    for at in (0, piece + 1, len(data) - 1):  # a flipped byte in any piece changes the digest
+        flipped = bytearray(data)
+        flipped[at] ^= 1
+        assert artifact_digest(bytes(flipped)) != expected

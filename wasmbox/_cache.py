@@ -1,7 +1,7 @@
 """The on-disk cache of compiled modules: trusted code, so private and checked.
 
 An entry is `<key>.cwasm` (Wasmtime's serialized module) beside `<key>.json` (the key's inputs,
-the artifact's size and sha256). The key is sha256(wasm) + Wasmtime version + engine settings.
+the artifact's size and digest, `artifact_digest`). The key is sha256(wasm) + Wasmtime version + engine settings.
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
 never loaded. The directory is created 0700 and refused if another user owns it or can write it.
 """
@@ -17,6 +17,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,7 +99,7 @@ class ArtifactCache:
             on_compile()
         compiled = self._compile(engine, wasm(), kind)
         data = bytes(compiled.serialize())
-        record = dict(expected, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        record = dict(expected, size=len(data), digest=artifact_digest(data))
         try:
             _write_atomic(artifact, data)
             _write_atomic(meta, json.dumps(record).encode())
@@ -129,14 +130,14 @@ class ArtifactCache:
         try:
             record = json.loads(meta.read_bytes())
             with open(artifact, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                size, sha256 = len(data), hashlib.sha256(data).hexdigest()  # no copy into Python
+                size, digest = len(data), artifact_digest(data)  # no copy into Python
         except (OSError, ValueError):
             return None
         trusted = (
             isinstance(record, dict)
             and all(record.get(k) == v for k, v in expected.items())
             and record.get("size") == size
-            and record.get("sha256") == sha256
+            and record.get("digest") == digest
         )
         if trusted:
             try:
@@ -146,6 +147,26 @@ class ArtifactCache:
         with self._lock:
             self.stats.rejected += 1
         return None
+
+
+_PIECE = 16 * 1024 * 1024
+
+
+def artifact_digest(data: bytes | mmap.mmap) -> str:
+    """The sha256 of `data`; past 16 MiB, the sha256 of its 16 MiB pieces' sha256s, hashed on
+    several threads (hashlib lets go of the GIL), so the ~50 MB Python runtime is checked in
+    half the time on two cores."""
+    with memoryview(data) as view:
+        if len(view) <= _PIECE:
+            return hashlib.sha256(view).hexdigest()
+        pieces = [view[i : i + _PIECE] for i in range(0, len(view), _PIECE)]
+        try:
+            with ThreadPoolExecutor(min(len(pieces), os.cpu_count() or 1)) as pool:
+                digests = list(pool.map(lambda piece: hashlib.sha256(piece).digest(), pieces))
+        finally:
+            for piece in pieces:
+                piece.release()  # before the caller closes its mmap
+    return hashlib.sha256(b"".join(digests)).hexdigest()
 
 
 def _ensure_private_dir(directory: Path) -> None:

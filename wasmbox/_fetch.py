@@ -9,15 +9,14 @@ protocol is the standard library's `http.client`.
 
 from __future__ import annotations
 
-import http.client
+import functools
 import ipaddress
 import re
 import socket
-import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _call
 from ._allowlist import IPAddress, verdict
@@ -30,6 +29,10 @@ from ._errors import (
 )
 from ._manifest import Network
 from ._units import format_size
+
+if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading they cost ~25 ms at start-up
+    import http.client
+    import ssl
 
 Resolver = Callable[[str, int], Sequence[str]]
 
@@ -51,7 +54,12 @@ class Fetcher:
 
     def __init__(self, resolver: Resolver | None = None) -> None:
         self._resolve = resolver or default_resolver
-        self._tls = ssl.create_default_context()
+
+    @functools.cached_property
+    def _tls(self) -> ssl.SSLContext:
+        import ssl
+
+        return ssl.create_default_context()
 
     def fetch(
         self,
@@ -96,6 +104,8 @@ class Fetcher:
         body: bytes | None,
         deadline: float,
     ) -> tuple[int, dict[str, str], bytes, str | None]:
+        import http.client
+
         parts = urllib.parse.urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS:
@@ -154,6 +164,9 @@ class Fetcher:
     ) -> http.client.HTTPConnection:
         """A connection to the first checked address that answers; the Host header and the TLS
         server name stay `host`."""
+        import http.client
+        import ssl
+
         failure: Exception | None = None
         for address in addresses:
             remaining = deadline - time.perf_counter()
