@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
@@ -150,6 +151,7 @@ def test_guest_code_runs_without_the_gil(box: wasmbox.Sandbox, where: str) -> No
     outcome: list[wasmbox.CallResult] = []
     spinning = threading.Thread(target=lambda: outcome.append(spinner.call({})))
     spinning.start()
+    time.sleep(0.2)  # so that the spinner is in guest code before the other calls start
     try:
         for n in range(50):
             assert echo.call({"n": n}).unwrap() == {"n": n}

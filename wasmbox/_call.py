@@ -313,11 +313,14 @@ def finish(
     stderr: Output,
     peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
+    *,
+    gc_heap: bool = True,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
-    call's Store in a reference cycle until the garbage collector runs."""
+    call's Store in a reference cycle until the garbage collector runs (with the GIL held
+    if its memory was small and it had no GC heap: `gc_heap` says it may have had one)."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort
@@ -340,7 +343,8 @@ def finish(
     if close is not None:
         close(store)
     else:
-        close_store(store, small=peak_memory is not None and peak_memory <= _SMALL_MEMORY)
+        small = not gc_heap and peak_memory is not None and peak_memory <= _SMALL_MEMORY
+        close_store(store, small=small)
     if state.reraise is not None:
         raise state.reraise
     return CallResult.model_construct(

@@ -4,7 +4,7 @@ The trampoline is registered with `wasmtime_linker_define_func_unchecked`, so a 
 call is one ctypes callback with raw values: no `Caller`/`Val` objects and no type checks per
 call (the import's type was checked at load, in `_inspect.check_grants`). It never raises: an
 exception escaping a ctypes callback would be printed and lost; to stop the guest it records
-why in the call state and takes the store's fuel (`_call.abort`).
+why in the call state (`_call.abort`) and returns a trap.
 """
 
 from __future__ import annotations
@@ -49,16 +49,21 @@ def _trampoline(
     values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
     count: int,
 ) -> int:
-    context = ffi.wasmtime_caller_context(caller)
     function = _functions.get(handle)
     assert function is not None  # registered before any module could call it
+    context = None
     try:
-        values[0].i64 = _serve(function, _call.current(), caller, context,
+        context = ffi.wasmtime_caller_context(caller)
+        state = _call.current()
+        values[0].i64 = _serve(function, state, caller, context,
                                values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
+        # stopped: trap now, so the guest runs none of its code (not even straight-line code
+        # that the fuel taken by the abort would only stop at its next check)
+        return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        _call.callback_failed(context, function.name, exc)
-        values[0].i64 = 0
-    return 0
+        if context is None:
+            return _rawcall.trap_pointer(f"{function.name}: interrupted")
+        return _rawcall.trap_pointer(_call.callback_failed(context, function.name, exc))
 
 
 def _serve(

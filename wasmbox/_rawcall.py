@@ -116,6 +116,12 @@ def error_pointer(message: str) -> int:
     return ctypes.cast(ffi.wasmtime_error_new(message.encode()), ctypes.c_void_p).value or 0
 
 
+def trap_pointer(message: str) -> int:
+    """A new `wasm_trap_t` as the address a host-function callback returns to trap the guest."""
+    encoded = message.encode()
+    return ctypes.cast(ffi.wasmtime_trap_new(encoded, len(encoded)), ctypes.c_void_p).value or 0
+
+
 # The ABI exports both the runner and the host-call trampoline look up, and extern kinds.
 MEMORY = ExportName(_abi.EXPORT_MEMORY)
 ALLOC = ExportName(_abi.EXPORT_ALLOC)

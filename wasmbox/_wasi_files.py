@@ -1,14 +1,17 @@
-"""Per-call limits on a WASI preview1 guest's files: a cap on open descriptors, no symlinks.
+"""Limits on a WASI preview1 guest's files: capped open descriptors, no symlinks.
 
 Wasmtime's WASI has no cap on descriptors: a guest with a preopen could open files until the
-host process ran out of them, and every other call on the host with it. Our `path_open` and
-`fd_close` count what the call holds and refuse an open past `MAX_OPEN_FILES` with EMFILE.
+host process ran out of them, and every other call on the host with it. Our `path_open`,
+`fd_close` and `fd_renumber` keep the set of descriptors the call has opened and refuse an
+open with EMFILE past `MAX_OPEN_FILES` for the call, or past `process_budget()` for all calls
+of the process together (half its descriptor limit: the rest stays the host's).
 
 They cannot call Wasmtime's functions themselves: a WASI function finds the guest's memory
 through its caller's exports, and a call from the host has no caller. So at a call's first
-`path_open` or `fd_close` a tiny forwarding module is instantiated in the call's store: it
-imports the guest's memory and re-exports it as `memory`, and its two functions call
-Wasmtime's. Calls that never touch a file pay nothing.
+file operation a tiny forwarding module is instantiated in the call's store: it imports the
+guest's memory and re-exports it as `memory`, and its functions call Wasmtime's. Calls that
+never touch a file pay nothing. A trap in a forwarded call stops the guest at once, as it
+would have unforwarded.
 
 `path_symlink` is refused outright (EPERM). A guest-made link may point out of its writable
 grant; no guest can follow it out, but the host or another program reading the directory
@@ -18,29 +21,86 @@ later could.
 from __future__ import annotations
 
 import ctypes
+import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import wasmtime
 from wasmtime import _ffi as ffi
 
 from . import _abi, _call, _rawcall
-from ._errors import ErrorKind
 
-MAX_OPEN_FILES = 128  # descriptors a call may have open from path_open at once
+MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once
 _WASI = _abi.WASI_MODULE.encode()
-_PATH_OPEN, _FD_CLOSE, _PATH_SYMLINK = "path_open", "fd_close", "path_symlink"
+_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER, _PATH_SYMLINK = "path_open", "fd_close", "fd_renumber", "path_symlink"
 _FORWARDER = f"""(module
   (import "{_abi.WASI_MODULE}" "{_PATH_OPEN}"
     (func $path_open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
   (import "{_abi.WASI_MODULE}" "{_FD_CLOSE}" (func $fd_close (param i32) (result i32)))
+  (import "{_abi.WASI_MODULE}" "{_FD_RENUMBER}" (func $fd_renumber (param i32 i32) (result i32)))
   (import "guest" "memory" (memory 0))
   (export "{_abi.EXPORT_MEMORY}" (memory 0))
   (func (export "{_PATH_OPEN}") (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)
     (call $path_open (local.get 0) (local.get 1) (local.get 2) (local.get 3) (local.get 4)
                      (local.get 5) (local.get 6) (local.get 7) (local.get 8)))
-  (func (export "{_FD_CLOSE}") (param i32) (result i32) (call $fd_close (local.get 0))))"""
-_EXPORTS = {name: _rawcall.ExportName(name) for name in (_PATH_OPEN, _FD_CLOSE)}
+  (func (export "{_FD_CLOSE}") (param i32) (result i32) (call $fd_close (local.get 0)))
+  (func (export "{_FD_RENUMBER}") (param i32 i32) (result i32)
+    (call $fd_renumber (local.get 0) (local.get 1))))"""
+_FORWARDED = (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
+_EXPORTS = {name: _rawcall.ExportName(name) for name in _FORWARDED}
+
+
+def process_budget() -> int:
+    """Descriptors all calls of this process may hold at once: half the soft RLIMIT_NOFILE."""
+    try:
+        import resource
+    except ImportError:  # not a Unix: no limit to read
+        return 1 << 20
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (1 << 20) if soft == resource.RLIM_INFINITY else max(MAX_OPEN_FILES, soft // 2)
+
+
+class _Budget:
+    """Open descriptors held by all calls of the process (those opened through `path_open`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.held >= self.limit:
+                return False
+            self.held += 1
+            return True
+
+    def give_back(self, count: int) -> None:
+        with self._lock:
+            self.held -= count
+
+
+_budget = _Budget(process_budget())
+
+
+@dataclass
+class OpenFiles:
+    """One call's forwarder functions and the descriptors its guest opened and holds."""
+
+    functions: dict[str, ffi.wasmtime_extern_t]
+    memory: ffi.wasmtime_extern_t
+    fds: set[int] = field(default_factory=set)
+
+    def release(self) -> None:
+        """The call is over and its store closed: every descriptor went with it."""
+        _budget.give_back(len(self.fds))
+        self.fds.clear()
+
+
+def release(state: _call.CallState) -> None:
+    """Give the call's descriptors back to the process budget (call once its store is closed)."""
+    if state.files is not None:
+        state.files.release()
 
 
 class FileGuard:
@@ -55,11 +115,12 @@ class FileGuard:
         weakref.finalize(self, _guards.discard, self._handle)
 
     def define(self, linker: wasmtime.Linker) -> None:
-        """Shadow `path_open`, `fd_close` and `path_symlink` on `linker` (which has WASI)."""
+        """Shadow `path_open`, `fd_close`, `fd_renumber` and `path_symlink` on `linker`."""
         i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
         for name, params, callback in (
             (_PATH_OPEN, [i32] * 5 + [i64, i64, i32, i32], _path_open),
             (_FD_CLOSE, [i32], _fd_close),
+            (_FD_RENUMBER, [i32, i32], _fd_renumber),
             (_PATH_SYMLINK, [i32] * 5, _path_symlink),
         ):
             encoded = name.encode()
@@ -78,32 +139,25 @@ class FileGuard:
         memory = _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY)
         if memory is None:
             raise wasmtime.WasmtimeError("missing required memory export")  # as Wasmtime's WASI says
-        imports = (ffi.wasmtime_extern_t * 3)()
-        for i, name in enumerate((_PATH_OPEN, _FD_CLOSE)):
+        imports = (ffi.wasmtime_extern_t * (len(_FORWARDED) + 1))()
+        for i, name in enumerate(_FORWARDED):
             encoded = name.encode()
             found = ffi.wasmtime_linker_get(
                 self._wasi.ptr(), context, _WASI, len(_WASI), encoded, len(encoded), ctypes.byref(imports[i])
             )
-            assert found, name  # define_wasi defines both
-        imports[2] = memory
+            assert found, name  # define_wasi defines them all
+        imports[len(_FORWARDED)] = memory
         instance = ffi.wasmtime_instance_t()
         trap = ctypes.POINTER(ffi.wasm_trap_t)()
         error = ffi.wasmtime_instance_new(
-            context, self._module.ptr(), imports, 3, ctypes.byref(instance), ctypes.byref(trap)
+            context, self._module.ptr(), imports, len(imports), ctypes.byref(instance), ctypes.byref(trap)
         )
         if error:
             raise wasmtime.WasmtimeError._from_ptr(error)
         if trap:
             raise wasmtime.Trap._from_ptr(trap)
-        return OpenFiles({name: export.lookup(context, instance) for name, export in _EXPORTS.items()})
-
-
-@dataclass
-class OpenFiles:
-    """One call's forwarder functions and how many descriptors its guest holds open."""
-
-    functions: dict[str, ffi.wasmtime_extern_t]
-    count: int = 0
+        functions = {name: export.lookup(context, instance) for name, export in _EXPORTS.items()}
+        return OpenFiles(functions, memory)
 
 
 _guards: _rawcall.Handles[weakref.ref[FileGuard]] = _rawcall.Handles()
@@ -115,33 +169,62 @@ def _forward(
     values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
     count: int,
     name: str,
-) -> None:
-    """Call Wasmtime's `name` with the guest's raw arguments, keeping the call's count.
-    Never raises: a trap in the forwarded call stops the guest with that trap's kind."""
-    context = ffi.wasmtime_caller_context(caller)
+) -> int:
+    """Call Wasmtime's `name` with the guest's raw arguments, keeping the call's descriptors.
+    Returns 0, or a trap that stops the guest (its kind recorded by `_call.abort`)."""
+    context = None
     try:
+        context = ffi.wasmtime_caller_context(caller)
         state = _call.current()
         files: OpenFiles | None = state.files
-        if name == _PATH_OPEN and files is not None and files.count >= MAX_OPEN_FILES:
-            values[0].i32 = _abi.Errno.MFILE
-            return
+        if files is None:
+            ref = _guards.get(handle)
+            guard = ref() if ref is not None else None
+            assert guard is not None  # its runner is alive while its calls run
+            files = state.files = guard.forwarder(caller, context)
+        if name == _PATH_OPEN:
+            if len(files.fds) >= MAX_OPEN_FILES or not _budget.take():
+                values[0].i32 = _abi.Errno.MFILE
+                return 0
+            fd_out = values[8].i32 & 0xFFFF_FFFF  # read before the result overwrites values[0]
+        else:
+            first, second = values[0].i32, values[1].i32 if count > 1 else 0
         try:
-            if files is None:
-                ref = _guards.get(handle)
-                guard = ref() if ref is not None else None
-                assert guard is not None  # its runner is alive while its calls run
-                files = state.files = guard.forwarder(caller, context)
             errno = _rawcall.call_raw(context, files.functions[name], values, count) & 0xFFFF
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # as if the guest had trapped
-            error = _call.classify(exc, state.manifest.limits)
-            _call.abort(context, error.kind, error.message)
-            values[0].i32 = _abi.Errno.FAULT
-            return
-        if errno == 0:
-            files.count = files.count + 1 if name == _PATH_OPEN else max(0, files.count - 1)
+        except BaseException:
+            if name == _PATH_OPEN:
+                _budget.give_back(1)
+            raise
+        if name == _PATH_OPEN:
+            if errno == 0:
+                base, _ = _rawcall.memory_view(context, files.memory)  # WASI checked fd_out's bounds
+                files.fds.add(int.from_bytes(ctypes.string_at(base + fd_out, 4), "little"))
+            else:
+                _budget.give_back(1)
+        elif errno == 0 and name == _FD_CLOSE:
+            _closed(files, first)
+        elif errno == 0 and first != second:  # fd_renumber: `second` is closed, `first` moves there
+            _closed(files, second)
+            if first in files.fds:
+                files.fds.discard(first)
+                files.fds.add(second)
+        return 0
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # as if the guest had trapped
+        assert context is not None
+        error = _call.classify(exc, _call.current().manifest.limits)
+        _call.abort(context, error.kind, error.message)
+        return _rawcall.trap_pointer(error.message)
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        _call.callback_failed(context, name, exc)
-        values[0].i32 = _abi.Errno.FAULT
+        if context is None:
+            return _rawcall.trap_pointer(f"{name}: interrupted")
+        return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
+
+
+def _closed(files: OpenFiles, fd: int) -> None:
+    """Descriptor `fd` was closed (or replaced): it no longer counts, if it did."""
+    if fd in files.fds:
+        files.fds.discard(fd)
+        _budget.give_back(1)
 
 
 @ffi.wasmtime_func_unchecked_callback_t
@@ -151,8 +234,7 @@ def _path_open(
     values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
     count: int,
 ) -> int:
-    _forward(handle, caller, values, count, _PATH_OPEN)
-    return 0
+    return _forward(handle, caller, values, count, _PATH_OPEN)
 
 
 @ffi.wasmtime_func_unchecked_callback_t
@@ -162,8 +244,17 @@ def _fd_close(
     values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
     count: int,
 ) -> int:
-    _forward(handle, caller, values, count, _FD_CLOSE)
-    return 0
+    return _forward(handle, caller, values, count, _FD_CLOSE)
+
+
+@ffi.wasmtime_func_unchecked_callback_t
+def _fd_renumber(
+    handle: int | None,
+    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
+    count: int,
+) -> int:
+    return _forward(handle, caller, values, count, _FD_RENUMBER)
 
 
 @ffi.wasmtime_func_unchecked_callback_t

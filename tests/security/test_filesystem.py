@@ -16,6 +16,7 @@ import pytest
 
 import wasmbox
 
+from wasmbox import _wasi_files
 from wasmbox._wasi_files import MAX_OPEN_FILES
 
 from .conftest import Guarded, leaks_secret, security_wat
@@ -308,6 +309,32 @@ def test_the_open_file_guard_keeps_wasi_semantics(guarded: Guarded) -> None:
     result = guarded.command(module=security_wat("open_in_start"))
     assert result.error is not None and result.error.kind is wasmbox.ErrorKind.TRAP, result
     assert "path_open" in result.error.message and "Rights" in result.error.message
+    assert result.stdout == ""  # the trap stopped the guest: nothing after it ran
+    guarded.assert_untouched()
+
+
+def test_closing_stdio_or_renumbering_does_not_raise_the_cap(guarded: Guarded) -> None:
+    """Only descriptors the call opened count: closing stdin/stdout/stderr (in-memory streams,
+    not host descriptors) frees no place, and a file moved by fd_renumber still counts."""
+    result = guarded.command(module=security_wat("open_tricks"))
+    assert result.value == {"exit_code": MAX_OPEN_FILES - 100}, result
+    guarded.assert_untouched()
+
+
+def test_all_calls_together_stay_within_the_process_budget(guarded: Guarded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside the per-call cap, the calls of a process together may hold at most
+    `process_budget()` descriptors (half the process's limit); a call's are given back when it
+    ends, however it ends."""
+    budget = _wasi_files._budget
+    assert budget.limit == _wasi_files.process_budget() and budget.held == 0
+    monkeypatch.setattr(budget, "limit", 40)
+    budget.held = 10  # as if other calls held 10
+    result = guarded.command("openmany", "/data/inside.txt", "5000")
+    assert result.stdout.split("\n")[:2] == ["30", "error: No file descriptors available"]
+    assert budget.held == 10
+    budget.held = 0
+    killed = guarded.command(module=security_wat("open_in_start"))  # holds one when it traps
+    assert killed.error is not None and budget.held == 0
     guarded.assert_untouched()
 
 
