@@ -141,9 +141,9 @@ def test_pooled_slots_do_not_leak_memory_between_calls(box: wasmbox.Sandbox) -> 
 
 @pytest.mark.parametrize("where", ["export", "start"])
 def test_guest_code_runs_without_the_gil(box: wasmbox.Sandbox, where: str) -> None:
-    """Only Wasmtime calls that run no guest code keep the GIL (`_rawcall.held`): while one
-    thread's guest spins, in its export or while it is instantiated, other threads' calls go
-    on, and the spinning call still meets its deadline (the epoch ticker needs the GIL too)."""
+    """ctypes lets go of the GIL while wasm runs: while one thread's guest spins, in its export
+    or while it is instantiated, other threads' calls go on, and the spinning call still meets
+    its deadline (the epoch ticker needs the GIL too)."""
     module = wat("spin") if where == "export" else str(SECURITY_WAT / "start_loop.wat")
     limits = {"fuel": 10**10, "timeout": "1.5s"}  # fuel for several seconds of spinning
     spinner = box.load({"name": f"spinner_{where}", "module": module, "limits": limits})

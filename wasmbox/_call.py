@@ -18,7 +18,6 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _rawcall
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -34,9 +33,6 @@ _OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap ou
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
-# A store whose memory is no bigger than this is freed without releasing the GIL: resetting
-# its pooled slot takes microseconds, less than handing the GIL to another thread and back.
-_SMALL_MEMORY = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -191,8 +187,8 @@ def new_store(
     """A Store with the call's fuel, memory cap and epoch deadline (-1: no such store limit)."""
     if not ticker.running:
         raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
-    store = _rawcall.new_store(engine)
-    _rawcall.held.store_limiter(store.ptr(), limits.memory, table_elements, instances, tables, memories)
+    store = wasmtime.Store(engine)
+    store.set_limits(limits.memory, table_elements, instances, tables, memories)
     renew(store._context(), limits, ticker)
     return store
 
@@ -200,18 +196,18 @@ def new_store(
 def renew(context: ctypes._Pointer[ffi.wasmtime_context_t], limits: Limits, ticker: EpochTicker) -> None:
     """Full fuel, and a deadline counted from now."""
     set_fuel(context, limits.fuel)
-    _rawcall.held.context_set_epoch_deadline(context, ticker.ticks(limits.timeout))
+    ffi.wasmtime_context_set_epoch_deadline(context, ticker.ticks(limits.timeout))
 
 
 def set_fuel(context: ctypes._Pointer[ffi.wasmtime_context_t], fuel: int) -> None:
-    error = _rawcall.held.context_set_fuel(context, fuel)
+    error = ffi.wasmtime_context_set_fuel(context, fuel)
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
 
 
 def fuel_left(context: ctypes._Pointer[ffi.wasmtime_context_t]) -> int:
     left = ctypes.c_uint64(0)
-    error = _rawcall.held.context_get_fuel(context, ctypes.byref(left))
+    error = ffi.wasmtime_context_get_fuel(context, ctypes.byref(left))
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
     return left.value
@@ -313,14 +309,11 @@ def finish(
     stderr: Output,
     peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
-    *,
-    gc_heap: bool = True,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
-    call's Store in a reference cycle until the garbage collector runs (with the GIL held
-    if its memory was small and it had no GC heap: `gc_heap` says it may have had one)."""
+    call's Store in a reference cycle until the garbage collector runs."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort
@@ -340,11 +333,7 @@ def finish(
             message=f"{which} exceeded the {format_size(limits.output)} output cap",
         )
     fuel = fuel_left(store._context()) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
-    if close is not None:
-        close(store)
-    else:
-        small = not gc_heap and peak_memory is not None and peak_memory <= _SMALL_MEMORY
-        close_store(store, small=small)
+    (close or close_store)(store)
     if state.reraise is not None:
         raise state.reraise
     return CallResult.model_construct(
@@ -362,9 +351,8 @@ def finish(
     )
 
 
-def close_store(store: wasmtime.Store, *, small: bool = False) -> None:
-    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile; a `small` one
-    (its memory at most `_SMALL_MEMORY`, quick to reset) with the GIL held.
+def close_store(store: wasmtime.Store) -> None:
+    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile.
 
     `Store.close()` frees the store in C and only then forgets the pointer in Python: a signal
     handler that raises between the two (Python runs them right after a C call returns) left
@@ -376,7 +364,7 @@ def close_store(store: wasmtime.Store, *, small: bool = False) -> None:
     except ValueError:  # already closed
         return
     store._Store__context = None  # type: ignore[attr-defined]
-    (_rawcall.held.store_delete if small else ffi.wasmtime_store_delete)(ptr)
+    ffi.wasmtime_store_delete(ptr)
 
 
 def near_cap(memory_size: int, cap: int) -> bool:

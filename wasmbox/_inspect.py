@@ -39,7 +39,6 @@ class ModuleInfo:
     imports: tuple[Import, ...]
     exports: tuple[tuple[str, str], ...]  # (name, type)
     kind: ToolKind | None
-    gc_heap: bool = True  # whether it may allocate on Wasmtime's GC heap (see `may_use_gc_heap`)
 
     @property
     def uses_wasi(self) -> bool:
@@ -68,12 +67,10 @@ def read_wasm(path: Path) -> bytes:
 
 def inspect_file(path: Path) -> ModuleInfo:
     """The imports and exports of the module at `path` (compiled with a throwaway Engine)."""
-    wasm = read_wasm(path)
-    return inspect_module(wasmtime.Module(wasmtime.Engine(), wasm), wasm)
+    return inspect_module(wasmtime.Module(wasmtime.Engine(), read_wasm(path)))
 
 
-def inspect_module(module: wasmtime.Module, wasm: bytes) -> ModuleInfo:
-    """The surface of `module`, compiled from the binary `wasm`."""
+def inspect_module(module: wasmtime.Module) -> ModuleInfo:
     imports = tuple(
         Import(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
     )
@@ -84,84 +81,7 @@ def inspect_module(module: wasmtime.Module, wasm: bytes) -> ModuleInfo:
         kind = ToolKind.REACTOR
     elif types.get(_abi.EXPORT_START) == _VOID:
         kind = ToolKind.COMMAND
-    return ModuleInfo(imports, exports, kind, may_use_gc_heap(wasm))
-
-
-_TYPE_SECTION, _TAG_SECTION = 1, 13
-_STRUCT, _ARRAY, _FUNC, _REC, _SUB, _SUB_FINAL = 0x5F, 0x5E, 0x60, 0x4E, 0x50, 0x4F
-_REF, _REF_NULL = 0x64, 0x63  # value types followed by a heap type
-
-
-def may_use_gc_heap(wasm: bytes) -> bool:
-    """Whether the binary module `wasm` may allocate on Wasmtime's GC heap: it declares a struct
-    or array type, or an exception tag (thrown exceptions live there). True when unsure (a
-    binary this reader does not follow), the safe answer for its one use: deciding whether
-    freeing the call's store is quick (`_call.close_store`)."""
-    try:
-        return any(
-            section == _TAG_SECTION or (section == _TYPE_SECTION and _declares_gc_types(wasm, start, end))
-            for section, start, end in _sections(wasm)
-        )
-    except IndexError:
-        return True
-
-
-def _sections(wasm: bytes) -> list[tuple[int, int, int]]:
-    found, at = [], 8  # after the magic number and version
-    while at < len(wasm):
-        section = wasm[at]
-        size, at = _uleb(wasm, at + 1)
-        found.append((section, at, at + size))
-        at += size
-    return found
-
-
-def _declares_gc_types(wasm: bytes, at: int, end: int) -> bool:
-    count, at = _uleb(wasm, at)
-    for _ in range(count):
-        if wasm[at] == _REC:
-            members, at = _uleb(wasm, at + 1)
-        else:
-            members = 1
-        for _ in range(members):
-            if wasm[at] in (_SUB, _SUB_FINAL):
-                supertypes, at = _uleb(wasm, at + 1)
-                for _ in range(supertypes):
-                    _, at = _uleb(wasm, at)
-            if wasm[at] != _FUNC:  # struct, array, or a kind this reader does not know
-                return True
-            params, at = _uleb(wasm, at + 1)
-            for _ in range(params):
-                at = _skip_value_type(wasm, at)
-            results, at = _uleb(wasm, at)
-            for _ in range(results):
-                at = _skip_value_type(wasm, at)
-    if at != end:
-        raise IndexError("type section not read to its end")
-    return False
-
-
-def _skip_value_type(wasm: bytes, at: int) -> int:
-    if wasm[at] in (_REF, _REF_NULL):
-        return _sleb_end(wasm, at + 1)  # a heap type: an s33 type index or abstract type
-    return at + 1
-
-
-def _uleb(wasm: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = wasm[at]
-        value |= (byte & 0x7F) << shift
-        at += 1
-        if byte < 0x80:
-            return value, at
-        shift += 7
-
-
-def _sleb_end(wasm: bytes, at: int) -> int:
-    while wasm[at] & 0x80:
-        at += 1
-    return at + 1
+    return ModuleInfo(imports, exports, kind)
 
 
 def abi_problem(info: ModuleInfo) -> str | None:

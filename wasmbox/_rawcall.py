@@ -4,59 +4,20 @@
 each call; our ABI exports' types are checked once at load (`_inspect`), so a call here is one
 `wasmtime_func_call_unchecked`. Only use it on functions whose type was checked.
 
-`held` binds the C functions that run no guest code and return within microseconds through
-`ctypes.PyDLL`, so they keep the GIL. wasmtime-py's bindings (a `CDLL`) drop and retake it
-around every call, and with two threads calling, each drop can hand the GIL to the other
-thread: a trivial call made 19 such drops, against the 3 (instantiate, two guest calls) where
-wasm runs and other threads must go on. Anything that may run guest code (a start function,
-an export) must stay on the releasing path, or the epoch ticker, which needs the GIL, could
-not stop a spinning guest.
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import wasmtime
-from wasmtime import _bindings
 from wasmtime import _ffi as ffi
 
 from . import _abi
 
 T = TypeVar("T")
-
-
-class _Held:
-    """Wasmtime C functions that keep the GIL (see the module's docstring)."""
-
-    def __init__(self, *names: str) -> None:
-        library = ctypes.PyDLL(ffi.dll._name)
-        for name in names:
-            releasing = getattr(_bindings, f"_{name}")  # wasmtime-py's prototype: same types
-            function = getattr(library, name)
-            function.restype, function.argtypes = releasing.restype, releasing.argtypes
-            setattr(self, name.removeprefix("wasmtime_"), function)
-
-
-held: Any = _Held(
-    "wasmtime_instance_export_get", "wasmtime_caller_export_get", "wasmtime_memory_data",
-    "wasmtime_memory_data_size", "wasmtime_store_limiter", "wasmtime_context_set_fuel",
-    "wasmtime_context_get_fuel", "wasmtime_context_set_epoch_deadline", "wasmtime_store_new",
-    "wasmtime_store_context", "wasmtime_store_delete",
-)  # fmt: skip
-_NO_DATA = ctypes.cast(0, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
-
-
-def new_store(engine: wasmtime.Engine) -> wasmtime.Store:
-    """`wasmtime.Store(engine)`, made with the GIL held (what its `__init__` does, less the
-    data slot we never use)."""
-    store = wasmtime.Store.__new__(wasmtime.Store)
-    store._set_ptr(held.store_new(engine.ptr(), None, _NO_DATA))
-    store._Store__context = held.store_context(store.ptr())  # type: ignore[attr-defined]
-    store.engine = engine
-    return store
 
 
 class ExportName:
@@ -74,7 +35,7 @@ class ExportName:
         self, context: ctypes._Pointer[ffi.wasmtime_context_t], instance: ffi.wasmtime_instance_t
     ) -> ffi.wasmtime_extern_t:
         item = ffi.wasmtime_extern_t()
-        found = held.instance_export_get(
+        found = ffi.wasmtime_instance_export_get(
             context, ctypes.byref(instance), self._buffer, len(self._bytes), ctypes.byref(item)
         )
         if not found:
@@ -84,7 +45,7 @@ class ExportName:
     def from_caller(self, caller: ctypes._Pointer[ffi.wasmtime_caller_t], kind: int) -> ffi.wasmtime_extern_t | None:
         """The calling instance's export of `kind`, from inside a host function; else None."""
         item = ffi.wasmtime_extern_t()
-        found = held.caller_export_get(caller, self._buffer, len(self._bytes), ctypes.byref(item))
+        found = ffi.wasmtime_caller_export_get(caller, self._buffer, len(self._bytes), ctypes.byref(item))
         return item if found and item.kind == kind else None
 
 
@@ -131,8 +92,8 @@ EXTERN_FUNC = ffi.WASMTIME_EXTERN_FUNC.value
 
 def memory_view(context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t) -> tuple[int, int]:
     """`(address, size)` of a memory's bytes now; stale after the guest runs (it may grow)."""
-    data = held.memory_data(context, ctypes.byref(item.of.memory))
-    size = held.memory_data_size(context, ctypes.byref(item.of.memory))
+    data = ffi.wasmtime_memory_data(context, ctypes.byref(item.of.memory))
+    size = ffi.wasmtime_memory_data_size(context, ctypes.byref(item.of.memory))
     return ctypes.cast(data, ctypes.c_void_p).value or 0, size
 
 

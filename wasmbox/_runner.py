@@ -54,7 +54,6 @@ class ModuleRunner:
         self._limits = manifest.limits
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
-        self._gc_heap = info.gc_heap  # a store with none is quick to free (`_call.close_store`)
         self._scratch = scratch
         # A module that cannot reach WASI cannot use a scratch directory: none is made.
         self._scratch_cap = manifest.scratch if info.uses_wasi else None
@@ -125,7 +124,7 @@ class ModuleRunner:
                 error = scratch.settle(error)
         peak = _rawcall.memory_view(store._context(), memory)[1] if memory is not None else None
         try:
-            return _call.finish(state, store, started, value, error, stdout, stderr, peak, gc_heap=self._gc_heap)
+            return _call.finish(state, store, started, value, error, stdout, stderr, peak)
         finally:
             _wasi_files.release(state)  # the store, and every descriptor, is closed
 

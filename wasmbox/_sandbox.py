@@ -143,7 +143,7 @@ class Sandbox:
             module = self._cache.module(self.engine, wasm, code_digest)
         except wasmtime.WasmtimeError as exc:
             raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
-        info = inspect_module(module, wasm)
+        info = inspect_module(module)
         problem = abi_problem(info)
         if problem is not None:
             raise ManifestError(f"{manifest.module}: module: {problem}")
