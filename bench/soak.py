@@ -31,7 +31,7 @@ def main() -> int:
     csv = box.load(ROOT / "capabilities/csv_stats.toml")
     for _ in range(2000):  # warm-up: pools, caches, first-touch pages
         echo.call({"n": 1}), kv.call({"key": "a"}), trap.call({})
-    for _ in range(200):
+    for _ in range(1000):  # enough for the pooled memories that spares and closing use to be touched
         box.run_python("sum(range(100))"), csv.call({"path": "/data/sales.csv"})
     before = snapshot()
     started = time.perf_counter()

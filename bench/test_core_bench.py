@@ -84,3 +84,15 @@ def test_trivial_call_with_scratch(benchmark, tmp_path: Path) -> None:  # type: 
         scratch = box.load({"name": "scratch", "module": str(probe), "scratch": "1MiB"})
         assert plain.call(argv=["exit", "0"]).ok
         assert benchmark(scratch.call, argv=["write", "/tmp/a", "x"]).value == {"exit_code": 0}
+
+
+def test_wasi_command_without_files(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """fsprobe `exit 0`: a WASI command that touches no file (no forwarder is made)."""
+    probe = box.load(ROOT / "capabilities" / "fsprobe.toml", replace=True)
+    assert benchmark(probe.call, argv=["exit", "0"]).value == {"exit_code": 0}
+
+
+def test_wasi_command_reading_a_file(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """fsprobe `read`: one open, read and close through the open-file guard (`_wasi_files`)."""
+    probe = box.load(ROOT / "capabilities" / "fsprobe.toml", replace=True)
+    assert benchmark(probe.call, argv=["read", "/data/sample.txt"]).ok
