@@ -16,7 +16,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 
 from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_files, _wasi_poll
-from ._call import CallInput, Failure
+from ._call import CallInput, CallState, Failure
 from ._engine import EpochTicker
 from ._errors import CapabilityError, ErrorKind
 from ._hostfuncs import HostFunction
@@ -90,8 +90,16 @@ class ModuleRunner:
 
     def _call(self, call: CallInput, scratch: _scratch.CallScratch | None) -> CallResult:
         started = time.perf_counter()
+        state = CallState.start(self._manifest, started)
+        try:
+            return self._run(call, scratch, state, started)
+        finally:
+            _wasi_files.release(state)  # its store, and every descriptor, is closed or garbage
+
+    def _run(
+        self, call: CallInput, scratch: _scratch.CallScratch | None, state: CallState, started: float
+    ) -> CallResult:
         limits = self._limits
-        state = _call.CallState.start(self._manifest, started)
         stdout, stderr = Output(limits.output), Output(limits.output)
         store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
         memory: ffi.wasmtime_extern_t | None = None
@@ -123,10 +131,7 @@ class ModuleRunner:
             if scratch is not None:
                 error = scratch.settle(error)
         peak = _rawcall.memory_view(store._context(), memory)[1] if memory is not None else None
-        try:
-            return _call.finish(state, store, started, value, error, stdout, stderr, peak)
-        finally:
-            _wasi_files.release(state)  # the store, and every descriptor, is closed
+        return _call.finish(state, store, started, value, error, stdout, stderr, peak)
 
     def _run_reactor(
         self,
