@@ -18,6 +18,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from . import _rawcall
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -127,6 +128,20 @@ def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t], name: str,
     current().reraise = exc
     abort(context, ErrorKind.HOST_ERROR, f"{name}: interrupted")
     return "interrupted"
+
+
+def interrupted_early(name: str, exc: BaseException) -> int:
+    """The trap a raw host callback returns when it failed before it had a store context:
+    as `callback_failed`, a bug of ours ends the call as `host_error`, an interrupt is
+    re-raised once the call is over (the trap stops the guest; no fuel need be taken)."""
+    message = f"{name}: internal error: {exc!r}" if isinstance(exc, Exception) else f"{name}: interrupted"
+    if inside_call():
+        state = current()
+        if not isinstance(exc, Exception):
+            state.reraise = exc
+        if state.abort is None:
+            state.abort = CallError(kind=ErrorKind.HOST_ERROR, message=message)
+    return _rawcall.trap_pointer(message)
 
 
 def serve_host_call(

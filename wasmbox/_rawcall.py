@@ -3,7 +3,6 @@
 `wasmtime.Func.__call__` asks the engine for the function's type and boxes every value on
 each call; our ABI exports' types are checked once at load (`_inspect`), so a call here is one
 `wasmtime_func_call_unchecked`. Only use it on functions whose type was checked.
-
 """
 
 from __future__ import annotations

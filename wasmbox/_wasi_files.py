@@ -51,50 +51,58 @@ _EXPORTS = {name: _rawcall.ExportName(name) for name in _FORWARDED}
 
 
 def process_budget() -> int:
-    """Descriptors all calls of this process may hold at once: half the soft RLIMIT_NOFILE."""
+    """Descriptors all calls of this process may hold at once: half its soft RLIMIT_NOFILE,
+    as it was when wasmbox was imported."""
     try:
         import resource
     except ImportError:  # not a Unix: no limit to read
         return 1 << 20
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (1 << 20) if soft == resource.RLIM_INFINITY else max(MAX_OPEN_FILES, soft // 2)
+    return (1 << 20) if soft == resource.RLIM_INFINITY else max(1, soft // 2)
+
+
+@dataclass
+class OpenFiles:
+    """One call's forwarder functions, the descriptors its guest opened and holds, and how
+    much of the process budget it has taken (what it gives back at the end, whatever
+    happened in between: an interrupt may leave `fds` short, never the budget)."""
+
+    functions: dict[str, ffi.wasmtime_extern_t]
+    memory: ffi.wasmtime_extern_t
+    fds: set[int] = field(default_factory=set)
+    taken: int = 0
+
+    def release(self) -> None:
+        """The call is over and its store closed: every descriptor went with it."""
+        _budget.give_back(self, self.taken)
+        self.fds.clear()
 
 
 class _Budget:
-    """Open descriptors held by all calls of the process (those opened through `path_open`)."""
+    """Open descriptors held by all calls of the process (those opened through `path_open`):
+    always the sum of the live calls' `taken`."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
         self._lock = threading.Lock()
 
-    def take(self) -> bool:
+    def take(self, files: OpenFiles) -> bool:
         with self._lock:
             if self.held >= self.limit:
                 return False
             self.held += 1
+            files.taken += 1
             return True
 
-    def give_back(self, count: int) -> None:
+    def give_back(self, files: OpenFiles, count: int = 1) -> None:
         with self._lock:
+            count = min(count, files.taken)
             self.held -= count
+            files.taken -= count
 
 
 _budget = _Budget(process_budget())
-
-
-@dataclass
-class OpenFiles:
-    """One call's forwarder functions and the descriptors its guest opened and holds."""
-
-    functions: dict[str, ffi.wasmtime_extern_t]
-    memory: ffi.wasmtime_extern_t
-    fds: set[int] = field(default_factory=set)
-
-    def release(self) -> None:
-        """The call is over and its store closed: every descriptor went with it."""
-        _budget.give_back(len(self.fds))
-        self.fds.clear()
 
 
 def release(state: _call.CallState) -> None:
@@ -183,7 +191,7 @@ def _forward(
             assert guard is not None  # its runner is alive while its calls run
             files = state.files = guard.forwarder(caller, context)
         if name == _PATH_OPEN:
-            if len(files.fds) >= MAX_OPEN_FILES or not _budget.take():
+            if len(files.fds) >= MAX_OPEN_FILES or not _budget.take(files):
                 values[0].i32 = _abi.Errno.MFILE
                 return 0
             fd_out = values[8].i32 & 0xFFFF_FFFF  # read before the result overwrites values[0]
@@ -193,14 +201,14 @@ def _forward(
             errno = _rawcall.call_raw(context, files.functions[name], values, count) & 0xFFFF
         except BaseException:
             if name == _PATH_OPEN:
-                _budget.give_back(1)
+                _budget.give_back(files)
             raise
         if name == _PATH_OPEN:
             if errno == 0:
                 base, _ = _rawcall.memory_view(context, files.memory)  # WASI checked fd_out's bounds
                 files.fds.add(int.from_bytes(ctypes.string_at(base + fd_out, 4), "little"))
             else:
-                _budget.give_back(1)
+                _budget.give_back(files)
         elif errno == 0 and name == _FD_CLOSE:
             _closed(files, first)
         elif errno == 0 and first != second:  # fd_renumber: `second` is closed, `first` moves there
@@ -215,8 +223,8 @@ def _forward(
         _call.abort(context, error.kind, error.message)
         return _rawcall.trap_pointer(error.message)
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        if context is None:
-            return _rawcall.trap_pointer(f"{name}: interrupted")
+        if context is None:  # interrupted before there was a context to abort through
+            return _call.interrupted_early(name, exc)
         return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
 
 
@@ -224,7 +232,7 @@ def _closed(files: OpenFiles, fd: int) -> None:
     """Descriptor `fd` was closed (or replaced): it no longer counts, if it did."""
     if fd in files.fds:
         files.fds.discard(fd)
-        _budget.give_back(1)
+        _budget.give_back(files)
 
 
 @ffi.wasmtime_func_unchecked_callback_t

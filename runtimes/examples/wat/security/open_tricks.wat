@@ -1,6 +1,7 @@
 ;; Tries to hold more descriptors than the per-call cap: opens until refused, closes stdin and
 ;; stdout (not host descriptors) and opens again, moves its last file onto stderr's slot with
-;; fd_renumber (which frees the file's own number) and opens again. Exits with how many opens succeeded, less 100
+;; fd_renumber (which frees the file's own number) and opens again, then closes it under its
+;; new number and opens again: the cap allows exactly one more. Exits with how many opens succeeded, less 100
 ;; (WASI exit codes stop at 125).
 (module
   (import "wasi_snapshot_preview1" "path_open"
@@ -23,5 +24,8 @@
     (call $drain)
     ;; the last opened descriptor (its number is at 8) moved onto stderr's slot
     (drop (call $fd_renumber (i32.load (i32.const 8)) (i32.const 2)))
+    (call $drain)
+    ;; closing it there frees exactly one place (one more open), wherever it now lives
+    (drop (call $fd_close (i32.const 2)))
     (call $drain)
     (call $proc_exit (i32.sub (global.get $opened) (i32.const 100)))))
