@@ -22,6 +22,13 @@ def test_sleep_is_cut_at_the_deadline(box: wasmbox.Sandbox) -> None:
     assert time.perf_counter() - started < 5  # it asked for 10 s
 
 
+def test_nothing_runs_after_a_sleep_cut_at_the_deadline(box: wasmbox.Sandbox) -> None:
+    tool = box.load(manifest("security/sleep_then_write", name="sleep_then_write", limits={"timeout": "200ms"}))
+    result = tool.call()
+    assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
+    assert result.stdout == ""  # the guest stopped in the sleep, before its write
+
+
 def test_short_sleep_still_works(box: wasmbox.Sandbox) -> None:
     assert box.load(manifest("nap")).call({}).unwrap() == 7
 

@@ -62,10 +62,7 @@ class ModuleRunner:
         if info.uses_wasi:
             linker.define_wasi()
             linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
-            linker.define_func(
-                _abi.WASI_MODULE, "poll_oneoff", _wasi_poll.poll_type(), _wasi_poll.poll_oneoff,
-                access_caller=True,
-            )  # fmt: skip
+            _wasi_poll.define(linker)
             self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
             self._files.define(linker)
             linker.allow_shadowing = False

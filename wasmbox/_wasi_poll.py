@@ -9,12 +9,14 @@ served; fd subscriptions are reported ready at once (stdin, stdout and files nev
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import time
 
 import wasmtime
+from wasmtime import _ffi as ffi
 
-from . import _abi, _call
+from . import _abi, _call, _rawcall
 from ._errors import ErrorKind
 
 _SUBSCRIPTION = struct.Struct("<QB7xIxxxxQQH6x")  # userdata, tag, clock id, timeout, precision, flags
@@ -25,28 +27,59 @@ _ABSTIME = 1
 _MAX_SUBSCRIPTIONS = 64  # libc asks for one or two; more is only work for the host
 
 
-def poll_type() -> wasmtime.FuncType:
+_WASI = _abi.WASI_MODULE.encode()
+_NAME = b"poll_oneoff"
+
+
+def define(linker: wasmtime.Linker) -> None:
+    """Shadow WASI's `poll_oneoff` on `linker` (which has WASI and allows shadowing)."""
     i32 = wasmtime.ValType.i32()
-    return wasmtime.FuncType([i32, i32, i32, i32], [i32])
+    functype = wasmtime.FuncType([i32, i32, i32, i32], [i32])
+    error = ffi.wasmtime_linker_define_func_unchecked(
+        linker.ptr(), _WASI, len(_WASI), _NAME, len(_NAME), functype.ptr(),
+        _poll_oneoff, 0, _rawcall.NO_FINALIZER,
+    )  # fmt: skip
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
 
 
-def poll_oneoff(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevents_ptr: int) -> int:
+@ffi.wasmtime_func_unchecked_callback_t
+def _poll_oneoff(
+    _handle: int | None,
+    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
+    _count: int,
+) -> int:
+    """Never raises; a stop (the deadline passed while sleeping, or an interrupt) is a trap,
+    so the guest runs nothing after it."""
+    context = None
     try:
-        return _poll(caller, in_ptr & 0xFFFF_FFFF, out_ptr & 0xFFFF_FFFF, count & 0xFFFF_FFFF,
-                     nevents_ptr & 0xFFFF_FFFF)  # fmt: skip
-    except BaseException as exc:  # never raise into wasmtime-py's trampoline (e.g. Ctrl-C in a sleep)
-        _call.callback_failed(caller._context(), "poll_oneoff", exc)
-        return _abi.Errno.FAULT
+        context = ffi.wasmtime_caller_context(caller)
+        args = [values[i].i32 & 0xFFFF_FFFF for i in range(4)]
+        values[0].i32 = _poll(caller, context, *args)
+        state = _call.current()
+        return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
+    except BaseException as exc:  # e.g. Ctrl-C in a sleep: stop the guest, keep the process
+        if context is None:
+            return _call.interrupted_early("poll_oneoff", exc)
+        return _rawcall.trap_pointer(_call.callback_failed(context, "poll_oneoff", exc))
 
 
-def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevents_ptr: int) -> int:
-    memory = caller.get(_abi.EXPORT_MEMORY)
-    if not isinstance(memory, wasmtime.Memory) or count == 0 or count > _MAX_SUBSCRIPTIONS:
+def _poll(
+    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    in_ptr: int,
+    out_ptr: int,
+    count: int,
+    nevents_ptr: int,
+) -> int:
+    memory = _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY)
+    if memory is None or count == 0 or count > _MAX_SUBSCRIPTIONS:
         return _abi.Errno.INVAL
-    size = memory.data_len(caller)
+    base, size = _rawcall.memory_view(context, memory)
     if in_ptr + count * _IN > size or out_ptr + count * _OUT > size or nevents_ptr + 4 > size:
         return _abi.Errno.FAULT
-    raw = memory.read(caller, in_ptr, in_ptr + count * _IN)
+    raw = ctypes.string_at(base + in_ptr, count * _IN)
     ready: list[bytes] = []
     sleep_ns: int | None = None
     sleeper: int = 0
@@ -69,8 +102,11 @@ def _poll(caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevent
         wanted = sleep_ns / 1e9
         time.sleep(max(0.0, min(wanted, left)))
         if wanted > left:
-            _call.abort(caller._context(), ErrorKind.TIMEOUT, "slept past the deadline")
+            _call.abort(context, ErrorKind.TIMEOUT, "slept past the deadline")
+            return _abi.Errno.SUCCESS  # unseen: the caller traps
         ready.append(_EVENT.pack(sleeper, 0, _CLOCK, 0, 0))
-    memory.write(caller, b"".join(ready), out_ptr)
-    memory.write(caller, len(ready).to_bytes(4, "little"), nevents_ptr)
+    events = b"".join(ready)
+    base, _ = _rawcall.memory_view(context, memory)  # no guest code ran: the same memory
+    ctypes.memmove(base + out_ptr, events, len(events))
+    ctypes.memmove(base + nevents_ptr, len(ready).to_bytes(4, "little"), 4)
     return _abi.Errno.SUCCESS
