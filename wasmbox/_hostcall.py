@@ -18,8 +18,6 @@ from . import _abi, _call, _rawcall
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply
 
-_ABI_MODULE = _abi.ABI_MODULE.encode()
-
 # Host functions by handle; a handle per HostFunction object, so this grows with the number
 # of registered functions, not with loads.
 _functions: _rawcall.Handles[HostFunction] = _rawcall.Handles()
@@ -31,15 +29,9 @@ def define(linker: wasmtime.Linker, function: HostFunction) -> None:
     handle = _handles.get(function)
     if handle is None:
         handle = _handles[function] = _functions.add(function)
-    name = function.name.encode()
     i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
     functype = wasmtime.FuncType([i32, i32], [i64])  # a FuncType is bound to its first engine
-    error = ffi.wasmtime_linker_define_func_unchecked(
-        linker.ptr(), _ABI_MODULE, len(_ABI_MODULE), name, len(name), functype.ptr(),
-        _trampoline, handle, _rawcall.NO_FINALIZER,
-    )  # fmt: skip
-    if error:
-        raise wasmtime.WasmtimeError._from_ptr(error)
+    _rawcall.define_func(linker, _abi.ABI_MODULE, function.name, functype, _trampoline, handle)
 
 
 @ffi.wasmtime_func_unchecked_callback_t

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -69,6 +69,25 @@ class Handles(Generic[T]):
 
 
 NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()  # for callbacks whose data we own
+
+
+def define_func(
+    linker: wasmtime.Linker,
+    module: str,
+    name: str,
+    functype: wasmtime.FuncType,
+    callback: Any,  # a ffi.wasmtime_func_unchecked_callback_t
+    handle: int = 0,
+) -> None:
+    """Define import `module` `name` on `linker` as a raw host callback
+    (`wasmtime_func_unchecked_callback_t`), which gets `handle` as its data."""
+    module_bytes, name_bytes = module.encode(), name.encode()
+    error = ffi.wasmtime_linker_define_func_unchecked(
+        linker.ptr(), module_bytes, len(module_bytes), name_bytes, len(name_bytes), functype.ptr(),
+        callback, handle, NO_FINALIZER,
+    )  # fmt: skip
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
 
 
 def error_pointer(message: str) -> int:

@@ -24,6 +24,7 @@ import ctypes
 import threading
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -131,14 +132,8 @@ class FileGuard:
             (_FD_RENUMBER, [i32, i32], _fd_renumber),
             (_PATH_SYMLINK, [i32] * 5, _path_symlink),
         ):
-            encoded = name.encode()
             functype = wasmtime.FuncType(params, [i32])
-            error = ffi.wasmtime_linker_define_func_unchecked(
-                linker.ptr(), _WASI, len(_WASI), encoded, len(encoded), functype.ptr(),
-                callback, self._handle, _rawcall.NO_FINALIZER,
-            )  # fmt: skip
-            if error:
-                raise wasmtime.WasmtimeError._from_ptr(error)
+            _rawcall.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
     def forwarder(
         self, caller: ctypes._Pointer[ffi.wasmtime_caller_t], context: ctypes._Pointer[ffi.wasmtime_context_t]
@@ -235,34 +230,22 @@ def _closed(files: OpenFiles, fd: int) -> None:
         _budget.give_back(files)
 
 
-@ffi.wasmtime_func_unchecked_callback_t
-def _path_open(
-    handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-    count: int,
-) -> int:
-    return _forward(handle, caller, values, count, _PATH_OPEN)
+def _forwarding(name: str) -> Any:
+    """The C callback that forwards `name` (kept alive as a module global)."""
+
+    @ffi.wasmtime_func_unchecked_callback_t
+    def forward(
+        handle: int | None,
+        caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+        values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
+        count: int,
+    ) -> int:
+        return _forward(handle, caller, values, count, name)
+
+    return forward
 
 
-@ffi.wasmtime_func_unchecked_callback_t
-def _fd_close(
-    handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-    count: int,
-) -> int:
-    return _forward(handle, caller, values, count, _FD_CLOSE)
-
-
-@ffi.wasmtime_func_unchecked_callback_t
-def _fd_renumber(
-    handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-    count: int,
-) -> int:
-    return _forward(handle, caller, values, count, _FD_RENUMBER)
+_path_open, _fd_close, _fd_renumber = (_forwarding(name) for name in _FORWARDED)
 
 
 @ffi.wasmtime_func_unchecked_callback_t

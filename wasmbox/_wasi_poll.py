@@ -27,20 +27,11 @@ _ABSTIME = 1
 _MAX_SUBSCRIPTIONS = 64  # libc asks for one or two; more is only work for the host
 
 
-_WASI = _abi.WASI_MODULE.encode()
-_NAME = b"poll_oneoff"
-
-
 def define(linker: wasmtime.Linker) -> None:
     """Shadow WASI's `poll_oneoff` on `linker` (which has WASI and allows shadowing)."""
     i32 = wasmtime.ValType.i32()
     functype = wasmtime.FuncType([i32, i32, i32, i32], [i32])
-    error = ffi.wasmtime_linker_define_func_unchecked(
-        linker.ptr(), _WASI, len(_WASI), _NAME, len(_NAME), functype.ptr(),
-        _poll_oneoff, 0, _rawcall.NO_FINALIZER,
-    )  # fmt: skip
-    if error:
-        raise wasmtime.WasmtimeError._from_ptr(error)
+    _rawcall.define_func(linker, _abi.WASI_MODULE, "poll_oneoff", functype, _poll_oneoff)
 
 
 @ffi.wasmtime_func_unchecked_callback_t
