@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 import wasmbox
-
 from wasmbox import _wasi_files
 from wasmbox._wasi_files import MAX_OPEN_FILES
 
