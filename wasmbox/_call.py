@@ -24,7 +24,7 @@ from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
 from ._manifest import Limits, Manifest
 from ._output import Output
-from ._results import CallError, CallResult, HostCallRecord
+from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
 
 # A guest that turns a failed allocation into its own error says so in words like these.
@@ -351,7 +351,7 @@ def finish(
     (close or close_store)(store)
     if state.reraise is not None:
         raise state.reraise
-    return CallResult.model_construct(
+    return construct_result(
         tool=state.manifest.name,
         ok=error is None,
         value=value if error is None else None,
