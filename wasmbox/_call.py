@@ -18,7 +18,6 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _rawcall
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -106,19 +105,21 @@ def running(state: CallState) -> Iterator[None]:
         _local.state, _local.depth = outer, depth
 
 
-def abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> None:
-    """Stop the current guest from inside a host function: record why, and take its fuel.
+def abort(context: ctypes._Pointer[ffi.wasmtime_context_t] | None, kind: ErrorKind, message: str) -> None:
+    """Stop the current guest from inside a host function: record why, and take its fuel
+    (a raw callback also returns a trap; one that has no store `context` yet only records).
 
     Raising instead would cross threads through wasmtime-py's global last-exception slot.
     """
     state = current()
     if state.abort is None:
         state.abort = CallError(kind=kind, message=message)
-        state.fuel_left_at_abort = fuel_left(context)
-    set_fuel(context, 0)
+        state.fuel_left_at_abort = fuel_left(context) if context is not None else None
+    if context is not None:
+        set_fuel(context, 0)
 
 
-def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t], name: str, exc: BaseException) -> str:
+def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t] | None, name: str, exc: BaseException) -> str:
     """Stop the guest after one of our callbacks failed, without raising into Wasmtime: a bug
     of ours ends the call as `host_error`; an interrupt (KeyboardInterrupt, SystemExit) is
     re-raised on the caller's thread once the call is over. Returns what the guest is told."""
@@ -128,20 +129,6 @@ def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t], name: str,
     current().reraise = exc
     abort(context, ErrorKind.HOST_ERROR, f"{name}: interrupted")
     return "interrupted"
-
-
-def interrupted_early(name: str, exc: BaseException) -> int:
-    """The trap a raw host callback returns when it failed before it had a store context:
-    as `callback_failed`, a bug of ours ends the call as `host_error`, an interrupt is
-    re-raised once the call is over (the trap stops the guest; no fuel need be taken)."""
-    message = f"{name}: internal error: {exc!r}" if isinstance(exc, Exception) else f"{name}: interrupted"
-    if inside_call():
-        state = current()
-        if not isinstance(exc, Exception):
-            state.reraise = exc
-        if state.abort is None:
-            state.abort = CallError(kind=ErrorKind.HOST_ERROR, message=message)
-    return _rawcall.trap_pointer(message)
 
 
 def serve_host_call(

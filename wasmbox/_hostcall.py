@@ -53,8 +53,6 @@ def _trampoline(
         # that the fuel taken by the abort would only stop at its next check)
         return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        if context is None:  # interrupted before there was a context to abort through
-            return _call.interrupted_early(function.name, exc)
         return _rawcall.trap_pointer(_call.callback_failed(context, function.name, exc))
 
 

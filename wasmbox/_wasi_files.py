@@ -218,8 +218,6 @@ def _forward(
         _call.abort(context, error.kind, error.message)
         return _rawcall.trap_pointer(error.message)
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        if context is None:  # interrupted before there was a context to abort through
-            return _call.interrupted_early(name, exc)
         return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
 
 

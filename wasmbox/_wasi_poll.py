@@ -51,8 +51,6 @@ def _poll_oneoff(
         state = _call.current()
         return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
     except BaseException as exc:  # e.g. Ctrl-C in a sleep: stop the guest, keep the process
-        if context is None:
-            return _call.interrupted_early("poll_oneoff", exc)
         return _rawcall.trap_pointer(_call.callback_failed(context, "poll_oneoff", exc))
 
 
