@@ -26,10 +26,12 @@ from typing import Any
 import wasmbox
 from wasmbox import ErrorKind
 from wasmbox._bench import process_stats
+from wasmbox._wasi_files import MAX_OPEN_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
 WAT = ROOT / "runtimes" / "examples" / "wat"
 CAPABILITIES = ROOT / "capabilities"
+HOSTILE_CMD = ROOT / "runtimes" / "examples" / "build" / "hostile_cmd.wasm"
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,19 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
         "forward": box.load(_wat("forward", host_functions=["host.fn"])),
         "host_cap": box.load(_wat("forward_loop", host_functions=["host.fn"], limits={"host_calls": 5})),
     }
+    # a WASI command that opens one granted file 5,000 times: the open-file cap stops it at 128
+    opener = box.load({"name": "open_many", "module": str(HOSTILE_CMD),
+                       "preopens": [{"host": str(CAPABILITIES / "data"), "guest": "/data"}]})  # fmt: skip
+    open_many = ["openmany", "/data/sample.txt", "5000"]
+
+    def opened(result: wasmbox.CallResult) -> wasmbox.CallResult:
+        """The exit code and the number of opens the guest reports, as the value to check."""
+        count = result.stdout.split("\n", 1)[0]
+        return result.model_copy(update={"value": [result.value, count]}) if result.ok else result
+
+    async def aopened(i: int) -> wasmbox.CallResult:
+        return opened(await opener.acall(argv=open_many))
+
     adder = scratch / "adder.py"
     adder.write_text("def main(a: int, b: int):\n    return {'sum': a + b, 'args': [a, b]}\n")
     add = box.load({"name": "adder", "runtime": "python", "source": str(adder)})
@@ -161,6 +176,8 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
         core("host_denied", 3, tools["deny"], lambda i: {"deny": True}, kind(ErrorKind.CAPABILITY_DENIED)),
         core("host_call_cap", 2, tools["host_cap"], lambda i: {"x": 1}, kind(ErrorKind.HOST_ERROR)),
         core("bad_args", 3, kv, lambda i: {"key": i}, kind(ErrorKind.INVALID_ARGUMENTS)),
+        Case("open_many", False, 1, lambda i: opened(opener.call(argv=open_many)), aopened,
+             lambda i: [{"exit_code": 1}, str(MAX_OPEN_FILES)]),
         # valid Python calls
         py("py_snippet", 8, lambda i: f"sum(range({i % 1000}))", lambda i: (i % 1000) * (i % 1000 - 1) // 2),
         Case("py_tool", True, 4, lambda i: add.call({"a": i, "b": 1}), lambda i: add.acall({"a": i, "b": 1}),
