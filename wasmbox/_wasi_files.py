@@ -173,44 +173,18 @@ def _forward(
     count: int,
     name: str,
 ) -> int:
-    """Call Wasmtime's `name` with the guest's raw arguments, keeping the call's descriptors.
-    Returns 0, or a trap that stops the guest (its kind recorded by `_call.abort`)."""
+    """Serve `name` for the guest: its bookkeeping (`_BOOKKEEPING`) around Wasmtime's own
+    function. Returns 0, or a trap that stops the guest (its kind recorded by `_call.abort`)."""
     context = None
     try:
         context = ffi.wasmtime_caller_context(caller)
         state = _call.current()
-        files: OpenFiles | None = state.files
-        if files is None:
+        if state.files is None:
             ref = _guards.get(handle)
             guard = ref() if ref is not None else None
             assert guard is not None  # its runner is alive while its calls run
-            files = state.files = guard.forwarder(caller, context)
-        if name == _PATH_OPEN:
-            if len(files.fds) >= MAX_OPEN_FILES or not _budget.take(files):
-                values[0].i32 = _abi.Errno.MFILE
-                return 0
-            fd_out = values[8].i32 & 0xFFFF_FFFF  # read before the result overwrites values[0]
-        else:
-            first, second = values[0].i32, values[1].i32 if count > 1 else 0
-        try:
-            errno = _rawcall.call_raw(context, files.functions[name], values, count) & 0xFFFF
-        except BaseException:
-            if name == _PATH_OPEN:
-                _budget.give_back(files)
-            raise
-        if name == _PATH_OPEN:
-            if errno == 0:
-                base, _ = _rawcall.memory_view(context, files.memory)  # WASI checked fd_out's bounds
-                files.fds.add(int.from_bytes(ctypes.string_at(base + fd_out, 4), "little"))
-            else:
-                _budget.give_back(files)
-        elif errno == 0 and name == _FD_CLOSE:
-            _closed(files, first)
-        elif errno == 0 and first != second:  # fd_renumber: `second` is closed, `first` moves there
-            _closed(files, second)
-            if first in files.fds:
-                files.fds.discard(first)
-                files.fds.add(second)
+            state.files = guard.forwarder(caller, context)
+        _BOOKKEEPING[name](state.files, _Wasi(context, state.files.functions[name], values, count))
         return 0
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # as if the guest had trapped
         assert context is not None
@@ -221,11 +195,63 @@ def _forward(
         return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
 
 
+@dataclass(frozen=True)
+class _Wasi:
+    """One guest call of a forwarded function: its raw arguments, and Wasmtime's function."""
+
+    context: ctypes._Pointer[ffi.wasmtime_context_t]
+    function: ffi.wasmtime_extern_t
+    values: ctypes._Pointer[ffi.wasmtime_val_raw_t]
+    count: int
+
+    def arg(self, index: int) -> int:
+        return self.values[index].i32 & 0xFFFF_FFFF
+
+    def call(self) -> int:
+        """Wasmtime's function on the guest's arguments; its errno (also the guest's result)."""
+        return _rawcall.call_raw(self.context, self.function, self.values, self.count) & 0xFFFF
+
+
+def _path_open_kept(files: OpenFiles, wasi: _Wasi) -> None:
+    if len(files.fds) >= MAX_OPEN_FILES or not _budget.take(files):
+        wasi.values[0].i32 = _abi.Errno.MFILE
+        return
+    fd_out = wasi.arg(8)  # read before the result overwrites the arguments
+    try:
+        errno = wasi.call()
+    except BaseException:
+        _budget.give_back(files)
+        raise
+    if errno != 0:
+        _budget.give_back(files)
+        return
+    base, _ = _rawcall.memory_view(wasi.context, files.memory)  # WASI checked fd_out's bounds
+    files.fds.add(int.from_bytes(ctypes.string_at(base + fd_out, 4), "little"))
+
+
+def _fd_close_kept(files: OpenFiles, wasi: _Wasi) -> None:
+    fd = wasi.arg(0)
+    if wasi.call() == 0:
+        _closed(files, fd)
+
+
+def _fd_renumber_kept(files: OpenFiles, wasi: _Wasi) -> None:
+    fd, to = wasi.arg(0), wasi.arg(1)
+    if wasi.call() == 0 and fd != to:  # `to`'s old file is closed, and `fd` moves there
+        _closed(files, to)
+        if fd in files.fds:
+            files.fds.discard(fd)
+            files.fds.add(to)
+
+
 def _closed(files: OpenFiles, fd: int) -> None:
     """Descriptor `fd` was closed (or replaced): it no longer counts, if it did."""
     if fd in files.fds:
         files.fds.discard(fd)
         _budget.give_back(files)
+
+
+_BOOKKEEPING = {_PATH_OPEN: _path_open_kept, _FD_CLOSE: _fd_close_kept, _FD_RENUMBER: _fd_renumber_kept}
 
 
 def _forwarding(name: str) -> Any:
