@@ -9,8 +9,8 @@ process would add ~20 ms that no user pays.
 
 from __future__ import annotations
 
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile

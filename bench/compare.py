@@ -1,0 +1,89 @@
+"""The same calls timed on several checkouts of wasmbox, taking turns, in fresh processes.
+
+Run: ./dev python bench/compare.py [--rounds N] [--calls N] TREE [TREE ...]
+A TREE is a checkout whose `wasmbox/` package is timed ("." is this one), e.g. the code before
+a change: `git worktree add /tmp/before <rev>`. Guests come from this checkout (build them
+with ./dev first). Each round runs every tree once, so a noisy machine hits them alike; the
+table shows each tree's figures round by round:
+
+- trivial core call (echo.wat), median µs
+- fsprobe `exit 0` (a WASI command touching no file) and fsprobe `read` (one file), median µs
+- a 50 ms deadline on a spinning guest while another thread makes trivial calls: median and
+  max ms of 20 such calls (how promptly the epoch ticker thread gets the GIL)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = """
+import json, statistics, sys, tempfile, threading, time
+tree, root, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]  # not the installed one
+sys.path.insert(0, tree)
+import wasmbox
+assert wasmbox.__file__.startswith(tree), wasmbox.__file__
+
+def median_us(call, n):
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6
+
+with wasmbox.Sandbox(cache_dir=tempfile.mkdtemp()) as box:
+    echo = box.load({"name": "echo", "module": root + "/runtimes/examples/wat/echo.wat"})
+    probe = box.load(root + "/capabilities/fsprobe.toml")
+    spin = box.load({"name": "spin", "module": root + "/runtimes/examples/wat/spin.wat",
+                     "limits": {"fuel": 10**12, "timeout": "50ms"}})
+    for _ in range(500):
+        echo.call({"n": 1}), probe.call(argv=["read", "/data/sample.txt"])
+    figures = {
+        "trivial_us": median_us(lambda: echo.call({"n": 1}), calls),
+        "exit_us": median_us(lambda: probe.call(argv=["exit", "0"]), calls // 10),
+        "read_us": median_us(lambda: probe.call(argv=["read", "/data/sample.txt"]), calls // 10),
+    }
+    stop = threading.Event()
+    def hammer():
+        while not stop.is_set():
+            echo.call({"n": 1})
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    deadlines = [spin.call({}).duration_s * 1e3 for _ in range(20)]
+    stop.set()
+    thread.join()
+    figures["deadline_ms"] = statistics.median(deadlines)
+    figures["deadline_max_ms"] = max(deadlines)
+print(json.dumps(figures))
+"""
+COLUMNS = (("trivial_us", "trivial µs"), ("exit_us", "exit µs"), ("read_us", "read µs"),
+           ("deadline_ms", "50ms deadline"), ("deadline_max_ms", "max"))  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("trees", nargs="+", type=Path)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=10_000, help="trivial calls per figure (file calls: a tenth)")
+    options = parser.parse_args()
+    trees = [str(tree.resolve()) for tree in options.trees]
+    print(f"{'round':>5} {'tree':30}" + "".join(f"{title:>15}" for _, title in COLUMNS))
+    for round_ in range(1, options.rounds + 1):
+        for tree in trees:
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, tree, str(ROOT), str(options.calls)],
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            figures = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"{round_:5d} {tree[-30:]:30}" + "".join(f"{figures[key]:15.1f}" for key, _ in COLUMNS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
