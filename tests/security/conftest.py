@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,11 @@ SECURITY_WAT = WAT / "security"
 HOSTILE_CMD = BUILD / "hostile_cmd.wasm"
 HOSTILE_CORE = BUILD / "hostile_core.wasm"
 QUICK = {"fuel": 20_000_000, "timeout": "500ms"}  # limits for hostile cases
+
+
+def named(table: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """`pytest.param`s of a case table whose rows start with the case's id."""
+    return [pytest.param(*row[1:], id=row[0]) for row in table]
 
 
 def security_wat(name: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 import wasmbox
 
 from ..conftest import wat
-from .conftest import SECRET, Guarded, leaks_secret
+from .conftest import SECRET, Guarded, leaks_secret, named
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ PY_NETWORK = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("code", "exception"), [c[1:] for c in PY_NETWORK], ids=[c[0] for c in PY_NETWORK])
+@pytest.mark.parametrize(("code", "exception"), named(PY_NETWORK))
 def test_python_has_no_network(guarded: Guarded, code: str, exception: str) -> None:
     listener = Listener()
     code = code.replace("PORT", str(listener.port))

@@ -12,7 +12,7 @@ import wasmbox
 from wasmbox import ErrorKind
 
 from ..conftest import wat
-from .conftest import HOSTILE_CMD, QUICK, Guarded, security_wat
+from .conftest import HOSTILE_CMD, QUICK, Guarded, named, security_wat
 
 FOREVER = {"fuel": 10**15, "timeout": "300ms"}  # a deadline, not fuel, stops these
 
@@ -41,8 +41,7 @@ CORE_CASES: list[tuple[str, str, dict[str, Any], ErrorKind, str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("module", "limits", "kind", "words"), [c[1:] for c in CORE_CASES],
-                         ids=[c[0] for c in CORE_CASES])  # fmt: skip
+@pytest.mark.parametrize(("module", "limits", "kind", "words"), named(CORE_CASES))
 def test_core_module_cannot_exhaust_the_host(
     guarded: Guarded, module: str, limits: dict[str, Any], kind: ErrorKind, words: str
 ) -> None:
@@ -68,7 +67,7 @@ COMMAND_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "stdin", "kind"), [c[1:] for c in COMMAND_CASES], ids=[c[0] for c in COMMAND_CASES])
+@pytest.mark.parametrize(("argv", "stdin", "kind"), named(COMMAND_CASES))
 def test_command_cannot_exhaust_the_host(guarded: Guarded, argv: list[str], stdin: bytes, kind: ErrorKind) -> None:
     module = HOSTILE_CMD.with_name("fsprobe.wasm" if argv[0] == "cat" else "hostile_cmd.wasm")
     manifest = {"name": "cmd", "module": str(module), "limits": {**FOREVER, "output": "8KiB"},
@@ -105,8 +104,7 @@ PYTHON_CASES: list[tuple[str, str, dict[str, Any], ErrorKind, str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("code", "limits", "kind", "words"), [c[1:] for c in PYTHON_CASES],
-                         ids=[c[0] for c in PYTHON_CASES])  # fmt: skip
+@pytest.mark.parametrize(("code", "limits", "kind", "words"), named(PYTHON_CASES))
 def test_python_cannot_exhaust_the_host(
     guarded: Guarded, code: str, limits: dict[str, Any], kind: ErrorKind, words: str
 ) -> None:

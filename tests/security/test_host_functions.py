@@ -13,7 +13,7 @@ import wasmbox
 from wasmbox import ErrorKind
 
 from ..conftest import wat
-from .conftest import QUICK, SECRET, Guarded, leaks_secret, security_wat
+from .conftest import QUICK, SECRET, Guarded, leaks_secret, named, security_wat
 
 
 def register(box: wasmbox.Sandbox, received: list[Any]) -> None:
@@ -42,7 +42,7 @@ ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize(("args", "words"), [c[1:] for c in ARGUMENTS], ids=[c[0] for c in ARGUMENTS])
+@pytest.mark.parametrize(("args", "words"), named(ARGUMENTS))
 def test_bad_host_function_arguments_never_reach_it(guarded: Guarded, args: dict[str, Any], words: str) -> None:
     received: list[Any] = []
     register(guarded.box, received)
@@ -175,8 +175,7 @@ REPLY_ABUSE = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("guest", "limits", "kind", "words"), [c[1:] for c in REPLY_ABUSE],
-                         ids=[c[0] for c in REPLY_ABUSE])  # fmt: skip
+@pytest.mark.parametrize(("guest", "limits", "kind", "words"), named(REPLY_ABUSE))
 def test_reply_the_guest_cannot_take(
     guarded: Guarded, guest: str, limits: dict[str, Any], kind: ErrorKind, words: str
 ) -> None:
