@@ -35,12 +35,7 @@ def define(linker: wasmtime.Linker, function: HostFunction) -> None:
 
 
 @ffi.wasmtime_func_unchecked_callback_t
-def _trampoline(
-    handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-    count: int,
-) -> int:
+def _trampoline(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
     function = _functions.get(handle)
     assert function is not None  # registered before any module could call it
     context = None
@@ -59,7 +54,7 @@ def _trampoline(
 def _serve(
     function: HostFunction,
     state: _call.CallState,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    caller: _rawcall.Caller,
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     ptr: int,
     length: int,

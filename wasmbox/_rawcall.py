@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -17,6 +17,10 @@ from wasmtime import _ffi as ffi
 from . import _abi
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:  # the arguments of a raw host callback (`wasmtime_func_unchecked_callback_t`)
+    Caller: TypeAlias = ctypes._Pointer[ffi.wasmtime_caller_t]
+    Values: TypeAlias = ctypes._Pointer[ffi.wasmtime_val_raw_t]
 
 
 class ExportName:
@@ -41,7 +45,7 @@ class ExportName:
             raise wasmtime.WasmtimeError(f"instance has no export {self.name!r}")
         return item
 
-    def from_caller(self, caller: ctypes._Pointer[ffi.wasmtime_caller_t], kind: int) -> ffi.wasmtime_extern_t | None:
+    def from_caller(self, caller: Caller, kind: int) -> ffi.wasmtime_extern_t | None:
         """The calling instance's export of `kind`, from inside a host function; else None."""
         item = ffi.wasmtime_extern_t()
         found = ffi.wasmtime_caller_export_get(caller, self._buffer, len(self._bytes), ctypes.byref(item))
@@ -133,7 +137,7 @@ def call_void(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmti
 def call_raw(
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     func: ffi.wasmtime_extern_t,
-    values: ctypes.Array[ffi.wasmtime_val_raw_t] | ctypes._Pointer[ffi.wasmtime_val_raw_t],
+    values: ctypes.Array[ffi.wasmtime_val_raw_t] | Values,
     count: int,
 ) -> int:
     """Call `func` on raw `values` (its params in, its results out; `count` is the larger of

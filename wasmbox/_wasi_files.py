@@ -136,7 +136,7 @@ class FileGuard:
             _rawcall.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
     def forwarder(
-        self, caller: ctypes._Pointer[ffi.wasmtime_caller_t], context: ctypes._Pointer[ffi.wasmtime_context_t]
+        self, caller: _rawcall.Caller, context: ctypes._Pointer[ffi.wasmtime_context_t]
     ) -> OpenFiles:
         """A forwarder instance in the caller's store, around the caller's memory."""
         memory = _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY)
@@ -168,8 +168,8 @@ _guards: _rawcall.Handles[weakref.ref[FileGuard]] = _rawcall.Handles()
 
 def _forward(
     handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
+    caller: _rawcall.Caller,
+    values: _rawcall.Values,
     count: int,
     name: str,
 ) -> int:
@@ -201,7 +201,7 @@ class _Wasi:
 
     context: ctypes._Pointer[ffi.wasmtime_context_t]
     function: ffi.wasmtime_extern_t
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t]
+    values: _rawcall.Values
     count: int
 
     def arg(self, index: int) -> int:
@@ -258,12 +258,7 @@ def _forwarding(name: str) -> Any:
     """The C callback that forwards `name` (kept alive as a module global)."""
 
     @ffi.wasmtime_func_unchecked_callback_t
-    def forward(
-        handle: int | None,
-        caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-        values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-        count: int,
-    ) -> int:
+    def forward(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
         return _forward(handle, caller, values, count, name)
 
     return forward
@@ -273,11 +268,6 @@ _path_open, _fd_close, _fd_renumber = (_forwarding(name) for name in _FORWARDED)
 
 
 @ffi.wasmtime_func_unchecked_callback_t
-def _path_symlink(
-    handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-    count: int,
-) -> int:
+def _path_symlink(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
     values[0].i32 = _abi.Errno.PERM
     return 0

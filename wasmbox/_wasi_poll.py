@@ -35,12 +35,7 @@ def define(linker: wasmtime.Linker) -> None:
 
 
 @ffi.wasmtime_func_unchecked_callback_t
-def _poll_oneoff(
-    _handle: int | None,
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
-    values: ctypes._Pointer[ffi.wasmtime_val_raw_t],
-    _count: int,
-) -> int:
+def _poll_oneoff(_handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, _count: int) -> int:
     """Never raises; a stop (the deadline passed while sleeping, or an interrupt) is a trap,
     so the guest runs nothing after it."""
     context = None
@@ -55,7 +50,7 @@ def _poll_oneoff(
 
 
 def _poll(
-    caller: ctypes._Pointer[ffi.wasmtime_caller_t],
+    caller: _rawcall.Caller,
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     in_ptr: int,
     out_ptr: int,
