@@ -1,15 +1,23 @@
 """The same calls timed on several checkouts of wasmbox, taking turns, in fresh processes.
 
-Run: ./dev python bench/compare.py [--rounds N] [--calls N] TREE [TREE ...]
-A TREE is a checkout whose `wasmbox/` package is timed ("." is this one), e.g. the code before
-a change: `git worktree add /tmp/before <rev>`. Guests come from this checkout (build them
-with ./dev first). Each round runs every tree once, so a noisy machine hits them alike; the
-table shows each tree's figures round by round:
+Run: ./dev python bench/compare.py [--suite core|python] [--rounds N] [--calls N] TREE [TREE ...]
+A TREE is a checkout whose `wasmbox/` package (and, for Python, `runtimes/python/`) is timed
+("." is this one), e.g. the code before a change: `git worktree add /tmp/before <rev>`. Guests
+come from this checkout (build them with ./dev first). Each round runs every tree once, so a
+noisy machine hits them alike; the table shows each tree's figures round by round.
 
-- trivial core call (echo.wat), median µs
-- fsprobe `exit 0` (a WASI command touching no file) and fsprobe `read` (one file), median µs
+--suite core (the default), medians:
+- trivial core call (echo.wat), µs
+- fsprobe `exit 0` (a WASI command touching no file) and fsprobe `read` (one file), µs
 - a 50 ms deadline on a spinning guest while another thread makes trivial calls: median and
   max ms of 20 such calls (how promptly the epoch ticker thread gets the GIL)
+
+--suite python, medians (in the default cache directory, where each tree's runtime is built
+once; the first round of a new runtime includes nothing of its build):
+- run_python("sum(range(100))") with calls 5 ms apart (a spare instance is ready) and back to
+  back, µs
+- a small tool (bench/test_python_bench.py's greet) and capabilities/csv_stats.toml, back to
+  back, µs
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, statistics, sys, tempfile, threading, time
-tree, root, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tree, root, calls, suite = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]  # not the installed one
 sys.path.insert(0, tree)
 import wasmbox
@@ -36,6 +44,35 @@ def median_us(call, n):
         call()
         times.append(time.perf_counter() - started)
     return statistics.median(times) * 1e6
+
+def python_figures():
+    with wasmbox.Sandbox() as box:
+        tmp = tempfile.mkdtemp()
+        with open(tmp + "/greet.py", "w") as handle:
+            handle.write("def main(name: str, times: int = 1) -> dict:\\n"
+                         "    return {'greeting': ('hello ' + name + '! ') * times}\\n")
+        greet = box.load({"name": "greet", "runtime": "python", "source": tmp + "/greet.py"})
+        stats = box.load(root + "/capabilities/csv_stats.toml")
+        snippet = lambda: box.run_python("sum(range(100))")
+        greeting = lambda: greet.call({"name": "ada", "times": 2})
+        summary = lambda: stats.call({"path": "/data/sales.csv", "group_by": "region"})
+        for call in (snippet, greeting, summary):
+            assert call().ok
+            for _ in range(200):
+                call()
+        def spaced():
+            time.sleep(0.005)
+            snippet()
+        return {
+            "spaced_us": median_us(spaced, calls // 20) - 5000,
+            "b2b_us": median_us(snippet, calls // 5),
+            "greet_us": median_us(greeting, calls // 5),
+            "csv_us": median_us(summary, calls // 10),
+        }
+
+if suite == "python":
+    print(json.dumps(python_figures()))
+    sys.exit(0)
 
 with wasmbox.Sandbox(cache_dir=tempfile.mkdtemp()) as box:
     echo = box.load({"name": "echo", "module": root + "/runtimes/examples/wat/echo.wat"})
@@ -62,26 +99,34 @@ with wasmbox.Sandbox(cache_dir=tempfile.mkdtemp()) as box:
     figures["deadline_max_ms"] = max(deadlines)
 print(json.dumps(figures))
 """
-COLUMNS = (("trivial_us", "trivial µs"), ("exit_us", "exit µs"), ("read_us", "read µs"),
-           ("deadline_ms", "50ms deadline"), ("deadline_max_ms", "max"))  # fmt: skip
+COLUMNS = {
+    "core": (("trivial_us", "trivial µs"), ("exit_us", "exit µs"), ("read_us", "read µs"),
+             ("deadline_ms", "50ms deadline"), ("deadline_max_ms", "max")),
+    "python": (("spaced_us", "spaced µs"), ("b2b_us", "back-to-back µs"),
+               ("greet_us", "greet tool µs"), ("csv_us", "csv_stats µs")),
+}  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trees", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=10_000, help="trivial calls per figure (file calls: a tenth)")
+    parser.add_argument("--suite", choices=sorted(COLUMNS), default="core")
+    parser.add_argument("--calls", type=int, default=10_000, help="trivial calls per figure (others: a fraction)")
     options = parser.parse_args()
     trees = [str(tree.resolve()) for tree in options.trees]
-    print(f"{'round':>5} {'tree':30}" + "".join(f"{title:>15}" for _, title in COLUMNS))
+    columns = COLUMNS[options.suite]
+    print(f"{'round':>5} {'tree':30}" + "".join(f"{title:>16}" for _, title in columns))
     for round_ in range(1, options.rounds + 1):
         for tree in trees:
             out = subprocess.run(
-                [sys.executable, "-c", CHILD, tree, str(ROOT), str(options.calls)],
-                check=True, capture_output=True, text=True,
+                [sys.executable, "-c", CHILD, tree, str(ROOT), str(options.calls), options.suite],
+                check=False, capture_output=True, text=True,
             )  # fmt: skip
+            if out.returncode != 0:
+                sys.exit(f"{tree}: the child failed:\n{out.stderr[-3000:]}")
             figures = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{round_:5d} {tree[-30:]:30}" + "".join(f"{figures[key]:15.1f}" for key, _ in COLUMNS))
+            print(f"{round_:5d} {tree[-30:]:30}" + "".join(f"{figures[key]:16.1f}" for key, _ in columns))
     return 0
 
 

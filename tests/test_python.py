@@ -115,6 +115,58 @@ def test_python_tool_unsendable_return_value(box: wasmbox.Sandbox, tmp_path: Pat
     assert kind(result) == "guest_error" and "cannot be sent" in result.error.message  # type: ignore[union-attr]
 
 
+def test_python_tool_is_compiled_by_the_runtimes_python(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    """Load checks the source with the guest's CPython 3.14, whatever the host runs: PEP 758's
+    unparenthesized `except A, B` is 3.14 syntax (the host's compile() refused it)."""
+    source = tmp_path / "modern.py"
+    source.write_text(
+        "def main[T](x: T) -> list[T]:\n"
+        "    try:\n"
+        "        return [x, 1 / 0]\n"
+        "    except ValueError, ZeroDivisionError:\n"
+        "        return [x, x]\n"
+    )  # fmt: skip
+    tool = box.load({"name": "modern", "runtime": "python", "source": str(source)})
+    assert tool.call({"x": 3}).value == [3, 3]
+
+
+def test_loading_a_python_tool_runs_none_of_it(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    source = tmp_path / "loud.py"
+    source.write_text("raise RuntimeError('module code ran')\n\ndef main():\n    return 1\n")
+    tool = box.load({"name": "loud", "runtime": "python", "source": str(source)})  # compiled only
+    result = tool.call({})
+    assert kind(result) == "guest_error" and "module code ran" in result.error.message  # type: ignore[union-attr]
+    assert "loud.py" in result.error.message  # type: ignore[union-attr]  # the source travels for tracebacks
+
+
+def test_a_python_tool_cannot_change_what_its_later_calls_run(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    """Calls share the bytecode made at load, never anything a call made: tampering with the
+    driver's compiling and loading in one call reaches no other."""
+    source = tmp_path / "tamper.py"
+    source.write_text(
+        "import marshal, zlib, wasmbox_driver\n"
+        "def main():\n"
+        "    seen = getattr(wasmbox_driver, 'TAMPERED', False)\n"
+        "    wasmbox_driver.TAMPERED = True\n"
+        "    wasmbox_driver._compile_tool = lambda *args: b'evil'\n"
+        "    marshal.loads = zlib.decompress = None\n"
+        "    return seen\n"
+    )  # fmt: skip
+    tool = box.load({"name": "tamper", "runtime": "python", "source": str(source)})
+    assert [tool.call({}).value for _ in range(3)] == [False, False, False]
+
+
+def test_python_tool_that_cannot_compile_within_its_limits_fails_to_load(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    source = tmp_path / "long.py"
+    source.write_text("def main():\n    return [\n" + "        1,\n" * 300 + "    ]\n")
+    manifest = {"name": "long", "runtime": "python", "source": str(source)}
+    with pytest.raises(wasmbox.ManifestError, match="long.py: source: .*fuel"):
+        box.load({**manifest, "limits": {"fuel": 1_000_000}})
+    assert box.load(manifest).call({}).value == [1] * 300  # the default limits are enough
+
+
 # -- the code interpreter ---------------------------------------------------------------
 
 
@@ -126,11 +178,15 @@ def test_run_python_returns_the_last_expression_and_output(box: wasmbox.Sandbox)
     assert box.run_python("import sys\nprint('oops', file=sys.stderr)").stderr == "oops\n"
     assert box.run_python("{1, 2}").value in ([1, 2], [2, 1])  # sets travel as lists
     assert box.run_python("object()").value.startswith("<object object")  # others as repr
+    lone = box.run_python("# a lone expression\n\nprint('hi') or 5\n")
+    assert (lone.value, lone.stdout) == (5, "hi\n")
 
 
 def test_run_python_errors(box: wasmbox.Sandbox) -> None:
     syntax = box.run_python("def (")
     assert kind(syntax) == "guest_error" and "SyntaxError" in syntax.error.message  # type: ignore[union-attr]
+    failing = box.run_python("1 / 0")
+    assert kind(failing) == "guest_error" and 'File "<code>", line 1' in failing.error.message  # type: ignore[union-attr]
     exit_ = box.run_python("import sys\nsys.exit(3)")
     assert kind(exit_) == "guest_error" and "SystemExit" in exit_.error.message  # type: ignore[union-attr]
     recursion = box.run_python("def f():\n    return f()\nf()")

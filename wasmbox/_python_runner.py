@@ -87,16 +87,28 @@ class PythonRuntimeRunner:
         """Where the built component lives (its compiled form is in the artifact cache)."""
         return str(self._runtime.component)
 
-    def call(self, manifest: Manifest, key: str, request: dict[str, Any]) -> CallResult:
+    def call(
+        self, manifest: Manifest, key: str, request: dict[str, Any], *, spare: bool = True
+    ) -> CallResult:
         """Send one request to a fresh instance under `manifest`'s grants and limits; `key` is
-        `manifest.digest()`, which names the grant set (callers compute it once)."""
+        `manifest.digest()`, which names the grant set (callers compute it once). With
+        `spare`, an instance for the next call under these grants is prepared meanwhile."""
         self._ticker.enter()
         try:
-            return self._call(manifest, key, request)
+            return self._call(manifest, key, request, spare)
         finally:
             self._ticker.leave()
 
-    def _call(self, manifest: Manifest, key: str, request: dict[str, Any]) -> CallResult:
+    def compile_tool(self, manifest: Manifest, source: str) -> CallResult:
+        """A Python tool's source compiled by the runtime's own CPython (its value: the bytes
+        `PythonToolRunner` sends), in an instance that runs no tool code, under `manifest`'s
+        limits and none of its grants. A syntax error is a failed result."""
+        assert manifest.source is not None
+        ungranted = Manifest(name=manifest.name, runtime="python", limits=manifest.limits)
+        request = {"mode": "compile", "source": source, "filename": manifest.source.name}
+        return self.call(ungranted, ungranted.digest(), request, spare=False)
+
+    def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
         try:
@@ -112,7 +124,8 @@ class PythonRuntimeRunner:
             spare = self._prepare(manifest)
         else:
             spare.renew(self._ticker)
-        self._keeper.prepare(manifest, key)  # the next call under these grants finds one ready
+        if prepare_next:  # the next call under these grants finds one ready
+            self._keeper.prepare(manifest, key)
         value: Any = None
         error = spare.error
         try:
@@ -367,13 +380,14 @@ class PythonToolRunner:
 
     kind = ToolKind.PYTHON
 
-    def __init__(self, runtime: PythonRuntimeRunner, manifest: Manifest, key: str, source: str) -> None:
+    def __init__(self, runtime: PythonRuntimeRunner, manifest: Manifest, key: str, compiled: bytes) -> None:
+        """`compiled` is what `PythonRuntimeRunner.compile_tool` made of the tool's source."""
         self._runtime = runtime
         self._manifest = manifest
         self._key = key
         assert manifest.source is not None
         self._request = {
-            "mode": "tool", "source": source, "filename": manifest.source.name,
+            "mode": "tool", "compiled": compiled, "filename": manifest.source.name,
             "entry": manifest.entry,
         }  # fmt: skip
 

@@ -210,11 +210,18 @@ class Sandbox:
             )
         try:
             source = manifest.source.read_text(encoding="utf-8")
-            compile(source, str(manifest.source), "exec")  # syntax errors belong to load time
-        except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
+        runtime = self.python_runtime()
+        # by the guest's CPython, whose grammar is the one that counts; syntax errors belong
+        # to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
+        compiled = runtime.compile_tool(manifest, source)
+        if compiled.error is not None:
+            raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
+        if not isinstance(compiled.value, bytes):
+            raise ManifestError(f"{manifest.source}: source: the runtime returned no compiled code")
         digest = manifest.digest()
-        runner = PythonToolRunner(self.python_runtime(), manifest, digest, source)
+        runner = PythonToolRunner(runtime, manifest, digest, compiled.value)
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
