@@ -392,18 +392,28 @@ def test_concurrent_python_calls(box: wasmbox.Sandbox) -> None:
     assert results == {n: sum(range(n)) for n in results} and len(results) == 20
 
 
-def test_new_process_neither_rebuilds_nor_recompiles(box: wasmbox.Sandbox, cache_dir: Path) -> None:
-    box.python_runtime()  # built by this session already, or now
+def test_new_process_neither_rebuilds_nor_recompiles(
+    box: wasmbox.Sandbox, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Nor compiles a Python tool again: its bytecode is cached beside the compiled modules."""
+    source = tmp_path / "answer.py"
+    source.write_text(f"def main():\n    return 6 * 7  # {tmp_path}\n")  # new to the cache
+    manifest = {"name": "answer", "runtime": "python", "source": str(source)}
+    compiles = box.cache_stats.compiles
+    box.load(manifest)
+    assert box.cache_stats.compiles == compiles + 1
     script = (
         "import json, sys, wasmbox\n"
         "box = wasmbox.Sandbox(cache_dir=sys.argv[1])\n"
         "value = box.run_python('6 * 7').value\n"
-        "print(json.dumps({'value': value, 'compiles': box.cache_stats.compiles}))\n"
+        "tool = box.load(json.loads(sys.argv[2]))\n"
+        "print(json.dumps({'values': [value, tool.call({}).value], 'compiles': box.cache_stats.compiles}))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script, str(cache_dir)], capture_output=True, text=True, check=True
-    )
-    assert json.loads(out.stdout) == {"value": 42, "compiles": 0}
+        [sys.executable, "-c", script, str(cache_dir), json.dumps(manifest)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(out.stdout) == {"values": [42, 42], "compiles": 0}
     assert "building" not in out.stderr and "compiling" not in out.stderr
 
 

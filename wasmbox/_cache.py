@@ -1,7 +1,9 @@
-"""The on-disk cache of compiled modules: trusted code, so private and checked.
+"""The on-disk cache of compiled code: trusted, so private and checked.
 
 An entry is `<key>.cwasm` (Wasmtime's serialized module) beside `<key>.json` (the key's inputs,
 the artifact's size and digest, `artifact_digest`). The key is sha256(wasm) + Wasmtime version + engine settings.
+Python tools' bytecode (compiled by the runtime, which runs it) is kept the same way, as
+`bytecode-<sha256 of runtime, file name and source>.bin`.
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
 never loaded. The directory is created 0700 and refused if another user owns it or can write it.
 """
@@ -98,7 +100,36 @@ class ArtifactCache:
         if on_compile is not None:
             on_compile()
         compiled = self._compile(engine, wasm(), kind)
-        data = bytes(compiled.serialize())
+        self._store(artifact, meta, bytes(compiled.serialize()), expected)
+        return compiled
+
+    def bytecode(self, digest: str, make: Callable[[], bytes]) -> bytes:
+        """A Python tool's bytecode: `make()` compiles it (in the runtime), once per cache;
+        `digest` is the sha256 of what the bytes depend on (runtime, file name, source). An
+        exception from `make` stores nothing."""
+        if self.directory is None:
+            return make()
+        path = self.directory / f"bytecode-{digest}.bin"
+        meta = path.with_suffix(".json")
+        expected = {"source_sha256": digest}
+        try:
+            record, data = json.loads(meta.read_bytes()), path.read_bytes()
+        except (OSError, ValueError):
+            pass
+        else:
+            trusted = _trusted(record, expected, len(data), artifact_digest(data))
+            with self._lock:
+                self.stats.hits += trusted
+                self.stats.rejected += not trusted
+            if trusted:
+                return data
+        data = make()
+        with self._lock:
+            self.stats.compiles += 1
+        self._store(path, meta, data, expected)
+        return data
+
+    def _store(self, artifact: Path, meta: Path, data: bytes, expected: dict[str, str]) -> None:
         record = dict(expected, size=len(data), digest=artifact_digest(data))
         try:
             _write_atomic(artifact, data)
@@ -110,9 +141,8 @@ class ArtifactCache:
                 f"wasmbox: cannot write to the compile cache {self.directory} "
                 f"({exc.strerror or exc}); using the compiled code without caching it, so "
                 "the next process compiles it again",
-                RuntimeWarning, stacklevel=4,
+                RuntimeWarning, stacklevel=5,
             )  # fmt: skip
-        return compiled
 
     def _compile(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
         with self._lock:
@@ -133,13 +163,7 @@ class ArtifactCache:
                 size, digest = len(data), artifact_digest(data)  # no copy into Python
         except (OSError, ValueError):
             return None
-        trusted = (
-            isinstance(record, dict)
-            and all(record.get(k) == v for k, v in expected.items())
-            and record.get("size") == size
-            and record.get("digest") == digest
-        )
-        if trusted:
+        if _trusted(record, expected, size, digest):
             try:
                 return kind.deserialize_file(engine, str(artifact))  # Wasmtime maps the file
             except wasmtime.WasmtimeError:
@@ -147,6 +171,16 @@ class ArtifactCache:
         with self._lock:
             self.stats.rejected += 1
         return None
+
+
+def _trusted(record: object, expected: dict[str, str], size: int, digest: str) -> bool:
+    """Whether an entry's metadata `record` names what is wanted and the data read back."""
+    return (
+        isinstance(record, dict)
+        and all(record.get(k) == v for k, v in expected.items())
+        and record.get("size") == size
+        and record.get("digest") == digest
+    )
 
 
 _PIECE = 16 * 1024 * 1024

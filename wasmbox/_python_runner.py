@@ -83,6 +83,11 @@ class PythonRuntimeRunner:
         )
 
     @property
+    def key(self) -> str:
+        """The digest of the runtime's build inputs (what bytecode it makes depends on)."""
+        return self._runtime.key
+
+    @property
     def component_path(self) -> str:
         """Where the built component lives (its compiled form is in the artifact cache)."""
         return str(self._runtime.component)

@@ -213,15 +213,21 @@ class Sandbox:
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self.python_runtime()
-        # by the guest's CPython, whose grammar is the one that counts; syntax errors belong
-        # to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
-        compiled = runtime.compile_tool(manifest, source)
-        if compiled.error is not None:
-            raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
-        if not isinstance(compiled.value, bytes):
-            raise ManifestError(f"{manifest.source}: source: the runtime returned no compiled code")
+
+        def compile_tool() -> bytes:
+            # by the guest's CPython, whose grammar is the one that counts; syntax errors
+            # belong to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
+            compiled = runtime.compile_tool(manifest, source)
+            if compiled.error is not None:
+                raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
+            if not isinstance(compiled.value, bytes):
+                raise ManifestError(f"{manifest.source}: source: the runtime returned no compiled code")
+            return compiled.value
+
+        inputs = f"{runtime.key}\0{manifest.source.name}\0{source}"
+        bytecode = self._cache.bytecode(_sha256(inputs), compile_tool)
         digest = manifest.digest()
-        runner = PythonToolRunner(runtime, manifest, digest, compiled.value)
+        runner = PythonToolRunner(runtime, manifest, digest, bytecode)
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),

@@ -1,11 +1,13 @@
 """Host secrets through env/argv, the network, state left for the next call (in memory or in a
-writable grant), and a tampered or truncated compile-cache entry."""
+writable grant), and a tampered or truncated compile-cache entry (compiled module or Python
+bytecode)."""
 
 from __future__ import annotations
 
 import hashlib
 import socket
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -140,6 +142,40 @@ def test_tampered_cache_entry_is_rebuilt_never_executed(tmp_path: Path, damage: 
         assert box.cache_stats.hits == 0 and box.cache_stats.compiles == 1
         assert tool.call({"still": "echo"}).unwrap() == {"still": "echo"}  # not the trap
     assert hashlib.sha256(echo_entry.read_bytes()).hexdigest() in echo_entry.with_suffix(".json").read_text()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "swap-in-other-tool", "empty"])
+def test_tampered_python_bytecode_entry_is_rebuilt_never_run(
+    cache_dir: Path, tmp_path: Path, damage: str
+) -> None:
+    """A Python tool's cached bytecode is checked like compiled modules: a damaged entry, or
+    another tool's valid one, is compiled again from the source, never run."""
+    marker = uuid.uuid4().hex  # this test's own entries, in the session's cache
+    honest, other = tmp_path / "honest.py", tmp_path / "other.py"
+    honest.write_text(f"def main():\n    return 'honest {marker}'\n")
+    other.write_text(f"def main():\n    return 'other {marker}'\n")
+
+    def entries() -> set[Path]:
+        return set(cache_dir.glob("bytecode-*.bin"))
+
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        known = entries()
+        box.load({"name": "honest", "runtime": "python", "source": str(honest)})
+        (honest_entry,) = entries() - known
+        box.load({"name": "other", "runtime": "python", "source": str(other)})
+        (other_entry,) = entries() - known - {honest_entry}
+    data = honest_entry.read_bytes()
+    honest_entry.write_bytes({
+        "truncate": data[: len(data) // 2],
+        "flip": data[:-8] + bytes(b ^ 0xFF for b in data[-8:]),
+        "swap-in-other-tool": other_entry.read_bytes(),  # valid bytecode, the wrong tool's
+        "empty": b"",
+    }[damage])  # fmt: skip
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        tool = box.load({"name": "honest", "runtime": "python", "source": str(honest)})
+        assert (box.cache_stats.rejected, box.cache_stats.compiles) == (1, 1)
+        assert tool.call({}).unwrap() == f"honest {marker}"
+    assert honest_entry.read_bytes() == data  # rebuilt
 
 
 def _is_echo(entry: Path) -> bool:
