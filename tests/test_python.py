@@ -81,6 +81,39 @@ def test_python_tool_args_are_checked(box: wasmbox.Sandbox, tmp_path: Path) -> N
     assert kind(tool.call({"a": 1}, argv=["--flag"])) == "invalid_arguments"  # commands only
     schema_tool = box.load(CAPABILITIES / "csv_stats.toml")
     assert kind(schema_tool.call({"path": 5})) == "invalid_arguments"
+    missing = tool.call({"b": 2}).error
+    assert missing is not None and "missing 1 required" in missing.message and "'a'" in missing.message
+
+
+def test_a_type_error_inside_a_tool_is_its_own_not_bad_arguments(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    """The tool is called straight away; a TypeError is bad arguments only when the call
+    itself refused them (or a decorator's wrapper did, where the signature says so)."""
+    source = tmp_path / "typed.py"
+    source.write_text(
+        "import functools\n"
+        "def logged(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(*args, **kwargs):\n"
+        "        return f(*args, **kwargs)\n"
+        "    return wrapper\n"
+        "def helper(x):\n"
+        "    return x\n"
+        "def main(a: int):\n"
+        "    if a == 1:\n"
+        "        return a + 'text'\n"
+        "    return helper(a, a)\n"
+        "wrapped = logged(main)\n"
+    )  # fmt: skip
+    manifest = {"name": "typed", "runtime": "python", "source": str(source)}
+    tool = box.load(manifest)
+    for args in ({"a": 1}, {"a": 2}):  # a TypeError of its own, and one from a nested call
+        result = tool.call(args)
+        assert kind(result) == "guest_error" and "TypeError" in result.error.message  # type: ignore[union-attr]
+    wrapped = box.load({**manifest, "name": "wrapped", "entry": "wrapped"})
+    assert kind(wrapped.call({"b": 1})) == "invalid_arguments"
+    assert kind(wrapped.call({"a": 1})) == "guest_error"
 
 
 def test_python_tool_exception_is_a_guest_error_with_its_traceback(

@@ -54,6 +54,10 @@ HOST_LOOP_WAT = """(module
       (br_if $again (i32.lt_u (local.get $i) (i32.const 100))))
     (local.get $r)))"""
 
+GREET_PY = """def main(name: str, times: int = 1) -> dict:
+    return {"greeting": ("hello " + name + "! ") * times}
+"""
+
 
 def process_stats() -> tuple[float, int, int]:
     """This process's (resident memory in MiB, open file descriptors, Python threads); Linux."""
@@ -121,6 +125,14 @@ def run(seconds: float = 1.0, python: bool = True) -> list[tuple[str, str, str]]
             fresh = latency(lambda: box.run_python("sum(range(100))"), 300)
             rows.append(("fresh Python interpreter, sum(range(100))", _ms(fresh), "back to back"))
             spaced = latency(lambda: box.run_python("sum(range(100))"), 100, gap_s=0.005)
+            rows.append(("  the same, calls 5 ms apart", _ms(spaced), "a spare instance is ready"))
+            greet_path = Path(folder) / "greet.py"
+            greet_path.write_text(GREET_PY)
+            greet = box.load({"name": "greet", "runtime": "python", "source": str(greet_path)})
+            greeting = {"name": "ada", "times": 2}
+            tool = latency(lambda: greet.call(greeting), 300)
+            rows.append(("Python tool call, small args dict", _ms(tool), "back to back"))
+            spaced = latency(lambda: greet.call(greeting), 100, gap_s=0.005)
             rows.append(("  the same, calls 5 ms apart", _ms(spaced), "a spare instance is ready"))
             one = throughput(lambda: box.run_python("sum(range(100))"), 1, seconds)
             two = throughput(lambda: box.run_python("sum(range(100))"), 2, seconds)

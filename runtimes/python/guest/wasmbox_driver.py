@@ -165,10 +165,27 @@ def _run_tool(message: dict) -> tuple[object, bool]:
         raise _Refusal("guest_error", f"tool source defines no function {message['entry']!r}")
     args = message["args"]
     try:
-        inspect.signature(entry).bind(**args)
+        return entry(**args), True
     except TypeError as exc:
-        raise _Refusal("invalid_arguments", f"{message['entry']}(): {exc}") from None
-    return entry(**args), True
+        misfit = _misfit(entry, args, exc)
+        if misfit is None:
+            raise
+    raise _Refusal("invalid_arguments", misfit)
+
+
+def _misfit(entry: object, args: dict, exc: TypeError) -> str | None:
+    """Why `args` do not fit `entry`, if that is what `exc` (raised by calling it) means. The
+    call is tried first because `inspect.signature` costs ~0.1 ms in a fresh interpreter."""
+    trace = exc.__traceback__
+    if trace is not None and trace.tb_next is None:  # the call itself: no frame of the tool ran
+        return str(exc)
+    try:  # raised inside: a decorator's wrapper may have refused what the tool would
+        inspect.signature(entry).bind(**args)
+    except TypeError as misfit:
+        return f"{getattr(entry, '__name__', 'entry')}(): {misfit}"
+    except ValueError:  # no signature to check against
+        pass
+    return None
 
 
 def _run_code(source: str) -> tuple[object, bool]:
