@@ -28,7 +28,7 @@ from ._dist import version
 from ._errors import WasmboxError
 
 COMPONENTIZE_PY = "0.25.1"
-RECIPE = "2"  # bump when the build steps change
+RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written whole)
 # In a checkout (or editable install) the sources are runtimes/python; a wheel carries them as
 # wasmbox/runtime_python (see pyproject.toml).
 _CHECKOUT = Path(__file__).resolve().parent.parent / "runtimes" / "python"

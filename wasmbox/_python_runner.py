@@ -1,9 +1,9 @@
 """Runs Python tools and snippets in the CPython runtime component, one fresh instance a call.
 
 The component is shared by every Python tool of a Sandbox; what differs per call is the
-manifest (preopens, env, limits, granted host functions) and the request (a tool's source and
-args, or a snippet). The one host import, `call-host`, checks the name against the current
-call's manifest every time.
+manifest (preopens, env, limits, granted host functions) and the request (a tool's bytecode,
+compiled at load, and args; or a snippet). The one host import, `call-host`, checks the name
+against the current call's manifest every time.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ._engine import EpochTicker
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction
 from ._inspect import ToolKind
-from ._manifest import STDLIB_GUEST_PATH, Manifest
+from ._manifest import STDLIB_GUEST_PATH, Limits, Manifest
 from ._output import Output
 from ._pyruntime import PythonRuntime
 from ._results import CallError, CallResult
@@ -105,13 +105,14 @@ class PythonRuntimeRunner:
             self._ticker.leave()
 
     def compile_tool(self, manifest: Manifest, source: str) -> CallResult:
-        """A Python tool's source compiled by the runtime's own CPython (its value: the bytes
-        `PythonToolRunner` sends), in an instance that runs no tool code, under `manifest`'s
-        limits and none of its grants. A syntax error is a failed result."""
+        """A Python tool's source compiled by the runtime's own CPython (its value: the
+        bytecode `PythonToolRunner` sends), in an instance that runs no tool code, with no
+        grants and limits of its own (compiling costs more than running many a tool, and its
+        result is bigger than the source). A syntax error is a failed result."""
         assert manifest.source is not None
-        ungranted = Manifest(name=manifest.name, runtime="python", limits=manifest.limits)
+        compiling = Manifest(name=manifest.name, runtime="python", limits=_COMPILE_LIMITS)
         request = {"mode": "compile", "source": source, "filename": manifest.source.name}
-        return self.call(ungranted, ungranted.digest(), request, spare=False)
+        return self.call(compiling, compiling.digest(), request, spare=False)
 
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()
@@ -247,6 +248,8 @@ _NO_SLEEP = (
     "it would hold the host past the call's deadline"
 )
 _NO_INPUT = CallInput({})
+# A 20 KB source takes ~30M fuel to compile; these bound a hostile one.
+_COMPILE_LIMITS = Limits(fuel=2_000_000_000, memory=512 * 1024**2, timeout=10.0, output=64 * 1024**2)
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants a spare is instantiated under: none (the component's start-up calls no host function).
 _PREPARING = Manifest(name="preparing", runtime="python")
@@ -381,18 +384,21 @@ class _Housekeeper:
 
 
 class PythonToolRunner:
-    """A Python tool: its manifest and source, run by the shared runtime."""
+    """A Python tool: its manifest, source and bytecode, run by the shared runtime."""
 
     kind = ToolKind.PYTHON
 
-    def __init__(self, runtime: PythonRuntimeRunner, manifest: Manifest, key: str, compiled: bytes) -> None:
-        """`compiled` is what `PythonRuntimeRunner.compile_tool` made of the tool's source."""
+    def __init__(
+        self, runtime: PythonRuntimeRunner, manifest: Manifest, key: str, source: str, code: bytes
+    ) -> None:
+        """`code` is what `PythonRuntimeRunner.compile_tool` made of `source` (which travels
+        too, for tracebacks)."""
         self._runtime = runtime
         self._manifest = manifest
         self._key = key
         assert manifest.source is not None
         self._request = {
-            "mode": "tool", "compiled": compiled, "filename": manifest.source.name,
+            "mode": "tool", "code": code, "source": source, "filename": manifest.source.name,
             "entry": manifest.entry,
         }  # fmt: skip
 

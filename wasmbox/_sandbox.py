@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -56,7 +57,28 @@ class _Default(Enum):
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
-_PRECOMPILE = f"import compileall\ncompileall.compile_dir({STDLIB_GUEST_PATH!r}, quiet=1, workers=1)"
+# Run in the runtime with the stdlib writable. WASI writes at most a few KiB at a time, and
+# CPython writes a .pyc with one os.write that it refuses to see cut short, so every module
+# whose .pyc is bigger (pickle, argparse, typing, ...) was left to compile at each import:
+# ~300M fuel for pickle. Writing in a loop fixes that; the value is the count of .pyc written.
+_PRECOMPILE = f"""
+import compileall, os, importlib._bootstrap_external as bootstrap
+
+def write_atomic(path, data, mode=0o666):
+    temporary = f"{{path}}.{{id(path)}}"
+    fd = os.open(temporary, os.O_EXCL | os.O_CREAT | os.O_WRONLY, mode & 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+bootstrap._write_atomic = write_atomic
+compileall.compile_dir({STDLIB_GUEST_PATH!r}, quiet=1, workers=1)
+sum(name.endswith(".pyc") for _, _, names in os.walk({STDLIB_GUEST_PATH!r}) for name in names)
+"""
 
 
 class Sandbox:
@@ -218,16 +240,20 @@ class Sandbox:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
             # belong to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
             compiled = runtime.compile_tool(manifest, source)
+            if compiled.stderr:  # SyntaxWarnings, once here rather than in every call's stderr
+                warnings.warn(f"{manifest.source}: {compiled.stderr.strip()}", SyntaxWarning, stacklevel=5)
             if compiled.error is not None:
+                if compiled.error.kind in _NOT_THE_SOURCES_FAULT:  # e.g. the pool is full now
+                    raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
                 raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
             if not isinstance(compiled.value, bytes):
-                raise ManifestError(f"{manifest.source}: source: the runtime returned no compiled code")
+                raise WasmboxError(f"{manifest.source}: the runtime returned no bytecode")
             return compiled.value
 
         inputs = f"{runtime.key}\0{manifest.source.name}\0{source}"
-        bytecode = self._cache.bytecode(_sha256(inputs), compile_tool)
+        code = self._cache.bytecode(_sha256(inputs), compile_tool)
         digest = manifest.digest()
-        runner = PythonToolRunner(runtime, manifest, digest, bytecode)
+        runner = PythonToolRunner(runtime, manifest, digest, source, code)
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
@@ -367,6 +393,10 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Compile failures that say nothing about the tool's source: the load may be tried again.
+_NOT_THE_SOURCES_FAULT = frozenset({ErrorKind.HOST_ERROR, ErrorKind.BAD_RESPONSE})
 
 
 def _sha256(text: str) -> str:

@@ -6,7 +6,7 @@ snapshot: nothing here survives from one call to the next.
 
 Request (MessagePack map):
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
-    {"mode": "tool", "compiled": bytes, "filename": str, "entry": str, "args": map}
+    {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
 Response (MessagePack map):
     {"ok": value}
@@ -14,8 +14,8 @@ Response (MessagePack map):
                                | "bad_response", "traceback": str}
 
 A tool is compiled once, when the host loads it, by a "compile" request to an instance that
-runs nothing else; its calls then send those bytes (zlib-compressed marshal of the code object
-and the source), so a call skips compiling, which costs ~1 ms in a fresh interpreter.
+runs nothing else; its calls then send those bytes (the marshalled code object) with the source
+(for tracebacks), so a call skips compiling, which costs ~1 ms in a fresh interpreter.
 
 No exception may escape `run`: in the component it would become a Rust panic and a trap.
 """
@@ -76,11 +76,12 @@ import threading  # noqa: F401  (imports, but cannot start a thread under WASI)
 import time  # noqa: F401
 import tomllib  # noqa: F401
 import traceback
+import types
 import typing  # noqa: F401
 import unicodedata  # noqa: F401
 import urllib.parse  # noqa: F401
 import uuid  # noqa: F401
-import zlib
+import zlib  # noqa: F401
 
 import msgpack  # the pure-Python fallback, bundled by the build
 import wasmbox_guest  # noqa: F401  (so tools import it from the snapshot)
@@ -151,60 +152,80 @@ def _serve(request: bytes) -> tuple[object, bool]:
 
 
 def _compile_tool(source: str, filename: str) -> bytes:
-    """A tool's source compiled, with the source for tracebacks, as its calls take it."""
-    return zlib.compress(marshal.dumps((compile(source, filename, "exec"), source)))
+    """A tool's source compiled, as its calls take it. (`dont_inherit`: not this module's
+    `from __future__ import annotations`; here and below.)"""
+    return marshal.dumps(compile(source, filename, "exec", dont_inherit=True))
 
 
 def _run_tool(message: dict) -> tuple[object, bool]:
-    namespace = {"__name__": "__wasmbox_tool__", "__builtins__": builtins}
-    code, source = marshal.loads(zlib.decompress(message["compiled"]))
-    _remember_source(message["filename"], source)
-    exec(code, namespace)
+    _remember_source(message["filename"], message["source"])
+    namespace = _fresh_module("__wasmbox_tool__")
+    exec(marshal.loads(message["code"]), namespace)
     entry = namespace.get(message["entry"])
     if not callable(entry):
         raise _Refusal("guest_error", f"tool source defines no function {message['entry']!r}")
     args = message["args"]
-    try:
-        return entry(**args), True
-    except TypeError as exc:
-        misfit = _misfit(entry, args, exc)
+    if type(entry) is types.FunctionType and not _signature_overridden(entry):
+        try:  # binding a plain function's arguments runs none of its code: just call it
+            return entry(**args), True
+        except TypeError as exc:
+            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
+                raise  # raised by the tool's own code
+            misfit = str(exc)  # by the call itself, e.g. "main() missing 1 required ..."
+    else:  # a class, a decorator's wrapper, a C function...: check before any of it runs
+        misfit = _misfit(entry, args)
         if misfit is None:
-            raise
+            return entry(**args), True
     raise _Refusal("invalid_arguments", misfit)
 
 
-def _misfit(entry: object, args: dict, exc: TypeError) -> str | None:
-    """Why `args` do not fit `entry`, if that is what `exc` (raised by calling it) means. The
-    call is tried first because `inspect.signature` costs ~0.1 ms in a fresh interpreter."""
-    trace = exc.__traceback__
-    if trace is not None and trace.tb_next is None:  # the call itself: no frame of the tool ran
-        return str(exc)
-    try:  # raised inside: a decorator's wrapper may have refused what the tool would
-        inspect.signature(entry).bind(**args)
-    except TypeError as misfit:
-        return f"{getattr(entry, '__name__', 'entry')}(): {misfit}"
-    except ValueError:  # no signature to check against
-        pass
+def _signature_overridden(function: types.FunctionType) -> bool:
+    """Whether `inspect.signature` would not read `function`'s own parameters."""
+    return hasattr(function, "__wrapped__") or hasattr(function, "__signature__")
+
+
+def _misfit(entry: object, args: dict) -> str | None:
+    """Why `args` do not fit `entry`'s signature; None if they do or it has none. (Only for
+    entries that are not plain functions: `inspect.signature` costs ~0.1 ms in a fresh
+    interpreter.)"""
+    try:
+        signature = inspect.signature(entry)
+    except (TypeError, ValueError):  # no signature to check against
+        return None
+    try:
+        signature.bind(**args)
+    except TypeError as exc:
+        return f"{getattr(entry, '__name__', 'entry')}(): {exc}"
     return None
 
 
 def _run_code(source: str) -> tuple[object, bool]:
     _remember_source("<code>", source)
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
-    try:  # a lone expression compiles straight from source, without Python-level AST objects
-        expression = compile(source, "<code>", "eval")
-    except SyntaxError:
-        pass
-    else:
-        return eval(expression, namespace), False
+    namespace = _fresh_module("__main__")
+    if "\n" not in source.strip() and ";" not in source:  # one line: perhaps one expression,
+        try:  # compiled straight from source, without Python-level AST objects
+            expression = compile(source, "<code>", "eval", dont_inherit=True)
+        except SyntaxError:  # a statement: it fails at its first tokens, before costing much
+            pass
+        else:
+            return eval(expression, namespace), False
     tree = ast.parse(source, "<code>", "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, "<code>", "exec"), namespace)
+    exec(compile(tree, "<code>", "exec", dont_inherit=True), namespace)
     if last is None:
         return None, False
-    return eval(compile(last, "<code>", "eval"), namespace), False
+    return eval(compile(last, "<code>", "eval", dont_inherit=True), namespace), False
+
+
+def _fresh_module(name: str) -> dict[str, object]:
+    """The namespace of a new module `name`, registered in sys.modules as guest code expects
+    (dataclasses, pickle and typing look a class's module up there)."""
+    module = types.ModuleType(name)
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    return module.__dict__
 
 
 def _remember_source(filename: str, source: str) -> None:
@@ -280,8 +301,9 @@ def _warm_up() -> None:
     inspect.signature(_warm_up).bind()
     _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
     _run_code("sum(range(3))")
-    compiled = _compile_tool("def main(x):\n    return x\n", "warm_up.py")
-    _run_tool({"compiled": compiled, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
+    source = "def main(x):\n    return x\n"
+    code = _compile_tool(source, "warm_up.py")
+    _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
     linecache.cache.clear()
 
