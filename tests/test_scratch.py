@@ -195,15 +195,18 @@ def test_grants_may_not_reach_the_sandboxs_own_folders(tmp_path: Path, cache_dir
             (tmp_path / "scratch", False, "scratch"),
             (tmp_path, False, "scratch"),
             (cache_dir.parent, True, "compile cache"),
+            (cache_dir / "inside", True, "compile cache"),  # e.g. the stdlib every call imports
+            (box._scratch_space.root / "inside", False, "scratch"),
         ):
             host.mkdir(parents=True, exist_ok=True)
             grants = {"name": "g", "runtime": "python",
                       "preopens": [{"host": str(host), "guest": "/data", "writable": writable}]}  # fmt: skip
             with pytest.raises(wasmbox.CapabilityError, match=what):
                 box.run_python("1", grants)
-        # reading (not writing) a folder that holds the cache is allowed
-        home = {"name": "h", "runtime": "python", "preopens": [{"host": str(cache_dir.parent), "guest": "/h"}]}
-        assert box.run_python("1", home).value == 1
+        # reading (not writing) a folder that holds the cache, or one in it, is allowed
+        for host in (cache_dir.parent, cache_dir / "inside"):
+            home = {"name": "h", "runtime": "python", "preopens": [{"host": str(host), "guest": "/h"}]}
+            assert box.run_python("1", home).value == 1
 
 
 def test_scratch_root_is_private_and_removed_on_close(tmp_path: Path) -> None:

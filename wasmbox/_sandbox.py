@@ -57,10 +57,11 @@ class _Default(Enum):
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
-# Run in the runtime with the stdlib writable. WASI writes at most a few KiB at a time, and
-# CPython writes a .pyc with one os.write that it refuses to see cut short, so every module
-# whose .pyc is bigger (pickle, argparse, typing, ...) was left to compile at each import:
-# ~300M fuel for pickle. Writing in a loop fixes that; the value is the count of .pyc written.
+# Run in the runtime with the stdlib writable (a build step: bump _pyruntime.RECIPE when it
+# changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
+# os.write that it refuses to see cut short, so every module whose .pyc is bigger (pickle,
+# argparse, typing, ...) was left to compile at each import: ~300M fuel for pickle. Writing
+# in a loop fixes that. The value: the modules still without bytecode (none, or the build fails).
 _PRECOMPILE = f"""
 import compileall, os, importlib._bootstrap_external as bootstrap
 
@@ -68,16 +69,29 @@ def write_atomic(path, data, mode=0o666):
     temporary = f"{{path}}.{{id(path)}}"
     fd = os.open(temporary, os.O_EXCL | os.O_CREAT | os.O_WRONLY, mode & 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if not written:
+                    raise OSError(f"{{temporary}}: nothing written")
+                view = view[written:]
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError:
+        os.unlink(temporary)
+        raise
 
 bootstrap._write_atomic = write_atomic
 compileall.compile_dir({STDLIB_GUEST_PATH!r}, quiet=1, workers=1)
-sum(name.endswith(".pyc") for _, _, names in os.walk({STDLIB_GUEST_PATH!r}) for name in names)
+[
+    os.path.join(folder, name)
+    for folder, _, names in os.walk({STDLIB_GUEST_PATH!r})
+    for name in names
+    if name.endswith(".py")
+    and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
+]
 """
 
 
@@ -150,8 +164,10 @@ class Sandbox:
     def load(self, source: ManifestSource, *, replace: bool = False) -> Tool:
         """Check and compile the manifest's tool; it is then callable by name.
 
-        Raises ManifestError for a malformed manifest or module, CapabilityError when the
-        module imports anything its manifest does not grant or a grant cannot be honoured.
+        Raises ManifestError for a malformed manifest or module (or Python source),
+        CapabilityError when the module imports anything its manifest does not grant or a grant
+        cannot be honoured, WasmboxError when a Python tool cannot be compiled for the
+        Sandbox's own reasons (e.g. every pool slot is busy: try again).
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
@@ -202,16 +218,19 @@ class Sandbox:
             raise CapabilityError(f"{manifest.name}: {problem}")
 
     def _private_dir_problem(self, manifest: Manifest) -> str | None:
-        """Why a grant would reach the Sandbox's own folders: the scratch root (other calls'
-        scratch) in any way, the compile cache (trusted code) for writing."""
+        """Why a grant would reach the Sandbox's own folders, from around or inside them: the
+        scratch root (other calls' scratch; the Python runtime when there is no cache) in any
+        way, the compile cache (trusted code, and the stdlib every Python call imports) for
+        writing."""
         cache = self._cache.directory
         for preopen in manifest.preopens:
             private = [(self._scratch_space.root, "scratch")]
             if preopen.writable and cache is not None:
                 private.append((Path(os.path.realpath(cache)), "compile cache"))
             for folder, what in private:
-                if preopen.host == folder or preopen.host in folder.parents:
-                    return f"preopen {preopen.host} contains the Sandbox's {what} folder {folder}"
+                host = preopen.host
+                if host == folder or host in folder.parents or folder in host.parents:
+                    return f"preopen {host} reaches into the Sandbox's {what} folder {folder}"
         return None
 
     def _check_host_functions(self, manifest: Manifest) -> None:
@@ -236,14 +255,15 @@ class Sandbox:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self.python_runtime()
 
+        printed: list[str] = []
+
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
             # belong to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
             compiled = runtime.compile_tool(manifest, source)
-            if compiled.stderr:  # SyntaxWarnings, once here rather than in every call's stderr
-                warnings.warn(f"{manifest.source}: {compiled.stderr.strip()}", SyntaxWarning, stacklevel=5)
+            printed.append(compiled.stderr)
             if compiled.error is not None:
-                if compiled.error.kind in _NOT_THE_SOURCES_FAULT:  # e.g. the pool is full now
+                if compiled.error.kind not in _THE_SOURCES_FAULT:  # e.g. the pool is full now
                     raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
                 raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
             if not isinstance(compiled.value, bytes):
@@ -252,6 +272,8 @@ class Sandbox:
 
         inputs = f"{runtime.key}\0{manifest.source.name}\0{source}"
         code = self._cache.bytecode(_sha256(inputs), compile_tool)
+        if any(printed):  # SyntaxWarnings: here, when compiled, not in every call's stderr
+            warnings.warn(f"{manifest.source}: {printed[0].strip()}", SyntaxWarning, stacklevel=3)
         digest = manifest.digest()
         runner = PythonToolRunner(runtime, manifest, digest, source, code)
         return Tool(
@@ -268,7 +290,8 @@ class Sandbox:
             if self._python is None:
                 directory = self._cache.directory
                 if directory is None:
-                    self._runtime_dir = tempfile.mkdtemp(prefix="wasmbox-")
+                    # under the scratch root, which no grant may reach (nor write .pyc here)
+                    self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
                     directory = Path(self._runtime_dir)
                 runtime = ensure_runtime(
                     directory, progress, partial(self._precompile_stdlib, progress=progress)
@@ -307,6 +330,9 @@ class Sandbox:
         runner.close()
         if not result.ok:
             raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
+        if result.value:  # each would be compiled again at every import, at the call's expense
+            raise RuntimeBuildError(f"byte-compiling the stdlib left {len(result.value)} modules "
+                                    f"without bytecode, e.g. {result.value[:3]}: {result.stdout[-2000:]}")
         count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
         progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
 
@@ -395,8 +421,11 @@ class Sandbox:
         self.close()
 
 
-# Compile failures that say nothing about the tool's source: the load may be tried again.
-_NOT_THE_SOURCES_FAULT = frozenset({ErrorKind.HOST_ERROR, ErrorKind.BAD_RESPONSE})
+# Compile failures that are the tool's source's doing (a SyntaxError, or a source too big to
+# compile within the compile limits); any other is the Sandbox's, and the load may be retried.
+_THE_SOURCES_FAULT = frozenset(
+    {ErrorKind.GUEST_ERROR, ErrorKind.OUT_OF_FUEL, ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT}
+)
 
 
 def _sha256(text: str) -> str:

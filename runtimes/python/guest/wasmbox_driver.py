@@ -83,6 +83,7 @@ import urllib.parse  # noqa: F401
 import uuid  # noqa: F401
 import zlib  # noqa: F401
 
+import annotationlib  # stdlib since 3.14 (the linter, on the host's 3.11, sorts it here)
 import msgpack  # the pure-Python fallback, bundled by the build
 import wasmbox_guest  # noqa: F401  (so tools import it from the snapshot)
 import wit_world
@@ -187,16 +188,24 @@ def _signature_overridden(function: types.FunctionType) -> bool:
 def _misfit(entry: object, args: dict) -> str | None:
     """Why `args` do not fit `entry`'s signature; None if they do or it has none. (Only for
     entries that are not plain functions: `inspect.signature` costs ~0.1 ms in a fresh
-    interpreter.)"""
-    try:
-        signature = inspect.signature(entry)
-    except (TypeError, ValueError):  # no signature to check against
+    interpreter.) A decorator's wrapper takes what it names itself, the function it wraps the
+    rest."""
+    try:  # annotations as written: a name imported only for type checkers must not fail here
+        outer = inspect.signature(entry, follow_wrapped=False, annotation_format=_FORWARDREF)
+        inner = inspect.signature(entry, annotation_format=_FORWARDREF)
+    except Exception:  # noqa: BLE001 - no signature to check against
         return None
+    named = {name for name, p in outer.parameters.items() if p.kind in _BY_NAME}
     try:
-        signature.bind(**args)
+        outer.bind(**args)
+        inner.bind(**{name: value for name, value in args.items() if name not in named})
     except TypeError as exc:
         return f"{getattr(entry, '__name__', 'entry')}(): {exc}"
     return None
+
+
+_FORWARDREF = annotationlib.Format.FORWARDREF
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 def _run_code(source: str) -> tuple[object, bool]:
@@ -298,7 +307,8 @@ def _warm_up() -> None:
     except ValueError as exc:
         _traceback(exc)
         _describe(exc)
-    inspect.signature(_warm_up).bind()
+    main = sys.modules["__main__"]
+    _misfit(_warm_up, {})
     _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
     _run_code("sum(range(3))")
     source = "def main(x):\n    return x\n"
@@ -306,6 +316,8 @@ def _warm_up() -> None:
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
     linecache.cache.clear()
+    sys.modules["__main__"] = main  # no call meets the warm-up's modules
+    del sys.modules["__wasmbox_tool__"]
 
 
 _warm_up()
