@@ -118,11 +118,12 @@ class ArtifactCache:
             pass
         else:
             trusted = _trusted(record, expected, len(data), artifact_digest(data))
-            with self._lock:
-                self.stats.hits += trusted
-                self.stats.rejected += not trusted
             if trusted:
+                with self._lock:
+                    self.stats.hits += 1
                 return data
+            with self._lock:
+                self.stats.rejected += 1
         data = make()
         with self._lock:
             self.stats.compiles += 1
