@@ -1,10 +1,11 @@
 """A new process: `import wasmbox`, load a Python tool, first result, with a warm disk cache.
 
-Run: ./dev python bench/cold_start.py [RUNS]
+Run: ./dev python bench/cold_start.py [RUNS] [TREE ...]
 Prints the median wall time of whole processes (interpreter start included) and the split
 measured inside one of them. The children may write bytecode (to a cache of their own, not
 the source tree), as an installed package has it: compiling wasmbox's sources again in every
-process would add ~20 ms that no user pays.
+process would add ~20 ms that no user pays. With TREEs (checkouts whose `wasmbox/` is timed,
+e.g. `git worktree add /tmp/before <rev>`), the trees take turns, one process each per run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = f"""
-import time
+import sys, time
+if len(sys.argv) > 1:  # a checkout's wasmbox, not the installed one
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, sys.argv[1])
 t0 = time.perf_counter()
 import wasmbox
 t1 = time.perf_counter()
@@ -29,28 +33,38 @@ t2 = time.perf_counter()
 value = tool.call({{"path": "/data/sales.csv"}}).unwrap()
 t3 = time.perf_counter()
 assert value["rows"] == 8
+assert len(sys.argv) == 1 or wasmbox.__file__.startswith(sys.argv[1]), wasmbox.__file__
 print(f"{{(t1 - t0) * 1e3:.1f}} {{(t2 - t1) * 1e3:.1f}} {{(t3 - t2) * 1e3:.1f}}")
 """
 
 
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    child = [sys.executable, "-c", CHILD]
-    walls, splits = [], []
+    trees = [str(Path(tree).resolve()) for tree in sys.argv[2:]] or [""]
+    walls: dict[str, list[float]] = {tree: [] for tree in trees}
+    splits: dict[str, list[list[float]]] = {tree: [] for tree in trees}
     with tempfile.TemporaryDirectory(prefix="wasmbox-pyc-") as bytecode:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = bytecode
-        subprocess.run(child, check=True, capture_output=True, env=env)  # warm the caches
+        for tree in trees:  # warm the caches
+            subprocess.run(_child(tree), check=True, capture_output=True, env=env)
         for _ in range(runs):
-            started = time.perf_counter()
-            out = subprocess.run(child, check=True, capture_output=True, text=True, env=env)
-            walls.append((time.perf_counter() - started) * 1e3)
-            splits.append([float(x) for x in out.stdout.split()])
-    median = statistics.median(walls)
-    parts = [statistics.median(s[i] for s in splits) for i in range(3)]
-    print(f"new process to first Python tool result: {median:.0f} ms median of {runs} "
-          f"(import wasmbox {parts[0]:.0f} ms, load {parts[1]:.0f} ms, first call {parts[2]:.0f} ms)")
+            for tree in trees:
+                started = time.perf_counter()
+                out = subprocess.run(_child(tree), check=True, capture_output=True, text=True, env=env)
+                walls[tree].append((time.perf_counter() - started) * 1e3)
+                splits[tree].append([float(x) for x in out.stdout.split()])
+    for tree in trees:
+        median = statistics.median(walls[tree])
+        parts = [statistics.median(s[i] for s in splits[tree]) for i in range(3)]
+        print(f"{tree + ': ' if tree else ''}new process to first Python tool result: {median:.0f} ms "
+              f"median of {runs} (import wasmbox {parts[0]:.0f} ms, load {parts[1]:.0f} ms, "
+              f"first call {parts[2]:.0f} ms)")  # fmt: skip
     return 0
+
+
+def _child(tree: str) -> list[str]:
+    return [sys.executable, "-c", CHILD, *([tree] if tree else [])]
 
 
 if __name__ == "__main__":
