@@ -5,7 +5,8 @@ Prints the median wall time of whole processes (interpreter start included) and 
 measured inside one of them. The children may write bytecode (to a cache of their own, not
 the source tree), as an installed package has it: compiling wasmbox's sources again in every
 process would add ~20 ms that no user pays. With TREEs (checkouts whose `wasmbox/` is timed,
-e.g. `git worktree add /tmp/before <rev>`), the trees take turns, one process each per run.
+e.g. `git worktree add /tmp/before <rev>`), the trees take turns, one process each per run,
+in alternating order.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = f"""
 import sys, time
+from pathlib import Path
 if len(sys.argv) > 1:  # a checkout's wasmbox, not the installed one
     sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     sys.path.insert(0, sys.argv[1])
@@ -33,7 +35,7 @@ t2 = time.perf_counter()
 value = tool.call({{"path": "/data/sales.csv"}}).unwrap()
 t3 = time.perf_counter()
 assert value["rows"] == 8
-assert len(sys.argv) == 1 or wasmbox.__file__.startswith(sys.argv[1]), wasmbox.__file__
+assert len(sys.argv) == 1 or Path(wasmbox.__file__).is_relative_to(sys.argv[1]), wasmbox.__file__
 print(f"{{(t1 - t0) * 1e3:.1f}} {{(t2 - t1) * 1e3:.1f}} {{(t3 - t2) * 1e3:.1f}}")
 """
 
@@ -48,8 +50,8 @@ def main() -> int:
         env["PYTHONPYCACHEPREFIX"] = bytecode
         for tree in trees:  # warm the caches
             subprocess.run(_child(tree), check=True, capture_output=True, env=env)
-        for _ in range(runs):
-            for tree in trees:
+        for run in range(runs):
+            for tree in trees if run % 2 == 0 else trees[::-1]:  # neither always goes first
                 started = time.perf_counter()
                 out = subprocess.run(_child(tree), check=True, capture_output=True, text=True, env=env)
                 walls[tree].append((time.perf_counter() - started) * 1e3)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,39 @@ def test_a_type_error_inside_a_tool_is_its_own_not_bad_arguments(
     retried = box.load({"name": "retrying", "runtime": "python", "source": str(retrying)})
     assert retried.call({"x": 2, "retries": 3}).value == [3, 2]  # Decimal is never imported
     assert "unexpected keyword argument 'y'" in retried.call({"x": 2, "y": 3}).error.message  # type: ignore[union-attr]
+    kinds = tmp_path / "kinds.py"  # entries that are not plain functions: checked, then called
+    kinds.write_text(
+        "import dataclasses, functools\n"
+        "class Cls:\n"
+        "    def __init__(self, a, b=1):\n"
+        "        self.value = a + b\n"
+        "@dataclasses.dataclass\n"
+        "class Data:\n"
+        "    a: int\n"
+        "def add(a, b):\n"
+        "    return a + b\n"
+        "partial = functools.partial(add, b=5)\n"
+        "class Callable:\n"
+        "    def __call__(self, a):\n"
+        "        return a\n"
+        "instance = Callable()\n"
+        "method = Callable().__call__\n"
+        "def logged(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(a, *args, **kwargs):\n"
+        "        return f(a, *args, **kwargs)\n"
+        "    return wrapper\n"
+        "wrapped_add = logged(add)\n"
+    )  # fmt: skip
+    expected = {"Cls": None, "Data": None, "partial": 6, "instance": 1, "method": 1, "wrapped_add": 3}
+    for entry, value in expected.items():
+        tool = box.load({"name": f"kind_{entry}", "runtime": "python", "source": str(kinds), "entry": entry})
+        result = tool.call({"a": 1, "b": 2} if entry == "wrapped_add" else {"a": 1})
+        if value is None:  # it ran: an instance comes back, which cannot be sent
+            assert "cannot be sent" in result.error.message, (entry, result.error)  # type: ignore[union-attr]
+        else:
+            assert result.value == value, (entry, result.error)
+        assert kind(tool.call({"zzz": 1})) == "invalid_arguments", entry
     cached = tmp_path / "cached.py"  # a C wrapper: its TypeError comes from no Python frame
     cached.write_text("import functools\n@functools.lru_cache\ndef main(items):\n    return len(items)\n")
     unhashable = box.load({"name": "cached", "runtime": "python", "source": str(cached)}).call({"items": [1]})
@@ -266,8 +300,13 @@ def test_syntax_warnings_surface_at_load(box: wasmbox.Sandbox, tmp_path: Path) -
     source = tmp_path / "warns.py"
     source.write_text(f"def main():\n    return '\\d'  # {tmp_path}\n")
     manifest = {"name": "warns", "runtime": "python", "source": str(source)}
-    with pytest.warns(SyntaxWarning, match=r"warns.py.*invalid escape sequence"):
+    with warnings.catch_warnings():  # as errors: the load fails, and nothing is cached
+        warnings.simplefilter("error", SyntaxWarning)
+        with pytest.raises(SyntaxWarning):
+            box.load(manifest)
+    with pytest.warns(SyntaxWarning, match=r"warns.py.*invalid escape sequence") as caught:
         tool = box.load(manifest)
+    assert caught[0].filename == __file__  # it points at the caller's load
     result = tool.call({})
     assert result.value == "\\d" and result.stderr == ""  # not again in every call
 

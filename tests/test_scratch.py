@@ -14,7 +14,7 @@ import pytest
 import wasmbox
 from wasmbox import _scratch
 
-from .conftest import BUILD
+from .conftest import BUILD, wat
 
 
 def probe(**fields: Any) -> dict[str, Any]:
@@ -207,6 +207,21 @@ def test_grants_may_not_reach_the_sandboxs_own_folders(tmp_path: Path, cache_dir
         for host in (cache_dir.parent, cache_dir / "inside"):
             home = {"name": "h", "runtime": "python", "preopens": [{"host": str(host), "guest": "/h"}]}
             assert box.run_python("1", home).value == 1
+
+
+def test_no_writable_grant_holds_a_symlink_on_the_way_to_the_cache(tmp_path: Path) -> None:
+    """A guest that could write the folder holding a symlink on the cache's path could swap it
+    for a folder of its own, which the next process would take for its cache."""
+    home, elsewhere = tmp_path / "home", tmp_path / "disk" / "cache"
+    home.mkdir()
+    elsewhere.mkdir(parents=True)
+    (home / ".cache").symlink_to(elsewhere)
+    with wasmbox.Sandbox(cache_dir=home / ".cache" / "wasmbox") as box:
+        assert box._cache.directory == elsewhere / "wasmbox"  # used by its real path
+        spam = {"name": "spam", "module": wat("spam")}  # a WASI module, so grants are checked
+        with pytest.raises(wasmbox.CapabilityError, match="path to the Sandbox's compile cache"):
+            box.load({**spam, "preopens": [{"host": str(home), "guest": "/home", "writable": True}]})
+        box.load({**spam, "preopens": [{"host": str(home), "guest": "/home"}]})  # reading is allowed
 
 
 def test_scratch_root_is_private_and_removed_on_close(tmp_path: Path) -> None:

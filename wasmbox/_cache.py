@@ -55,12 +55,13 @@ class ArtifactCache:
     """Compiled modules by content, shared by every Sandbox that uses the same directory."""
 
     def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
-        self.directory = directory
+        # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere
+        self.directory = Path(os.path.realpath(directory)) if directory is not None else None
         self.stats = CacheStats()
         self._fingerprint = settings.fingerprint()
         self._lock = threading.Lock()
-        if directory is not None:
-            _ensure_private_dir(directory)
+        if self.directory is not None:
+            _ensure_private_dir(self.directory)
 
     def module(self, engine: wasmtime.Engine, wasm: bytes, digest: str) -> wasmtime.Module:
         """The compiled module for `wasm` (binary) whose sha256 is `digest`, from the cache

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import wasmtime
@@ -122,6 +122,12 @@ class Sandbox:
         self._cache = ArtifactCache(
             Path(directory) if directory is not None else None, self.settings
         )
+        # the folders whose entries spell the cache's path as given (symlinks included): a
+        # guest able to write one could swap what that path names for the next process
+        self._cache_path_folders = (
+            {Path(os.path.realpath(folder)) for folder in Path(os.path.abspath(directory)).parents}
+            if directory is not None else set()
+        )  # fmt: skip
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
@@ -227,10 +233,12 @@ class Sandbox:
             private = [(self._scratch_space.root, "scratch")]
             if preopen.writable and cache is not None:
                 private.append((Path(os.path.realpath(cache)), "compile cache"))
+            host = preopen.host
             for folder, what in private:
-                host = preopen.host
                 if host == folder or host in folder.parents or folder in host.parents:
                     return f"preopen {host} reaches into the Sandbox's {what} folder {folder}"
+            if preopen.writable and any(host == f or host in f.parents for f in self._cache_path_folders):
+                return f"preopen {host} holds the path to the Sandbox's compile cache {cache}"
         return None
 
     def _check_host_functions(self, manifest: Manifest) -> None:
@@ -255,13 +263,13 @@ class Sandbox:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self.python_runtime()
 
-        printed: list[str] = []
-
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
             # belong to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
             compiled = runtime.compile_tool(manifest, source)
-            printed.append(compiled.stderr)
+            if compiled.stderr:  # SyntaxWarnings: here, before the bytecode is cached (so a
+                # warnings-as-errors filter keeps it out), not in every call's stderr
+                warnings.warn(f"{manifest.source}: {compiled.stderr.strip()}", SyntaxWarning, stacklevel=5)
             if compiled.error is not None:
                 if compiled.error.kind not in _THE_SOURCES_FAULT:  # e.g. the pool is full now
                     raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
@@ -272,8 +280,6 @@ class Sandbox:
 
         inputs = f"{runtime.key}\0{manifest.source.name}\0{source}"
         code = self._cache.bytecode(_sha256(inputs), compile_tool)
-        if any(printed):  # SyntaxWarnings: here, when compiled, not in every call's stderr
-            warnings.warn(f"{manifest.source}: {printed[0].strip()}", SyntaxWarning, stacklevel=3)
         digest = manifest.digest()
         runner = PythonToolRunner(runtime, manifest, digest, source, code)
         return Tool(
@@ -330,9 +336,10 @@ class Sandbox:
         runner.close()
         if not result.ok:
             raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
-        if result.value:  # each would be compiled again at every import, at the call's expense
-            raise RuntimeBuildError(f"byte-compiling the stdlib left {len(result.value)} modules "
-                                    f"without bytecode, e.g. {result.value[:3]}: {result.stdout[-2000:]}")
+        missing = [path for path in result.value if _importable(path)]
+        if missing:  # each would be compiled again at every import, at the call's expense
+            raise RuntimeBuildError(f"byte-compiling the stdlib left {len(missing)} modules "
+                                    f"without bytecode, e.g. {missing[:3]}: {result.stdout[-2000:]}")
         count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
         progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
 
@@ -426,6 +433,12 @@ class Sandbox:
 _THE_SOURCES_FAULT = frozenset(
     {ErrorKind.GUEST_ERROR, ErrorKind.OUT_OF_FUEL, ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT}
 )
+
+
+def _importable(path: str) -> bool:
+    """Whether a stdlib file is a module some `import` reaches (not test data, say)."""
+    parts = PurePosixPath(path).relative_to(STDLIB_GUEST_PATH).with_suffix("").parts
+    return all(part.isidentifier() for part in parts) and not {"test", "tests"} & set(parts)
 
 
 def _sha256(text: str) -> str:

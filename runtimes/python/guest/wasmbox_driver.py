@@ -188,17 +188,18 @@ def _signature_overridden(function: types.FunctionType) -> bool:
 def _misfit(entry: object, args: dict) -> str | None:
     """Why `args` do not fit `entry`'s signature; None if they do or it has none. (Only for
     entries that are not plain functions: `inspect.signature` costs ~0.1 ms in a fresh
-    interpreter.) A decorator's wrapper takes what it names itself, the function it wraps the
-    rest."""
+    interpreter.) A decorator's wrapper that passes `**kwargs` on takes what it names itself
+    and the function it wraps the rest (one layer of wrapping is looked through)."""
     try:  # annotations as written: a name imported only for type checkers must not fail here
         outer = inspect.signature(entry, follow_wrapped=False, annotation_format=_FORWARDREF)
         inner = inspect.signature(entry, annotation_format=_FORWARDREF)
     except Exception:  # noqa: BLE001 - no signature to check against
         return None
-    named = {name for name, p in outer.parameters.items() if p.kind in _BY_NAME}
     try:
         outer.bind(**args)
-        inner.bind(**{name: value for name, value in args.items() if name not in named})
+        if inner != outer and any(p.kind is _VAR_KEYWORD for p in outer.parameters.values()):
+            own = {n for n, p in outer.parameters.items() if p.kind in _BY_NAME and n not in inner.parameters}
+            inner.bind(**{name: value for name, value in args.items() if name not in own})
     except TypeError as exc:
         return f"{getattr(entry, '__name__', 'entry')}(): {exc}"
     return None
@@ -206,6 +207,7 @@ def _misfit(entry: object, args: dict) -> str | None:
 
 _FORWARDREF = annotationlib.Format.FORWARDREF
 _BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
 
 
 def _run_code(source: str) -> tuple[object, bool]:
@@ -317,7 +319,7 @@ def _warm_up() -> None:
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
     linecache.cache.clear()
     sys.modules["__main__"] = main  # no call meets the warm-up's modules
-    del sys.modules["__wasmbox_tool__"]
+    sys.modules.pop("__wasmbox_tool__", None)
 
 
 _warm_up()
