@@ -156,11 +156,31 @@ def test_a_type_error_inside_a_tool_is_its_own_not_bad_arguments(
         "        return f(a, *args, **kwargs)\n"
         "    return wrapper\n"
         "wrapped_add = logged(add)\n"
+        "def inject(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(*args, **kwargs):\n"
+        "        return f(*args, ctx=10, **kwargs)\n"
+        "    return wrapper\n"
+        "def retry(f):\n"
+        "    @functools.wraps(f)\n"
+        "    def wrapper(*args, retries=1, **kwargs):\n"
+        "        return f(*args, **kwargs)\n"
+        "    return wrapper\n"
+        "@logged\n"
+        "@retry\n"
+        "@inject\n"
+        "def stacked(a, ctx):\n"
+        "    return a + ctx\n"
+        "import enum\n"
+        "class Level(enum.IntEnum):\n"
+        "    LOW = 1\n"
     )  # fmt: skip
-    expected = {"Cls": None, "Data": None, "partial": 6, "instance": 1, "method": 1, "wrapped_add": 3}
+    expected = {"Cls": None, "Data": None, "partial": 6, "instance": 1, "method": 1, "wrapped_add": 3,
+                "stacked": 11, "Level": 1}  # fmt: skip
+    special = {"wrapped_add": {"a": 1, "b": 2}, "stacked": {"a": 1, "retries": 3}, "Level": {"value": 1}}
     for entry, value in expected.items():
         tool = box.load({"name": f"kind_{entry}", "runtime": "python", "source": str(kinds), "entry": entry})
-        result = tool.call({"a": 1, "b": 2} if entry == "wrapped_add" else {"a": 1})
+        result = tool.call(special.get(entry, {"a": 1}))
         if value is None:  # it ran: an instance comes back, which cannot be sent
             assert "cannot be sent" in result.error.message, (entry, result.error)  # type: ignore[union-attr]
         else:
@@ -168,8 +188,10 @@ def test_a_type_error_inside_a_tool_is_its_own_not_bad_arguments(
         assert kind(tool.call({"zzz": 1})) == "invalid_arguments", entry
     cached = tmp_path / "cached.py"  # a C wrapper: its TypeError comes from no Python frame
     cached.write_text("import functools\n@functools.lru_cache\ndef main(items):\n    return len(items)\n")
-    unhashable = box.load({"name": "cached", "runtime": "python", "source": str(cached)}).call({"items": [1]})
+    cached_tool = box.load({"name": "cached", "runtime": "python", "source": str(cached)})
+    unhashable = cached_tool.call({"items": [1]})
     assert kind(unhashable) == "guest_error" and "unhashable" in unhashable.error.message  # type: ignore[union-attr]
+    assert kind(cached_tool.call({"zzz": 1})) == "invalid_arguments"
 
 
 def test_python_tool_exception_is_a_guest_error_with_its_traceback(

@@ -212,16 +212,21 @@ def test_grants_may_not_reach_the_sandboxs_own_folders(tmp_path: Path, cache_dir
 def test_no_writable_grant_holds_a_symlink_on_the_way_to_the_cache(tmp_path: Path) -> None:
     """A guest that could write the folder holding a symlink on the cache's path could swap it
     for a folder of its own, which the next process would take for its cache."""
-    home, elsewhere = tmp_path / "home", tmp_path / "disk" / "cache"
-    home.mkdir()
-    elsewhere.mkdir(parents=True)
-    (home / ".cache").symlink_to(elsewhere)
+    home, mounts, disk = tmp_path / "home", tmp_path / "mounts", tmp_path / "disk" / "cache"
+    for folder in (home, mounts, disk):
+        folder.mkdir(parents=True)
+    (home / ".cache").symlink_to("../mounts/cache")  # a chain: home/.cache -> mounts/cache -> disk
+    (mounts / "cache").symlink_to(disk)
     with wasmbox.Sandbox(cache_dir=home / ".cache" / "wasmbox") as box:
-        assert box._cache.directory == elsewhere / "wasmbox"  # used by its real path
+        assert box._cache.directory == disk / "wasmbox"  # used by its real path
         spam = {"name": "spam", "module": wat("spam")}  # a WASI module, so grants are checked
-        with pytest.raises(wasmbox.CapabilityError, match="path to the Sandbox's compile cache"):
-            box.load({**spam, "preopens": [{"host": str(home), "guest": "/home", "writable": True}]})
+        for holder in (home, mounts, tmp_path):  # (tmp_path holds the cache itself too)
+            with pytest.raises(wasmbox.CapabilityError, match="compile cache"):
+                box.load({**spam, "preopens": [{"host": str(holder), "guest": "/h", "writable": True}]})
         box.load({**spam, "preopens": [{"host": str(home), "guest": "/home"}]})  # reading is allowed
+        other = tmp_path / "other"
+        other.mkdir()
+        box.load({**spam, "name": "w", "preopens": [{"host": str(other), "guest": "/o", "writable": True}]})
 
 
 def test_scratch_root_is_private_and_removed_on_close(tmp_path: Path) -> None:

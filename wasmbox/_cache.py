@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import wasmtime
 from wasmtime import component
@@ -203,6 +203,31 @@ def artifact_digest(data: bytes | mmap.mmap) -> str:
             for piece in pieces:
                 piece.release()  # before the caller closes its mmap
     return hashlib.sha256(b"".join(digests)).hexdigest()
+
+
+def lookup_folders(path: str | os.PathLike[str]) -> set[Path]:
+    """The real folders whose entries a lookup of `path` reads, through every symlink on the
+    way (as `os.path.realpath` walks it): whoever can write one of them can make `path` name
+    something else."""
+    folders: set[Path] = set()
+    current = Path(os.path.realpath(os.getcwd()))
+    pending = list(reversed(PurePath(os.fspath(path)).parts))
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == current.anchor or os.path.isabs(part):
+            current = Path(part)
+        elif part == "..":
+            current = current.parent
+        elif part not in ("", "."):
+            folders.add(current)
+            entry = current / part
+            if entry.is_symlink() and links < 40:  # (past 40, as the kernel: stop following)
+                links += 1
+                pending.extend(reversed(PurePath(os.readlink(entry)).parts))
+            else:
+                current = entry
+    return folders
 
 
 def _ensure_private_dir(directory: Path) -> None:

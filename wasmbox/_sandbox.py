@@ -22,7 +22,7 @@ from wasmtime.component import Component
 from . import _call
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
-from ._cache import ArtifactCache, CacheStats, default_cache_dir
+from ._cache import ArtifactCache, CacheStats, default_cache_dir, lookup_folders
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._fetch import Fetcher, Resolver
@@ -122,12 +122,9 @@ class Sandbox:
         self._cache = ArtifactCache(
             Path(directory) if directory is not None else None, self.settings
         )
-        # the folders whose entries spell the cache's path as given (symlinks included): a
+        # the folders whose entries spell the cache's path as given (through its symlinks): a
         # guest able to write one could swap what that path names for the next process
-        self._cache_path_folders = (
-            {Path(os.path.realpath(folder)) for folder in Path(os.path.abspath(directory)).parents}
-            if directory is not None else set()
-        )  # fmt: skip
+        self._cache_path_folders = lookup_folders(directory) if directory is not None else set()
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
@@ -438,7 +435,8 @@ _THE_SOURCES_FAULT = frozenset(
 def _importable(path: str) -> bool:
     """Whether a stdlib file is a module some `import` reaches (not test data, say)."""
     parts = PurePosixPath(path).relative_to(STDLIB_GUEST_PATH).with_suffix("").parts
-    return all(part.isidentifier() for part in parts) and not {"test", "tests"} & set(parts)
+    names = [part.replace("-", "_") if part.startswith("_sysconfigdata_") else part for part in parts]
+    return all(name.isidentifier() for name in names) and not {"test", "tests"} & set(parts)
 
 
 def _sha256(text: str) -> str:

@@ -45,7 +45,7 @@ import decimal  # noqa: F401
 import difflib  # noqa: F401
 import enum  # noqa: F401
 import fractions  # noqa: F401
-import functools  # noqa: F401
+import functools
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import html  # noqa: F401
@@ -166,48 +166,43 @@ def _run_tool(message: dict) -> tuple[object, bool]:
     if not callable(entry):
         raise _Refusal("guest_error", f"tool source defines no function {message['entry']!r}")
     args = message["args"]
-    if type(entry) is types.FunctionType and not _signature_overridden(entry):
-        try:  # binding a plain function's arguments runs none of its code: just call it
-            return entry(**args), True
-        except TypeError as exc:
-            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
-                raise  # raised by the tool's own code
-            misfit = str(exc)  # by the call itself, e.g. "main() missing 1 required ..."
-    else:  # a class, a decorator's wrapper, a C function...: check before any of it runs
-        misfit = _misfit(entry, args)
-        if misfit is None:
-            return entry(**args), True
+    try:  # whatever the entry is, calling it decides what it accepts
+        return entry(**args), True
+    except TypeError as exc:
+        if not _refused(entry, args, exc):
+            raise  # the tool's own
+        misfit = str(exc)  # e.g. "main() missing 1 required positional argument: 'a'"
     raise _Refusal("invalid_arguments", misfit)
 
 
-def _signature_overridden(function: types.FunctionType) -> bool:
-    """Whether `inspect.signature` would not read `function`'s own parameters."""
-    return hasattr(function, "__wrapped__") or hasattr(function, "__signature__")
-
-
-def _misfit(entry: object, args: dict) -> str | None:
-    """Why `args` do not fit `entry`'s signature; None if they do or it has none. (Only for
-    entries that are not plain functions: `inspect.signature` costs ~0.1 ms in a fresh
-    interpreter.) A decorator's wrapper that passes `**kwargs` on takes what it names itself
-    and the function it wraps the rest (one layer of wrapping is looked through)."""
-    try:  # annotations as written: a name imported only for type checkers must not fail here
-        outer = inspect.signature(entry, follow_wrapped=False, annotation_format=_FORWARDREF)
-        inner = inspect.signature(entry, annotation_format=_FORWARDREF)
-    except Exception:  # noqa: BLE001 - no signature to check against
-        return None
+def _refused(entry: object, args: dict, exc: TypeError) -> bool:
+    """Whether `exc`, raised by calling `entry` with `args`, is the call refusing them: the
+    function it is (or wraps) never ran, and they do not fit its signature. (A decorator's
+    wrapper may have run: it cannot be told from the tool before the call.)"""
     try:
-        outer.bind(**args)
-        if inner != outer and any(p.kind is _VAR_KEYWORD for p in outer.parameters.values()):
-            own = {n for n, p in outer.parameters.items() if p.kind in _BY_NAME and n not in inner.parameters}
-            inner.bind(**{name: value for name, value in args.items() if name not in own})
-    except TypeError as exc:
-        return f"{getattr(entry, '__name__', 'entry')}(): {exc}"
-    return None
+        function = inspect.unwrap(entry)  # type: ignore[arg-type]
+    except ValueError:  # a cycle of __wrapped__
+        function = entry
+    code = getattr(function, "__code__", None)
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code is code:
+            return False  # it ran: the TypeError is its own
+        trace = trace.tb_next
+    if function is entry and type(entry) is types.FunctionType and not hasattr(entry, "__signature__"):
+        return True  # a plain function that never ran: binding failed (no inspect needed)
+    try:  # annotations as written: a name imported only for type checkers must not fail here
+        signature = inspect.signature(entry, annotation_format=_FORWARDREF)
+    except Exception:  # noqa: BLE001 - no signature to tell by
+        return False
+    try:
+        signature.bind(**args)
+    except TypeError:
+        return True
+    return False
 
 
 _FORWARDREF = annotationlib.Format.FORWARDREF
-_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
 
 
 def _run_code(source: str) -> tuple[object, bool]:
@@ -310,7 +305,7 @@ def _warm_up() -> None:
         _traceback(exc)
         _describe(exc)
     main = sys.modules["__main__"]
-    _misfit(_warm_up, {})
+    _refused(functools.partial(_warm_up), {"x": 1}, TypeError())  # inspect.signature, too
     _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
     _run_code("sum(range(3))")
     source = "def main(x):\n    return x\n"
