@@ -212,18 +212,18 @@ def lookup_folders(path: str | os.PathLike[str]) -> set[Path]:
     folders: set[Path] = set()
     current = Path(os.path.realpath(os.getcwd()))
     pending = list(reversed(PurePath(os.fspath(path)).parts))
-    links = 0
+    followed: set[Path] = set()
     while pending:
         part = pending.pop()
-        if part == current.anchor or os.path.isabs(part):
-            current = Path(part)
+        if os.path.isabs(part):  # "/" (or "//", which Linux reads as "/")
+            current = Path("/")
         elif part == "..":
             current = current.parent
         elif part not in ("", "."):
             folders.add(current)
             entry = current / part
-            if entry.is_symlink() and links < 40:  # (past 40, as the kernel: stop following)
-                links += 1
+            if entry.is_symlink() and entry not in followed:  # (a loop: as realpath, stop)
+                followed.add(entry)
                 pending.extend(reversed(PurePath(os.readlink(entry)).parts))
             else:
                 current = entry

@@ -169,37 +169,28 @@ def _run_tool(message: dict) -> tuple[object, bool]:
     try:  # whatever the entry is, calling it decides what it accepts
         return entry(**args), True
     except TypeError as exc:
-        if not _refused(entry, args, exc):
-            raise  # the tool's own
-        misfit = str(exc)  # e.g. "main() missing 1 required positional argument: 'a'"
-    raise _Refusal("invalid_arguments", misfit)
+        trace = exc.__traceback__
+        if trace is None or trace.tb_next is not None:
+            raise  # raised with some of the tool's Python code running: the tool's own
+        refusal = exc  # raised by the call itself, e.g. binding the arguments
+    if _fits(entry, args):  # (decided out here: nothing of this gets chained to it)
+        raise refusal
+    raise _Refusal("invalid_arguments", str(refusal) or f"{message['entry']}(): the arguments do not fit")
 
 
-def _refused(entry: object, args: dict, exc: TypeError) -> bool:
-    """Whether `exc`, raised by calling `entry` with `args`, is the call refusing them: the
-    function it is (or wraps) never ran, and they do not fit its signature. (A decorator's
-    wrapper may have run: it cannot be told from the tool before the call.)"""
-    try:
-        function = inspect.unwrap(entry)  # type: ignore[arg-type]
-    except ValueError:  # a cycle of __wrapped__
-        function = entry
-    code = getattr(function, "__code__", None)
-    trace = exc.__traceback__
-    while trace is not None:
-        if trace.tb_frame.f_code is code:
-            return False  # it ran: the TypeError is its own
-        trace = trace.tb_next
-    if function is entry and type(entry) is types.FunctionType and not hasattr(entry, "__signature__"):
-        return True  # a plain function that never ran: binding failed (no inspect needed)
+def _fits(entry: object, args: dict) -> bool:
+    """Whether `args` fit `entry`'s signature (True when it has none to tell by)."""
+    if type(entry) is types.FunctionType and not hasattr(entry, "__signature__"):
+        return False  # a plain function's own call raises only when binding fails
     try:  # annotations as written: a name imported only for type checkers must not fail here
         signature = inspect.signature(entry, annotation_format=_FORWARDREF)
     except Exception:  # noqa: BLE001 - no signature to tell by
-        return False
+        return True
     try:
         signature.bind(**args)
     except TypeError:
-        return True
-    return False
+        return False
+    return True
 
 
 _FORWARDREF = annotationlib.Format.FORWARDREF
@@ -305,7 +296,7 @@ def _warm_up() -> None:
         _traceback(exc)
         _describe(exc)
     main = sys.modules["__main__"]
-    _refused(functools.partial(_warm_up), {"x": 1}, TypeError())  # inspect.signature, too
+    _fits(functools.partial(_warm_up), {"x": 1})  # inspect.signature, too
     _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
     _run_code("sum(range(3))")
     source = "def main(x):\n    return x\n"
