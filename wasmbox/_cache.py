@@ -57,6 +57,9 @@ class ArtifactCache:
     def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
         # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere
         self.directory = Path(os.path.realpath(directory)) if directory is not None else None
+        # the folders whose entries spell `directory` as given (through its symlinks): a guest
+        # able to write one could swap what that path names for the next process
+        self.path_folders = lookup_folders(directory) if directory is not None else set()
         self.stats = CacheStats()
         self._fingerprint = settings.fingerprint()
         self._lock = threading.Lock()

@@ -93,14 +93,14 @@ class PythonRuntimeRunner:
         return str(self._runtime.component)
 
     def call(
-        self, manifest: Manifest, key: str, request: dict[str, Any], *, spare: bool = True
+        self, manifest: Manifest, key: str, request: dict[str, Any], *, prepare_next: bool = True
     ) -> CallResult:
         """Send one request to a fresh instance under `manifest`'s grants and limits; `key` is
         `manifest.digest()`, which names the grant set (callers compute it once). With
-        `spare`, an instance for the next call under these grants is prepared meanwhile."""
+        `prepare_next`, a spare instance for the next call under these grants is made meanwhile."""
         self._ticker.enter()
         try:
-            return self._call(manifest, key, request, spare)
+            return self._call(manifest, key, request, prepare_next)
         finally:
             self._ticker.leave()
 
@@ -112,7 +112,7 @@ class PythonRuntimeRunner:
         assert manifest.source is not None
         compiling = Manifest(name=manifest.name, runtime="python", limits=_COMPILE_LIMITS)
         request = {"mode": "compile", "source": source, "filename": manifest.source.name}
-        return self.call(compiling, compiling.digest(), request, spare=False)
+        return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()

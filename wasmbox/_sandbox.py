@@ -22,7 +22,7 @@ from wasmtime.component import Component
 from . import _call
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
-from ._cache import ArtifactCache, CacheStats, default_cache_dir, lookup_folders
+from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._fetch import Fetcher, Resolver
@@ -122,9 +122,6 @@ class Sandbox:
         self._cache = ArtifactCache(
             Path(directory) if directory is not None else None, self.settings
         )
-        # the folders whose entries spell the cache's path as given (through its symlinks): a
-        # guest able to write one could swap what that path names for the next process
-        self._cache_path_folders = lookup_folders(directory) if directory is not None else set()
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
@@ -229,12 +226,12 @@ class Sandbox:
         for preopen in manifest.preopens:
             private = [(self._scratch_space.root, "scratch")]
             if preopen.writable and cache is not None:
-                private.append((Path(os.path.realpath(cache)), "compile cache"))
+                private.append((cache, "compile cache"))
             host = preopen.host
             for folder, what in private:
                 if host == folder or host in folder.parents or folder in host.parents:
                     return f"preopen {host} reaches into the Sandbox's {what} folder {folder}"
-            if preopen.writable and any(host == f or host in f.parents for f in self._cache_path_folders):
+            if preopen.writable and any(host == f or host in f.parents for f in self._cache.path_folders):
                 return f"preopen {host} holds the path to the Sandbox's compile cache {cache}"
         return None
 
