@@ -37,18 +37,15 @@ sys.path.insert(0, tree)
 import wasmbox
 assert wasmbox.__file__.startswith(tree), wasmbox.__file__
 
-def median_us(call, n):
-    times = []
-    for _ in range(n):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e6
+from wasmbox._bench import latency  # the measured tree's own
+
+def median_us(call, n, gap_s=0.0):
+    return latency(call, n, gap_s)[0] * 1e6
 
 def python_figures():
     with wasmbox.Sandbox() as box:
         tmp = tempfile.mkdtemp()
-        with open(tmp + "/greet.py", "w") as handle:
+        with open(tmp + "/greet.py", "w") as handle:  # wasmbox._bench.GREET_PY (older trees lack it)
             handle.write("def main(name: str, times: int = 1) -> dict:\\n"
                          "    return {'greeting': ('hello ' + name + '! ') * times}\\n")
         greet = box.load({"name": "greet", "runtime": "python", "source": tmp + "/greet.py"})
@@ -60,18 +57,10 @@ def python_figures():
             assert call().ok
             for _ in range(200):
                 call()
-        def spaced(call):
-            times = []
-            for _ in range(calls // 20):
-                time.sleep(0.005)
-                started = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - started)
-            return statistics.median(times) * 1e6
         return {
-            "spaced_us": spaced(snippet),
+            "spaced_us": median_us(snippet, calls // 20, gap_s=0.005),
             "b2b_us": median_us(snippet, calls // 5),
-            "greet_spaced_us": spaced(greeting),
+            "greet_spaced_us": median_us(greeting, calls // 20, gap_s=0.005),
             "greet_us": median_us(greeting, calls // 5),
             "csv_us": median_us(summary, calls // 10),
         }

@@ -15,6 +15,7 @@ from wasmtime import component
 
 import wasmbox
 from wasmbox import _abi
+from wasmbox._bench import GREET_PY
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPABILITIES = ROOT / "capabilities"
@@ -65,8 +66,7 @@ def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox
 
 def test_python_tool_call_small_args(benchmark, box: wasmbox.Sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     source = tmp_path / "greet.py"
-    source.write_text("def main(name: str, times: int = 1) -> dict:\n"
-                      "    return {'greeting': ('hello ' + name + '! ') * times}\n")  # fmt: skip
+    source.write_text(GREET_PY)
     tool = box.load({"name": "greet", "runtime": "python", "source": str(source)})
     value = benchmark(tool.call, {"name": "ada", "times": 2}).unwrap()
     assert value == {"greeting": "hello ada! hello ada! "}
