@@ -117,8 +117,8 @@ class PythonRuntimeRunner:
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
-        try:
-            payload = _abi.pack(request)
+        try:  # the cap first: the driver does not send a result over it
+            payload = min(limits.output, _component_io.REPLY_MAX).to_bytes(8, "little") + _abi.pack(request)
         except (TypeError, ValueError, OverflowError) as exc:
             return CallResult.failed(
                 manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
@@ -200,6 +200,16 @@ class PythonRuntimeRunner:
             raise Failure(ErrorKind.BAD_RESPONSE, str(exc)) from None
         if isinstance(message, dict) and "ok" in message:
             return message["ok"]
+        if isinstance(message, dict) and type(message.get("too_big")) is int:
+            size = message["too_big"]  # the driver's word; the verdict and its message are ours
+            _call.check_result_size(size, cap)
+            if size > _component_io.REPLY_MAX:
+                raise Failure(
+                    ErrorKind.OUTPUT_LIMIT,
+                    f"result of {size} bytes exceeds the {_component_io.REPLY_MAX} bytes a Python call "
+                    "can return (Wasmtime's limit on one transfer from a component)",
+                )
+            raise Failure(ErrorKind.BAD_RESPONSE, f"the runtime withheld a result of {size} bytes that fits")
         if isinstance(message, dict) and isinstance(message.get("error"), str):
             kind = _DRIVER_KINDS.get(message.get("kind", ""), ErrorKind.GUEST_ERROR)
             trace = message.get("traceback")
