@@ -117,8 +117,8 @@ class PythonRuntimeRunner:
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
-        try:  # the cap first: the driver does not send a result over it
-            payload = min(limits.output, _component_io.REPLY_MAX).to_bytes(8, "little") + _abi.pack(request)
+        try:
+            payload = encode_request(request, limits.output)
         except (TypeError, ValueError, OverflowError) as exc:
             return CallResult.failed(
                 manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
@@ -226,6 +226,12 @@ class PythonRuntimeRunner:
             return _call.serve_host_call(context, name, args, function).payload
         except BaseException as exc:  # must not escape into the C callback
             return _abi.error(_call.callback_failed(context, name, exc))
+
+
+def encode_request(request: dict[str, Any], output_cap: int) -> bytes:
+    """What the driver's `run` takes: the output cap (8 bytes, little-endian; the driver sends
+    no result over it) and the MessagePack request. Raises what `_abi.pack` raises."""
+    return min(output_cap, _component_io.REPLY_MAX).to_bytes(8, "little") + _abi.pack(request)
 
 
 def _replace_monotonic_clock(

@@ -106,10 +106,11 @@ def _stream(fd: int) -> io.TextIOWrapper:
     """A line-buffered text stream over `fd`: each line reaches the host as soon as it ends,
     so a call stopped by its fuel or deadline (after which its instance never runs again)
     keeps what it printed, but for at most the last 16 KiB of a line it had not ended (the
-    text and byte buffers hold 8 KiB each). (componentize-py gives sys.stdout a TextIOWrapper straight over the raw
-    fd, which drops the rest of a write when WASI takes only part of it, 8 KiB at a time;
-    the buffered writer retries short writes.) The driver flushes at the end of every call."""
-    raw = io.BufferedWriter(io.FileIO(fd, "w", closefd=False))
+    text and byte buffers hold 8 KiB each; 3.14's default for the latter is 128 KiB).
+    (componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops
+    the rest of a write when WASI takes only part of it, 8 KiB at a time; the buffered writer
+    retries short writes.) The driver flushes at the end of every call."""
+    raw = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), buffer_size=8192)
     return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", line_buffering=True)
 
 
