@@ -74,9 +74,9 @@ def python_figures():
 
 def output_figures():
     grants = {"name": "p", "runtime": "python", "limits": {"fuel": 10**10, "output": "1MiB"}}
-    setup = "import io, sys\nsink = io.StringIO()\n"
+    setup = "import io, sys\\nsink = io.StringIO()\\n"
     def run(body, n):
-        result = box.run_python(f"{setup}for i in range({n}):\n    {body}\n", grants)
+        result = box.run_python(f"{setup}for i in range({n}):\\n    {body}\\n", grants)
         assert result.ok, result.error
         return result
     def fuel(body):
