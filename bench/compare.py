@@ -22,7 +22,8 @@ once; the first round of a new runtime includes nothing of its build):
 --suite output (Python printing; fuel is deterministic, so one round tells it):
 - fuel of one iteration of `for i in range(n): pass` in a snippet, and of the same loop
   with `print('x')`, `sys.stdout.write('x')` and `print('x', file=io.StringIO())` in it,
-  net of the bare loop (from n = 3000 less n = 1000); fuel of `run_python("1")`
+  net of the bare loop (from n = 3000 less n = 1000); fuel of `run_python("1")` and of a
+  call of the small greet tool
 - µs a `print('x')` adds to a call: the median of 9 calls of 1,000 prints less that of
   9 bare loops, divided by 1,000
 """
@@ -83,6 +84,11 @@ def output_figures():
         return (run(body, 3000).fuel_used - run(body, 1000).fuel_used) / 2000
     def seconds(body):
         return statistics.median(run(body, 1000).duration_s for _ in range(9))
+    tmp = tempfile.mkdtemp()
+    with open(tmp + "/greet.py", "w") as handle:
+        handle.write("def main(name: str, times: int = 1) -> dict:\\n"
+                     "    return {'greeting': ('hello ' + name + '! ') * times}\\n")
+    greet = box.load({"name": "greet", "runtime": "python", "source": tmp + "/greet.py"})
     loop = fuel("pass")
     return {
         "loop_fuel": loop,
@@ -90,6 +96,7 @@ def output_figures():
         "write_fuel": fuel("sys.stdout.write('x')") - loop,
         "stringio_fuel": fuel("print('x', file=sink)") - loop,
         "call_fuel": box.run_python("1").fuel_used,
+        "greet_fuel": greet.call({"name": "ada", "times": 2}).fuel_used,
         "print_us": (seconds("print('x')") - seconds("pass")) / 1000 * 1e6,
     }
 
@@ -133,7 +140,8 @@ COLUMNS = {
                ("greet_spaced_us", "greet spaced µs"), ("greet_us", "greet b2b µs"),
                ("csv_us", "csv_stats b2b µs")),
     "output": (("loop_fuel", "loop fuel"), ("print_fuel", "print fuel"), ("write_fuel", "write fuel"),
-               ("stringio_fuel", "StringIO fuel"), ("call_fuel", "call fuel"), ("print_us", "print µs")),
+               ("stringio_fuel", "StringIO fuel"), ("call_fuel", "call fuel"), ("greet_fuel", "greet fuel"),
+               ("print_us", "print µs")),
 }  # fmt: skip
 
 
