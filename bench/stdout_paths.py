@@ -6,6 +6,8 @@ that of 5 calls writing nothing, per write:
 - custom: wasmbox's capped `Output` (`wasi_config_set_stdout_custom`), which Wasmtime serves
   through its async pipe adapter (a task on its own runtime, then our ctypes callback on that
   thread);
+- libc: the same custom stream with libc's `write(2)` as its callback and /dev/null as its
+  data, so no Python runs on the path (no cap either: it shows the async adapter's own cost);
 - file: `WasiConfig.stdout_file`, which Wasmtime writes synchronously (no cap: not usable as it
   is, shown as the floor a synchronous path would have).
 """
@@ -13,6 +15,8 @@ that of 5 calls writing nothing, per write:
 from __future__ import annotations
 
 import argparse
+import ctypes
+import os
 import statistics
 import sys
 import tempfile
@@ -20,10 +24,11 @@ import time
 from pathlib import Path
 
 import wasmtime
+from wasmtime import _ffi as ffi
 from wasmtime import component
 
 import wasmbox
-from wasmbox import _abi, _component_io, _output
+from wasmbox import _abi, _component_io, _output, _rawcall
 from wasmbox._python_runner import encode_request
 
 
@@ -31,6 +36,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writes", type=int, default=2000)
     options = parser.parse_args()
+    libc_write = ctypes.cast(ctypes.CDLL(None).write, _output._WriteCallback)
+    null = os.open(os.devnull, os.O_WRONLY)
     with wasmbox.Sandbox() as box, tempfile.TemporaryDirectory() as tmp:
         runtime = box.python_runtime()._runtime
         engine = wasmtime.Engine()
@@ -47,6 +54,8 @@ def main() -> int:
             output = _output.Output(1 << 26)
             if kind == "file":
                 wasi.stdout_file = str(Path(tmp) / "stdout")
+            elif kind == "libc":
+                ffi.wasi_config_set_stdout_custom(wasi.ptr(), libc_write, null, _rawcall.NO_FINALIZER)
             else:
                 output.attach(wasi, "stdout")
             store.set_wasi(wasi)
@@ -60,7 +69,7 @@ def main() -> int:
             output.detach()
             return elapsed
 
-        for kind in ("custom", "file"):
+        for kind in ("custom", "libc", "file"):
             base = statistics.median(call(0, kind) for _ in range(5))
             full = statistics.median(call(options.writes, kind) for _ in range(5))
             print(f"{kind:8} {(full - base) / options.writes * 1e6:8.1f} µs per write")

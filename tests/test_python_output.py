@@ -59,7 +59,7 @@ def test_an_unfinished_line_is_kept_but_for_its_last_16_kib(box: wasmbox.Sandbox
     code = "import sys\nfor i in range(4000):\n    sys.stdout.write('%04d,' % i)\nwhile True:\n    pass\n"
     result = box.run_python(code)
     assert kind(result) == "out_of_fuel"
-    written = "".join("%04d," % i for i in range(4000))
+    written = "".join(f"{i:04d}," for i in range(4000))
     assert len(result.stdout) >= len(written) - 16384 and written.startswith(result.stdout)
 
 
