@@ -116,7 +116,7 @@ def test_a_guest_that_lifts_the_drivers_check_gets_the_hosts_verdict(box: wasmbo
 
 def test_printing_costs_a_bounded_amount_of_fuel(box: wasmbox.Sandbox) -> None:
     """Fuel is deterministic: 1,000 line-buffered prints (each line goes to the host) stay
-    under 14k fuel a print net of the bare loop (11.3k measured: `bench/compare.py --suite
+    under 14k fuel a print net of the bare loop (~11.5k measured: `bench/compare.py --suite
     output`; 4.6k of it is print's own, as to an io.StringIO)."""
     loop = box.run_python("for i in range(1000):\n    pass\n")
     prints = box.run_python("for i in range(1000):\n    print('x')\n")
