@@ -22,7 +22,7 @@ from typing import Any, Self
 import pytest
 
 import wasmbox
-from wasmbox._allowlist import parse_rule, verdict
+from wasmbox._allowlist import forbidden_reason, parse_rule, verdict
 
 from .conftest import wat
 
@@ -188,6 +188,76 @@ def test_forbidden_addresses_are_refused_in_any_spelling(
 ) -> None:
     allow = [f"127.0.0.1:{server + 1 if server < 65535 else server - 1}", "93.184.216.34"]
     assert reason in refused(fetch(fbox, allow, url.format(port=server)))
+
+
+@pytest.mark.parametrize("address, reason", [("fec0::1", "site-local"), ("3fff::1", "documentation"),
+                                              ("192.88.99.1", "6to4 relay")])  # fmt: skip
+def test_a_name_rule_never_reaches_ranges_ipaddress_calls_global(
+    fbox: wasmbox.Sandbox, resolver: Resolver, address: str, reason: str
+) -> None:
+    resolver.answers["api.weather.test"] = [[address]]
+    assert reason in refused(fetch(fbox, ["api.weather.test:80"], "http://api.weather.test/"))
+
+
+@pytest.mark.parametrize(
+    "address, reason",
+    [
+        # IPv4 special-purpose registry
+        ("0.1.2.3", "'this network'"),
+        ("100.127.255.254", "shared address space"),
+        ("192.0.0.8", "IETF protocol assignments"),  # the IPv4 dummy address: ipaddress says global
+        ("192.0.0.9", "IETF protocol assignments"),  # PCP anycast: IANA says global, no fetch target
+        ("192.0.2.1", "documentation"),
+        ("192.88.99.1", "deprecated 6to4 relay anycast"),  # ipaddress says global
+        ("198.19.255.255", "benchmarking"),
+        ("198.51.100.1", "documentation"),
+        ("203.0.113.1", "documentation"),
+        ("240.0.0.1", "reserved"),
+        ("255.255.255.255", "reserved"),
+        ("192.31.196.1", None),  # AS112: globally reachable
+        ("192.52.193.1", None),  # AMT: globally reachable
+        ("192.175.48.1", None),  # direct-delegation AS112
+        ("8.8.8.8", None),
+        # IPv6 special-purpose registry and deprecated ranges
+        ("fec0::1", "site-local (deprecated)"),  # ipaddress says global
+        ("feff:ffff::1", "site-local (deprecated)"),
+        ("3ffe:831f::1", "former 6bone"),  # ipaddress says global
+        ("3fff::1", "documentation"),  # ipaddress (3.11) says global
+        ("2001:db8::1", "documentation"),
+        ("::1.2.3.4", "IPv4-compatible"),
+        ("::8.8.8.8", "IPv4-compatible"),
+        ("100::1", "discard-only"),
+        ("100:0:0:1::1", "outside the IPv6 global unicast space"),  # the dummy prefix
+        ("64:ff9b:1::808:808", "local-use NAT64"),
+        ("5f00::1", "SRv6"),
+        ("2001:4:112::1", "IETF protocol assignments"),  # AS112-v6 (anycast DNS sink)
+        ("2001:20::1", "IETF protocol assignments"),  # ORCHIDv2: identifiers, not locators
+        ("::ffff:0:808:808", "outside the IPv6 global unicast space"),  # SIIT
+        ("4000::1", "outside the IPv6 global unicast space"),
+        ("fc00::1", "private"),
+        ("fe80::1", "link-local"),
+        ("ff0e::1", "multicast"),
+        # IPv6 forms that embed an IPv4 address get its verdict
+        ("2002:c058:6301::1", "embeds 192.88.99.1"),  # 6to4 of the 6to4 relay anycast prefix
+        ("64:ff9b::c000:208", "embeds 192.0.2.8"),  # NAT64 of a documentation address
+        ("::ffff:192.0.0.8", "embeds 192.0.0.8"),
+        ("2002:808:808::1", None),  # 6to4 of 8.8.8.8
+        ("64:ff9b::808:808", None),
+        ("::ffff:8.8.8.8", None),
+        ("2001:200::1", None),  # the first allocation past 2001::/23
+        ("2620:4f:8000::1", None),  # direct-delegation AS112-v6
+        ("2606:4700::1111", None),
+        ("2a00:1450:4001::1", None),
+    ],
+)
+def test_special_purpose_ranges_are_refused_for_name_rules(address: str, reason: str | None) -> None:
+    ip = ipaddress.ip_address(address)
+    got = forbidden_reason(ip)
+    assert got is None if reason is None else reason in (got or ""), got
+    by_name = verdict([parse_rule("api.example.com:443")], "api.example.com", 443, ip)
+    assert (by_name is None) is (reason is None), by_name
+    explicit = parse_rule(f"{address}/{ip.max_prefixlen}")  # an address entry still allows it
+    assert verdict([explicit], "api.example.com", 443, ip) is None
 
 
 def test_odd_spellings_get_the_canonical_verdict_when_allowed(fbox: wasmbox.Sandbox, server: int) -> None:
