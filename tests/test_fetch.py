@@ -413,8 +413,15 @@ class Hostile:
                 if self.read_request:
                     conn.recv(65536)
                 conn.sendall(self.first)
-                while not self._stop.wait(self.every) and not self._over():
-                    conn.sendall(self.unit)  # b"": only sees whether the client is still there
+                conn.settimeout(self.every)
+                while not self._over():
+                    if self.unit:
+                        conn.sendall(self.unit)
+                        self._stop.wait(self.every)
+                    else:  # silence, until the client goes
+                        with contextlib.suppress(TimeoutError):
+                            if not conn.recv(1):
+                                break
                 conn.close()
 
 
