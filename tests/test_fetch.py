@@ -371,15 +371,15 @@ LIFETIME = 15.0  # a hostile server stops itself after this long (well past dead
 
 
 class Hostile:
-    """A server on 127.0.0.1 that sends `first` to each connection (after reading the request),
+    """A server on 127.0.0.1 (or `host`, ::1) that sends `first` to each connection (after reading the request),
     then `unit` every `every` seconds (b"": nothing), until the client goes, the test ends, or
     LIFETIME.
     With `tls`, it speaks TLS first; with `read_request` False, it does not wait for one."""
 
     def __init__(self, first: bytes, unit: bytes = b"", every: float = 0.05, *,
-                 tls: ssl.SSLContext | None = None, read_request: bool = True) -> None:  # fmt: skip
+                 tls: ssl.SSLContext | None = None, read_request: bool = True, host: str = "127.0.0.1") -> None:  # fmt: skip
         self.first, self.unit, self.every, self.tls, self.read_request = first, unit, every, tls, read_request
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.listener.settimeout(0.1)
         self.port = self.listener.getsockname()[1]
         self.accepted = threading.Event()
@@ -451,6 +451,18 @@ def test_a_hostile_server_cannot_hold_a_fetch_past_its_deadline(fbox: wasmbox.Sa
         result = fetch(fbox, [f"127.0.0.1:{server.port}"], f"http://127.0.0.1:{server.port}/", timeout="1s")
         timed_out(result, started)
         assert result.host_calls[0].name == "http.fetch"
+
+
+def test_the_deadline_holds_over_ipv6_loopback_too(fbox: wasmbox.Sandbox) -> None:
+    try:
+        server = Hostile(*DRIBBLES["header lines"], host="::1")  # type: ignore[arg-type]
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with server:
+        started = time.perf_counter()
+        timed_out(fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/", timeout="1s"), started)
+    with Hostile(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", host="::1") as server:
+        assert fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/").unwrap()["body"] == b"ok"
 
 
 def test_a_fetch_timeout_in_a_python_guest_is_a_timeout(fbox: wasmbox.Sandbox) -> None:

@@ -212,7 +212,9 @@ class Fetcher:
             if time.perf_counter() >= deadline:
                 raise ToolTimeoutError(f"{host}: the fetch timed out")
             family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-            sock: socket.socket = _DeadlineSocket(deadline, family, socket.SOCK_STREAM)
+            tcp = _DeadlineSocket(family, socket.SOCK_STREAM)
+            tcp.deadline = deadline
+            sock: socket.socket = tcp
             try:
                 sock.connect((str(address), port))
                 if scheme == "https":
@@ -265,12 +267,10 @@ def _left(deadline: float) -> float:
 
 class _DeadlineSocket(socket.socket):
     """A TCP socket whose every connect, send and receive may take only what is left until
-    its deadline (http.client sends with `sendall` and reads through `makefile`, which calls
-    `recv_into`)."""
+    `deadline` (http.client sends with `sendall` and reads through `makefile`, which calls
+    `recv_into`). Until `deadline` is set, every operation times out."""
 
-    def __init__(self, deadline: float, family: int, kind: int) -> None:
-        super().__init__(family, kind)
-        self.deadline = deadline
+    deadline = -float("inf")
 
     def connect(self, address: Any) -> None:
         self.settimeout(_left(self.deadline))
