@@ -384,10 +384,10 @@ class Hostile:
         self.port = self.listener.getsockname()[1]
         self.accepted = threading.Event()
         self._stop = threading.Event()
-        self._end = time.monotonic() + LIFETIME
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def __enter__(self) -> Self:
+        self._end = time.monotonic() + LIFETIME
         self._thread.start()
         return self
 
@@ -466,11 +466,11 @@ def test_the_deadline_holds_over_ipv6_loopback_too(fbox: wasmbox.Sandbox) -> Non
 
 
 def test_a_fetch_timeout_in_a_python_guest_is_a_timeout(fbox: wasmbox.Sandbox) -> None:
+    assert fbox.run_python("0").ok  # the runtime is built and loaded before the clock starts
     with Hostile(*DRIBBLES["header lines"]) as server:  # type: ignore[arg-type]
         grants = {"name": "py", "runtime": "python", "host_functions": ["http.fetch"],
                   "network": {"allow": [f"127.0.0.1:{server.port}"], "timeout": "1s"}}  # fmt: skip
         code = f"from wasmbox_guest import call_host\ncall_host('http.fetch', url='http://127.0.0.1:{server.port}/')"
-        assert fbox.run_python("0").ok  # the runtime is built and loaded before the clock starts
         started = time.perf_counter()
         timed_out(fbox.run_python(code, grants), started)
 
