@@ -512,6 +512,30 @@ def test_a_slow_resolver_cannot_hold_a_fetch(cache_dir: Any) -> None:
         release.set()
 
 
+def test_lookups_that_do_not_answer_are_capped(cache_dir: Any, server: int) -> None:
+    release = threading.Event()
+
+    def stalling(host: str, port: int) -> list[str]:
+        if host == "stuck.example.test":
+            release.wait(LIFETIME)
+        return ["127.0.0.1"]
+
+    allow = [f"127.0.0.1:{server}"]
+    try:
+        with wasmbox.Sandbox(cache_dir=cache_dir, resolver=stalling) as box:
+            tool = core_tool(box, allow, timeout="50ms")
+            details = [tool.call({"url": "http://stuck.example.test/"}).host_calls[0].detail or "" for _ in range(40)]
+            assert any("too many earlier lookups" in d for d in details), details  # 32 left behind at most
+            assert "name lookup did not answer" in details[0]
+            release.set()  # the lookups left behind finish, and give their places back
+            waited = time.monotonic() + 10
+            while not (ok := tool.call({"url": f"http://ok.example.test:{server}/"})).ok and time.monotonic() < waited:
+                time.sleep(0.05)
+            assert ok.ok, ok
+    finally:
+        release.set()
+
+
 def test_a_slow_connect_cannot_hold_a_fetch(fbox: wasmbox.Sandbox) -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

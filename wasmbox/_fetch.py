@@ -191,7 +191,11 @@ class Fetcher:
                 _LOOKUP_THREADS.release()
                 done.set()
 
-        threading.Thread(target=lookup, name=f"wasmbox-lookup-{host}", daemon=True).start()
+        try:
+            threading.Thread(target=lookup, name=f"wasmbox-lookup-{host}", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had: the place is given back
+            _LOOKUP_THREADS.release()
+            raise HostError(f"cannot resolve {host}: {exc}") from None
         if not done.wait(max(0.0, deadline - time.perf_counter())):
             raise ToolTimeoutError(f"{host}: the name lookup did not answer in time")
         if failure:
