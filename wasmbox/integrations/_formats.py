@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from .. import _schema
-from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._allowlist import FETCH
+from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._manifest import Manifest
 
 SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"]
@@ -78,7 +78,7 @@ def tool_spec(
             "parameters": parameters, "strict": is_strict,
         }  # fmt: skip
     if format == "anthropic":
-        spec = {"name": name, "description": description, "input_schema": parameters}
+        spec: dict[str, Any] = {"name": name, "description": description, "input_schema": parameters}
         if is_strict:
             spec["strict"] = True
         return spec
