@@ -27,7 +27,6 @@ FORMATS: tuple[str, ...] = get_args(SpecFormat)
 
 # Dropped from a strict schema and still checked at call time (OpenAI does not support them).
 _CHECKED_LATER = ("minLength", "maxLength", "minProperties", "maxProperties", "uniqueItems")
-_DROPPED = ("title", "examples", "$schema", "$comment")  # annotations a strict schema cannot carry
 _KEPT = ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems")
 _REFUSED = ("allOf", "not")  # no strict equivalent that keeps their meaning
 
