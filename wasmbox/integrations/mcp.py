@@ -1,0 +1,140 @@
+"""A Model Context Protocol server for a Sandbox's tools (`pip install wasmbox[mcp]`).
+
+    server = wasmbox.integrations.mcp.build_server(box, python=True)
+    await wasmbox.integrations.mcp.serve_stdio(box)            # or serve_http(box, port=8000)
+
+Built on the official `mcp` SDK's low-level `Server`: the manifests carry their own JSON
+Schema, which is listed as is and checked by wasmbox at call time. A failed call, bad
+arguments included, is a result with `isError: true` (the model reads why and may retry); a
+name that is no tool is a protocol error (`-32602`). Each call runs through `Tool.acall` or
+`Sandbox.arun_python` on the Sandbox's worker threads, so calls are served concurrently (up to
+its `max_workers`) with the same limits and audit records as any other call.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+try:
+    import mcp_types as types
+    from mcp.server import Server, ServerRequestContext
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("wasmbox.integrations.mcp needs the mcp SDK: pip install 'wasmbox[mcp]'") from exc
+
+from .. import _schema
+from .._errors import ErrorKind
+from .._results import CallResult
+from .._sandbox import Sandbox
+from ._content import result_content
+from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def build_server(box: Sandbox, *, python: bool = False, name: str = "wasmbox") -> Server[Any]:
+    """An MCP `Server` that lists `box`'s loaded tools (and `run_python` with `python`) and
+    calls them. Tools loaded later are listed from then on. Raises ValueError when `python`
+    is asked for and a loaded tool is itself named "run_python"."""
+    if python and RUN_PYTHON in box.tools:
+        raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be served beside run_python")
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[types.Tool.model_validate(spec) for spec in box.specs("mcp", python=python)]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        result = await _call(box, params.name, params.arguments or {}, python)
+        content = result_content(result)
+        return types.CallToolResult(
+            content=[types.TextContent(text=content.text)], is_error=content.is_error
+        )
+
+    return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def _call(box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool) -> CallResult:
+    if python and name == RUN_PYTHON:
+        return await _run_python(box, arguments)
+    tool = box.tools.get(name)
+    if tool is None:  # the client asked for something never listed: not the model's result
+        raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
+    return await tool.acall(arguments)
+
+
+async def _run_python(box: Sandbox, arguments: Mapping[str, Any]) -> CallResult:
+    problem = _schema.validate(dict(arguments), RUN_PYTHON_SCHEMA)
+    if problem is not None:
+        return CallResult.failed(RUN_PYTHON, ErrorKind.INVALID_ARGUMENTS, problem)
+    return await box.arun_python(arguments["code"])
+
+
+async def serve_stdio(box: Sandbox, *, python: bool = False) -> None:
+    """Serve `build_server(box, python=python)` over this process's stdin and stdout until
+    stdin closes."""
+    server = build_server(box, python=python)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(
+    box: Sandbox,
+    *,
+    python: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    allow_remote: bool = False,
+    on_listening: Callable[[str], None] | None = None,
+) -> None:
+    """Serve `build_server(box, python=python)` over streamable HTTP at `http://host:port/mcp`
+    until the process is interrupted (SIGINT or SIGTERM). `port=0` takes a free port;
+    `on_listening(url)` is called once the socket listens. The server has no authentication:
+    a `host` other than loopback raises ValueError unless `allow_remote` says it is meant."""
+    import uvicorn  # a dependency of the mcp SDK
+
+    if not allow_remote and not is_loopback(host):
+        raise ValueError(
+            f"{host!r} is not a loopback address: the MCP server has no authentication, so "
+            "binding it to a network is refused unless allow_remote=True"
+        )
+    server = build_server(box, python=python)
+    app = server.streamable_http_app(host=host)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(128)
+        bound = listener.getsockname()[1]
+        if on_listening is not None:
+            shown = f"[{host}]" if family == socket.AF_INET6 else host
+            on_listening(f"http://{shown}:{bound}/mcp")
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        await uvicorn.Server(config).serve(sockets=[listener])
+    finally:
+        listener.close()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1, "localhost")."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
