@@ -48,6 +48,15 @@ from ._results import CallResult
 from ._runner import ModuleRunner
 from ._scratch import ScratchSpace
 from ._tool import Tool
+from .integrations import _formats
+from .integrations._formats import (
+    RUN_PYTHON,
+    RUN_PYTHON_ANNOTATIONS,
+    RUN_PYTHON_DESCRIPTION,
+    RUN_PYTHON_SCHEMA,
+    SpecFormat,
+    StrictMode,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -373,6 +382,22 @@ class Sandbox:
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
+
+    def specs(
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
+        also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
+        when given `python=`)."""
+        specs = [tool.spec(format, strict=strict) for tool in self.tools.values()]
+        if python:
+            if RUN_PYTHON in self._tools:
+                raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
+            specs.append(_formats.tool_spec(
+                RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
+                RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+            ))  # fmt: skip
+        return specs
 
     @property
     def tools(self) -> Mapping[str, Tool]:
