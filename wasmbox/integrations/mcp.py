@@ -14,8 +14,11 @@ its `max_workers`) with the same limits and audit records as any other call.
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 try:
@@ -33,7 +36,7 @@ from .._sandbox import Sandbox
 from ._content import result_content
 from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def build_server(box: Sandbox, *, python: bool = False, name: str = "wasmbox") -> Server[Any]:
@@ -96,7 +99,7 @@ async def serve_http(
     on_listening: Callable[[str], None] | None = None,
 ) -> None:
     """Serve `build_server(box, python=python)` over streamable HTTP at `http://host:port/mcp`
-    until the process is interrupted (SIGINT or SIGTERM). `port=0` takes a free port;
+    until the process gets SIGINT or SIGTERM, then return. `port=0` takes a free port;
     `on_listening(url)` is called once the socket listens. The server has no authentication:
     a `host` other than loopback raises ValueError unless `allow_remote` says it is meant."""
     import uvicorn  # a dependency of the mcp SDK
@@ -119,9 +122,32 @@ async def serve_http(
             shown = f"[{host}]" if family == socket.AF_INET6 else host
             on_listening(f"http://{shown}:{bound}/mcp")
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
-        await uvicorn.Server(config).serve(sockets=[listener])
+        await _uvicorn_server()(config).serve(sockets=[listener])
     finally:
         listener.close()
+
+
+def _uvicorn_server() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, but a SIGINT or SIGTERM stops it and `serve` returns, so the caller
+        closes its Sandbox (flushing the audit log); uvicorn's own raises the signal again once
+        it has stopped, which kills the process first."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 def is_loopback(host: str) -> bool:
