@@ -48,7 +48,8 @@ from ._results import CallResult
 from ._runner import ModuleRunner
 from ._scratch import ScratchSpace
 from ._tool import Tool
-from .integrations import _formats
+from .integrations import _dispatch, _formats
+from .integrations._dispatch import CallFormat
 from .integrations._formats import (
     RUN_PYTHON,
     RUN_PYTHON_ANNOTATIONS,
@@ -398,6 +399,46 @@ class Sandbox:
                 RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
             ))  # fmt: skip
         return specs
+
+    def dispatch(
+        self,
+        calls: Any,
+        *,
+        format: CallFormat,
+        python: bool | ManifestSource = False,
+        max_calls: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run a model's tool calls concurrently and return what to send back, in order:
+        `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
+        "openai-responses" (`function_call` items → `function_call_output`), "anthropic"
+        (`tool_use` blocks → `tool_result` with `is_error`). `calls` is the list, or the
+        message/response holding it, as SDK objects or dicts.
+
+        Bad JSON, an unknown tool name and arguments that fail the schema become error results
+        the model can read (README: "Tool results"); so do calls past `max_calls`, and calls
+        not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
+        (True: no grants; or the grant manifest for `run_python`). Raises TypeError when
+        `calls` holds something that is not a call of `format` at all, ValueError for a bad
+        format or budget.
+        """
+        return _dispatch.dispatch(
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+        )
+
+    async def adispatch(
+        self,
+        calls: Any,
+        *,
+        format: CallFormat,
+        python: bool | ManifestSource = False,
+        max_calls: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
+        return await _dispatch.adispatch(
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+        )
 
     @property
     def tools(self) -> Mapping[str, Tool]:
