@@ -19,16 +19,16 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
 
-import mcp_types as types  # noqa: E402
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
-import wasmbox  # noqa: E402
-from wasmbox.cli import main  # noqa: E402
-from wasmbox.integrations import mcp as wasmbox_mcp  # noqa: E402
+import wasmbox
+from wasmbox.cli import main
+from wasmbox.integrations import mcp as wasmbox_mcp
 
-from .conftest import wat  # noqa: E402
+from .conftest import wat
 
 ECHO_SCHEMA = {
     "type": "object",

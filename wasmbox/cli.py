@@ -62,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve.add_argument("manifests", type=Path, nargs="+")
     serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
+    serve.add_argument(
+        "--python-grants", type=Path, metavar="MANIFEST",
+        help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
+    )  # fmt: skip
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument(
         "--host", default="127.0.0.1",
@@ -183,6 +187,7 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"wasmbox: {exc}", file=sys.stderr)
         return 2
+    from ._manifest import Manifest
     from ._sandbox import Sandbox
 
     if options.transport == "http" and not options.allow_remote and not mcp.is_loopback(options.host):
@@ -193,22 +198,26 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     with Sandbox(max_workers=options.max_workers, **kwargs) as box:
         for path in options.manifests:
             box.load(path)
-        if options.python:
+        python: bool | Manifest = options.python
+        if options.python_grants is not None:
+            python = Manifest.load(options.python_grants)  # a malformed one fails here, not per call
+        if python is not False:
             box.python_runtime()  # built (or loaded) now, not during the first call
-        if options.transport == "stdio":
-            asyncio.run(mcp.serve_stdio(box, python=options.python))
-        else:
-            def listening(url: str) -> None:
-                print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)
 
+        def listening(url: str) -> None:
+            print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)
+
+        if options.transport == "stdio":
+            serve = mcp.serve_stdio(box, python=python)
+        else:
             serve = mcp.serve_http(
-                box, python=options.python, host=options.host, port=options.port,
+                box, python=python, host=options.host, port=options.port,
                 allow_remote=options.allow_remote, on_listening=listening,
             )  # fmt: skip
-            try:
-                asyncio.run(serve)
-            except KeyboardInterrupt:
-                pass
+        try:
+            asyncio.run(serve)
+        except KeyboardInterrupt:  # Ctrl-C is how a stdio server is stopped by hand
+            pass
     return 0
 
 

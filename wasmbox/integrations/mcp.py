@@ -6,9 +6,10 @@
 Built on the official `mcp` SDK's low-level `Server`: the manifests carry their own JSON
 Schema, which is listed as is and checked by wasmbox at call time. A failed call, bad
 arguments included, is a result with `isError: true` (the model reads why and may retry); a
-name that is no tool is a protocol error (`-32602`). Each call runs through `Tool.acall` or
-`Sandbox.arun_python` on the Sandbox's worker threads, so calls are served concurrently (up to
-its `max_workers`) with the same limits and audit records as any other call.
+name that is no tool is a protocol error (`-32602`). Each call is run as `Sandbox.dispatch`
+runs one (the same argument handling, `run_python` routing, limits and audit records) on the
+Sandbox's worker threads, so calls are served concurrently, up to its `max_workers`.
+Results are text content (`result_content`); sessions and binary content are not served.
 """
 
 from __future__ import annotations
@@ -29,28 +30,29 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.mcp needs the mcp SDK: pip install 'wasmbox[mcp]'") from exc
 
-from .. import _schema
-from .._errors import ErrorKind
+from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
+from . import _single
 from ._content import result_content
-from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA
+from ._formats import RUN_PYTHON
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def build_server(box: Sandbox, *, python: bool = False, name: str = "wasmbox") -> Server[Any]:
-    """An MCP `Server` that lists `box`'s loaded tools (and `run_python` with `python`) and
-    calls them. Tools loaded later are listed from then on. Raises ValueError when `python`
-    is asked for and a loaded tool is itself named "run_python"."""
-    if python and RUN_PYTHON in box.tools:
+def build_server(box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox") -> Server[Any]:
+    """An MCP `Server` that lists `box`'s loaded tools and calls them; `python` (True, or a
+    grants manifest as `Sandbox.run_python` takes) adds `run_python`. Tools loaded later are
+    listed from then on. ValueError when `python` is given and a loaded tool is itself named
+    "run_python"."""
+    if python is not False and RUN_PYTHON in box.tools:
         raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be served beside run_python")
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(
-            tools=[types.Tool.model_validate(spec) for spec in box.specs("mcp", python=python)]
+            tools=[types.Tool.model_validate(spec) for spec in box.specs("mcp", python=python is not False)]
         )
 
     async def call_tool(
@@ -65,23 +67,16 @@ def build_server(box: Sandbox, *, python: bool = False, name: str = "wasmbox") -
     return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def _call(box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool) -> CallResult:
-    if python and name == RUN_PYTHON:
-        return await _run_python(box, arguments)
-    tool = box.tools.get(name)
-    if tool is None:  # the client asked for something never listed: not the model's result
+async def _call(
+    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource
+) -> CallResult:
+    if name not in box.tools and not (python is not False and name == RUN_PYTHON):
+        # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
-    return await tool.acall(arguments)
+    return await _single.acall(box, name, arguments, python=python)
 
 
-async def _run_python(box: Sandbox, arguments: Mapping[str, Any]) -> CallResult:
-    problem = _schema.validate(dict(arguments), RUN_PYTHON_SCHEMA)
-    if problem is not None:
-        return CallResult.failed(RUN_PYTHON, ErrorKind.INVALID_ARGUMENTS, problem)
-    return await box.arun_python(arguments["code"])
-
-
-async def serve_stdio(box: Sandbox, *, python: bool = False) -> None:
+async def serve_stdio(box: Sandbox, *, python: bool | ManifestSource = False) -> None:
     """Serve `build_server(box, python=python)` over this process's stdin and stdout until
     stdin closes."""
     server = build_server(box, python=python)
@@ -92,7 +87,7 @@ async def serve_stdio(box: Sandbox, *, python: bool = False) -> None:
 async def serve_http(
     box: Sandbox,
     *,
-    python: bool = False,
+    python: bool | ManifestSource = False,
     host: str = "127.0.0.1",
     port: int = 8000,
     allow_remote: bool = False,
