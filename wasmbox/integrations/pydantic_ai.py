@@ -54,19 +54,15 @@ class WasmboxToolset(AbstractToolset[Any]):
         return self._id
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
-        specs = self._box.specs("generic", python=self._python is not False)
-        return {
-            spec["name"]: ToolsetTool(
-                toolset=self,
-                tool_def=ToolDefinition(
-                    name=spec["name"], description=spec["description"],
-                    parameters_json_schema=spec["parameters"],
-                ),
-                max_retries=self._max_retries,
-                args_validator=_ARGS,
-            )  # fmt: skip
-            for spec in specs
-        }
+        tools = {}
+        for spec in self._box.specs("generic", python=self._python is not False):
+            definition = ToolDefinition(
+                name=spec["name"], description=spec["description"], parameters_json_schema=spec["parameters"]
+            )
+            tools[spec["name"]] = ToolsetTool(
+                toolset=self, tool_def=definition, max_retries=self._max_retries, args_validator=_ARGS
+            )
+        return tools
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
