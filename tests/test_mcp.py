@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
 
+import httpx2
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -171,6 +172,18 @@ def test_streamable_http_server_on_loopback(manifests: list[Path], cache_dir: Pa
                 await _exercise(session, manifests[0].parent / "meet")
 
         asyncio.run(asyncio.wait_for(run(), 300))
+
+        # DNS rebinding: a web page whose name resolves to 127.0.0.1 sends its own Host/Origin
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "page", "version": "1"}}}  # fmt: skip
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        with httpx2.Client() as http:
+            assert http.post(url, json=initialize, headers=headers).status_code == 200
+            rebound = http.post(url, json=initialize, headers={**headers, "Host": "evil.example"})
+            assert rebound.status_code == 421
+            foreign = http.post(url, json=initialize, headers={**headers, "Origin": "http://evil.example"})
+            assert foreign.status_code == 403
 
 
 def test_http_refuses_a_network_address_unless_allowed(
