@@ -73,9 +73,8 @@ def _check(node: Any, path: str, depth: int, problems: list[str], totals: dict[s
         for name, sub in properties.items():
             totals["chars"] += len(name)
             _check(sub, f"{path}.properties.{name}", depth + 1, problems, totals)
-    if "array" in names:
-        if "items" not in node:
-            problems.append(f"{path}: an array needs items")
+    if "array" in names and "items" not in node:
+        problems.append(f"{path}: an array needs items")
     if "items" in node:
         _check(node["items"], f"{path}.items", depth + 1, problems, totals)
     for i, sub in enumerate(node.get("anyOf", [])):

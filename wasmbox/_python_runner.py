@@ -105,13 +105,16 @@ class PythonRuntimeRunner:
             self._ticker.leave()
 
     def compile_tool(self, manifest: Manifest, source: str) -> CallResult:
-        """A Python tool's source compiled by the runtime's own CPython (its value: the
-        bytecode `PythonToolRunner` sends), in an instance that runs no tool code, with no
-        grants and limits of its own (compiling costs more than running many a tool, and its
-        result is bigger than the source). A syntax error is a failed result."""
+        """A Python tool's source compiled by the runtime's own CPython (its value:
+        `{"code": the bytecode PythonToolRunner sends, "signature": the entry's, or None}`), in
+        an instance that runs no tool code, with no grants and limits of its own (compiling
+        costs more than running many a tool, and its result is bigger than the source). A
+        syntax error is a failed result."""
         assert manifest.source is not None
         compiling = Manifest(name=manifest.name, runtime="python", limits=_COMPILE_LIMITS)
-        request = {"mode": "compile", "source": source, "filename": manifest.source.name}
+        request = {
+            "mode": "compile", "source": source, "filename": manifest.source.name, "entry": manifest.entry,
+        }  # fmt: skip
         return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _call
+from . import _abi, _call
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
@@ -47,6 +47,7 @@ from ._python_runner import PythonRuntimeRunner, PythonToolRunner
 from ._results import CallResult
 from ._runner import ModuleRunner
 from ._scratch import ScratchSpace
+from ._signature import signature_schema
 from ._tool import Tool
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
@@ -278,17 +279,19 @@ class Sandbox:
                 if compiled.error.kind not in _THE_SOURCES_FAULT:  # e.g. the pool is full now
                     raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
                 raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
-            if not isinstance(compiled.value, bytes):
+            if not isinstance(compiled.value, dict) or not isinstance(compiled.value.get("code"), bytes):
                 raise WasmboxError(f"{manifest.source}: the runtime returned no bytecode")
-            return compiled.value
+            return _abi.pack(compiled.value)  # cached with the entry's signature
 
-        inputs = f"{runtime.key}\0{manifest.source.name}\0{source}"
-        code = self._cache.bytecode(_sha256(inputs), compile_tool)
+        inputs = f"{runtime.key}\0{manifest.source.name}\0{manifest.entry}\0{source}"
+        compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
+        schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
-        runner = PythonToolRunner(runtime, manifest, digest, source, code)
+        runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
+            signature_schema=schema, docstring=summary,
         )  # fmt: skip
 
     def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:

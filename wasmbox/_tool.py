@@ -42,12 +42,14 @@ class Tool:
         code_digest: str,
         info: ModuleInfo | None = None,
         signature_schema: dict[str, Any] | None = None,
+        docstring: str = "",
     ) -> None:
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
         self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
         self.code_digest = code_digest  # sha256 of the wasm module or the Python source
         self._signature_schema = signature_schema  # a Python tool's, from its entry's signature
+        self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._executor = executor
         self._auditor = auditor
@@ -59,6 +61,12 @@ class Tool:
     @property
     def kind(self) -> ToolKind:
         return self._runner.kind
+
+    @property
+    def description(self) -> str:
+        """The manifest's `description`; for a Python tool without one, its entry's docstring
+        summary."""
+        return self.manifest.description or self._docstring
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -74,7 +82,7 @@ class Tool:
         raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
         StrictSchemaWarning that says why. ValueError for an unknown format."""
         return _formats.tool_spec(
-            self.name, self.manifest.description, self.parameters, format, strict,
+            self.name, self.description, self.parameters, format, strict,
             _formats.mcp_annotations(self.manifest) if format == "mcp" else None,
         )  # fmt: skip
 

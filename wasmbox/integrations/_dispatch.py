@@ -145,15 +145,17 @@ def _jobs(
                 f"{index + 1} of {len(parsed)}; ask for it again in a later turn",
             )  # fmt: skip
         else:
-            _plan(job, raw, tools, box, python)
+            _plan(job, raw, format, tools, box, python)
         jobs.append(job)
     return jobs
 
 
-def _plan(job: _Job, raw: Any, tools: Mapping[str, Any], box: Sandbox, python: bool | ManifestSource) -> None:
+def _plan(
+    job: _Job, raw: Any, format: str, tools: Mapping[str, Any], box: Sandbox, python: bool | ManifestSource
+) -> None:
     """Decide how `job` runs, or its error result: arguments that are not a JSON object,
     an unknown tool."""
-    args, problem = _arguments(raw)
+    args, problem = _arguments(raw, parse=format != "anthropic")
     if problem is not None:
         job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
         return
@@ -177,13 +179,13 @@ def _plan(job: _Job, raw: Any, tools: Mapping[str, Any], box: Sandbox, python: b
     )
 
 
-def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+def _arguments(raw: Any, parse: bool) -> tuple[dict[str, Any], str | None]:
     if isinstance(raw, Mapping):
         return dict(raw), None
     if raw is None:
         return {}, None
-    if not isinstance(raw, (str, bytes, bytearray)):
-        return {}, f"arguments must be a JSON object, got {type(raw).__name__}"
+    if not isinstance(raw, (str, bytes, bytearray)) or not parse:  # (Anthropic's input is parsed)
+        return {}, f"arguments must be a JSON object, got {_schema._json_type(raw)}"
     if not raw.strip():
         return {}, None  # (a call of a tool without parameters may carry "")
     try:

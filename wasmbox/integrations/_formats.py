@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from .. import _schema
-from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._allowlist import FETCH
+from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._manifest import Manifest
 
 SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"]
@@ -27,7 +27,6 @@ FORMATS: tuple[str, ...] = get_args(SpecFormat)
 
 # Dropped from a strict schema and still checked at call time (OpenAI does not support them).
 _CHECKED_LATER = ("minLength", "maxLength", "minProperties", "maxProperties", "uniqueItems")
-_DROPPED = ("title", "examples", "$schema", "$comment")  # annotations a strict schema cannot carry
 _KEPT = ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems")
 _REFUSED = ("allOf", "not")  # no strict equivalent that keeps their meaning
 
@@ -78,7 +77,7 @@ def tool_spec(
             "parameters": parameters, "strict": is_strict,
         }  # fmt: skip
     if format == "anthropic":
-        spec = {"name": name, "description": description, "input_schema": parameters}
+        spec: dict[str, Any] = {"name": name, "description": description, "input_schema": parameters}
         if is_strict:
             spec["strict"] = True
         return spec

@@ -6,6 +6,7 @@ snapshot: nothing here survives from one call to the next.
 
 Request (MessagePack map):
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
+      (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
 Response (MessagePack map):
@@ -148,7 +149,10 @@ def _serve(request: bytes) -> tuple[object, bool]:
     if mode == "code":
         return _run_code(message["code"])
     if mode == "compile":
-        return _compile_tool(message["source"], message["filename"]), True
+        code = _compile_tool(message["source"], message["filename"])
+        if "entry" not in message:
+            return code, True
+        return {"code": code, "signature": _signature(message["source"], message["entry"])}, True
     raise _Refusal("bad_response", f"driver: unknown mode {mode!r}")
 
 
@@ -156,6 +160,73 @@ def _compile_tool(source: str, filename: str) -> bytes:
     """A tool's source compiled, as its calls take it. (`dont_inherit`: not this module's
     `from __future__ import annotations`; here and below.)"""
     return marshal.dumps(compile(source, filename, "exec", dont_inherit=True))
+
+
+def _signature(source: str, entry: str) -> dict | None:
+    """`entry`'s parameters as written, read from the syntax tree, so none of the tool's code
+    runs: {"params": [{"name", "kind", "annotation": source text | None, "default"?: JSON-able
+    literal, "has_default": bool}], "doc": docstring | None}. None unless `entry` is a plain
+    top-level `def` (not decorated, not rebound later), whose signature is then the real one."""
+    found = None
+    for node in ast.parse(source).body:
+        names = _bound_names(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
+            found = node
+        elif entry in names:
+            found = None
+    if found is None or found.decorator_list:
+        return None
+    spec = found.args
+    positional = [*spec.posonlyargs, *spec.args]
+    defaults = [None] * (len(positional) - len(spec.defaults)) + list(spec.defaults)
+    params = [
+        _param(arg, "positional_only" if arg in spec.posonlyargs else "positional_or_keyword", default)
+        for arg, default in zip(positional, defaults)
+    ]
+    if spec.vararg is not None:
+        params.append(_param(spec.vararg, "var_positional", None))
+    params += [_param(arg, "keyword_only", d) for arg, d in zip(spec.kwonlyargs, spec.kw_defaults)]
+    if spec.kwarg is not None:
+        params.append(_param(spec.kwarg, "var_keyword", None))
+    return {"params": params, "doc": ast.get_docstring(found)}
+
+
+def _bound_names(node: ast.stmt) -> set:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return {  # (a def or class inside a top-level if/try/with counts too)
+        n.id if isinstance(n, ast.Name) else n.name
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+
+
+def _param(arg: ast.arg, kind: str, default: ast.expr | None) -> dict:
+    param = {"name": arg.arg, "kind": kind, "has_default": default is not None,
+             "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None}
+    if default is not None:
+        try:
+            value = ast.literal_eval(default)
+        except Exception:  # noqa: BLE001 - not a literal: a default the schema does not show
+            return param
+        if _jsonable(value, 0):
+            param["default"] = value
+    return param
+
+
+def _jsonable(value: object, depth: int) -> bool:
+    if value is None or isinstance(value, (bool, str, float)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    if isinstance(value, (list, tuple)) and depth < 8:
+        return all(_jsonable(item, depth + 1) for item in value)
+    if isinstance(value, dict) and depth < 8:
+        return all(isinstance(k, str) and _jsonable(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _run_tool(message: dict) -> tuple[object, bool]:
@@ -301,6 +372,7 @@ def _warm_up() -> None:
     _run_code("sum(range(3))")
     source = "def main(x):\n    return x\n"
     code = _compile_tool(source, "warm_up.py")
+    _signature(source, "main")
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
     linecache.cache.clear()
