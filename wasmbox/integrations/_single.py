@@ -20,7 +20,7 @@ def call(box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = 
     """Run the call `name(args)`; never raises for the call's own faults. `args`: a mapping,
     JSON text, or None."""
     job = _dispatch._Job("", name)
-    _dispatch._plan(job, args, box.tools, box, python)
+    _dispatch._plan(job, args, "openai", box.tools, box, python)  # ("openai": JSON text is parsed)
     if job.result is not None:
         return job.result
     assert job.run is not None

@@ -26,6 +26,7 @@ try:
     import mcp_types as types
     from mcp.server import Server, ServerRequestContext
     from mcp.server.stdio import stdio_server
+    from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.mcp needs the mcp SDK: pip install 'wasmbox[mcp]'") from exc
@@ -104,9 +105,16 @@ async def serve_http(
             f"{host!r} is not a loopback address: the MCP server has no authentication, so "
             "binding it to a network is refused unless allow_remote=True"
         )
-    server = build_server(box, python=python)
-    app = server.streamable_http_app(host=host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    security = None  # (off the loopback, the Host a client uses is not known here)
+    if is_loopback(host):  # DNS rebinding: refuse a Host or Origin that is not this machine
+        hosts = sorted({"127.0.0.1:*", "localhost:*", "[::1]:*", f"{shown}:*"})
+        security = TransportSecuritySettings(
+            allowed_hosts=hosts, allowed_origins=[f"http://{name}" for name in hosts]
+        )
+    server = build_server(box, python=python)
+    app = server.streamable_http_app(host=host, transport_security=security)
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -114,7 +122,6 @@ async def serve_http(
         listener.listen(128)
         bound = listener.getsockname()[1]
         if on_listening is not None:
-            shown = f"[{host}]" if family == socket.AF_INET6 else host
             on_listening(f"http://{shown}:{bound}/mcp")
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         await _uvicorn_server()(config).serve(sockets=[listener])
