@@ -186,6 +186,34 @@ def test_streamable_http_server_on_loopback(manifests: list[Path], cache_dir: Pa
             assert foreign.status_code == 403
 
 
+SERVE_PY = """
+import asyncio, sys, wasmbox
+from wasmbox.integrations import mcp
+with wasmbox.Sandbox(cache_dir=None) as box:
+    box.load({"name": "echo", "module": sys.argv[1]})
+    asyncio.run(mcp.serve_http(box, host="127.0.0.2", port=0, on_listening=lambda url: print(url, flush=True)))
+"""
+
+
+def test_serve_http_on_any_loopback_address_refuses_rebinding() -> None:
+    """The SDK guards Host and Origin only for 127.0.0.1, localhost and ::1; serve_http does
+    for every loopback address."""
+    process = subprocess.Popen([sys.executable, "-c", SERVE_PY, wat("echo")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.2:"), url
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        with httpx2.Client() as http:
+            assert http.post(url, json=body, headers={**headers, "Host": "evil.example"}).status_code == 421
+            assert http.post(url, json=body, headers={**headers, "Origin": "http://evil.example"}).status_code == 403
+            assert http.post(url, json=body, headers=headers).status_code != 421
+    finally:
+        process.terminate()
+        assert process.wait(timeout=60) == 0
+
+
 def test_http_refuses_a_network_address_unless_allowed(
     manifests: list[Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
