@@ -220,6 +220,7 @@ def test_http_refuses_a_network_address_unless_allowed(
     argv = ["mcp", "serve", str(manifests[0]), "--transport", "http", "--host", "0.0.0.0"]
     assert main(argv) == 2
     assert "--allow-remote" in capsys.readouterr().err
+    assert main(["mcp", "serve"]) == 2 and "nothing to serve" in capsys.readouterr().err
     assert wasmbox_mcp.is_loopback("127.0.0.2") and wasmbox_mcp.is_loopback("::1")
     assert not wasmbox_mcp.is_loopback("0.0.0.0") and not wasmbox_mcp.is_loopback("example.com")
     with wasmbox.Sandbox(cache_dir=None) as box, pytest.raises(ValueError, match="allow_remote"):

@@ -60,13 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = mcp_commands.add_parser(
         "serve", help="serve the manifests' tools (needs the extra: pip install 'wasmbox[mcp]')"
     )
-    serve.add_argument("manifests", type=Path, nargs="+")
+    serve.add_argument("manifests", type=Path, nargs="*", help="the tools' manifests")
     serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
     serve.add_argument(
         "--python-grants", type=Path, metavar="MANIFEST",
         help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
     )  # fmt: skip
-    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument(
+        "--transport", choices=("stdio", "http"), default="stdio",
+        help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
+    )  # fmt: skip
     serve.add_argument(
         "--host", default="127.0.0.1",
         help="HTTP: the address to bind (default 127.0.0.1). The server has no authentication: "
@@ -190,10 +193,15 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     from ._manifest import Manifest
     from ._sandbox import Sandbox
 
-    if options.transport == "http" and not options.allow_remote and not mcp.is_loopback(options.host):
-        print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
-              "add --allow-remote to serve the network", file=sys.stderr)  # fmt: skip
+    if not options.manifests and not (options.python or options.python_grants):
+        print("wasmbox: nothing to serve: give manifests, or --python", file=sys.stderr)
         return 2
+    if options.transport == "http" and not mcp.is_loopback(options.host):
+        if not options.allow_remote:
+            print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
+                  "add --allow-remote to serve the network", file=sys.stderr)  # fmt: skip
+            return 2
+        print(f"wasmbox: warning: serving {options.host} without authentication", file=sys.stderr)
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
     with Sandbox(max_workers=options.max_workers, **kwargs) as box:
         for path in options.manifests:
