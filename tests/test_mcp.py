@@ -95,6 +95,9 @@ async def _exercise(session: ClientSession, meet_dir: Path) -> None:
     assert set(listed) == {"echo", "trap", "meet", "run_python"}
     assert listed["echo"].input_schema == ECHO_SCHEMA  # the manifest's schema, as is
     assert listed["echo"].description == "Echo the args"
+    hints = listed["meet"].annotations  # from the grants: a writable preopen can change things
+    assert hints is not None and hints.read_only_hint is False and hints.open_world_hint is False
+    assert listed["echo"].annotations is not None and listed["echo"].annotations.read_only_hint is True
     assert listed["run_python"].input_schema["required"] == ["code"]
 
     ok = await session.call_tool("echo", {"text": "héllo", "n": 2})
