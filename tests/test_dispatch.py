@@ -160,3 +160,19 @@ def test_wiring_errors_raise(echo_box: wasmbox.Sandbox) -> None:
         echo_box.dispatch([], format="openai", deadline_s=0)
     assert echo_box.dispatch([], format="openai") == []
     assert echo_box.dispatch({"tool_calls": None}, format="openai") == []
+
+
+def test_hostile_arguments_are_error_results(echo_box: wasmbox.Sandbox) -> None:
+    deep = '{"text": "x", "n": ' + "[" * 200 + "null" + "]" * 200 + "}"
+    calls = [
+        openai_call("c1", "echo", "[" * 100_000),  # past the JSON parser's recursion limit
+        openai_call("c2", "echo", deep),  # parses, but deeper than any args may be
+        openai_call("c3", "echo", '{"text": "\\ud800"}'),  # a lone surrogate
+        openai_call("c4", "echo", "x" * 1_000_000),
+        openai_call("c5", "n" * 1_000_000, "{}"),
+    ]
+    replies = echo_box.dispatch(calls, format="openai")
+    kinds = [json.loads(r["content"]).get("error", {}).get("kind") for r in replies]
+    assert kinds[0] == kinds[1] == kinds[3] == kinds[4] == "invalid_arguments"
+    assert kinds[2] in (None, "invalid_arguments")  # either way an answer, not an exception
+    assert all(len(r["content"]) < 2000 for r in replies)  # the message does not echo the input

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wasmbox
+from wasmbox import _schema
 from wasmbox.integrations import FORMATS, prepare_args, strict_schema
 
 from .conftest import CAPABILITIES, manifest
@@ -210,3 +213,110 @@ def test_importing_integrations_imports_no_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- the conversion, as a property ---------------------------------------------------------------
+
+_leaf_schemas = st.one_of(
+    st.fixed_dictionaries({"type": st.just("string")}, optional={
+        "minLength": st.integers(0, 3), "maxLength": st.integers(3, 8), "pattern": st.just("^[a-z]*$")}),
+    st.fixed_dictionaries({"type": st.sampled_from(["integer", "number"])}, optional={
+        "minimum": st.integers(-5, 0), "maximum": st.integers(1, 50)}),
+    st.just({"type": "boolean"}),
+    st.just({"type": ["string", "null"]}),
+    st.builds(lambda values: {"enum": values}, st.lists(st.sampled_from(["a", "b", 1, None]), min_size=1, max_size=3, unique=True)),
+    st.builds(lambda value: {"const": value}, st.sampled_from(["x", 2, True])),
+)  # fmt: skip
+
+
+def _objects(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), inner, max_size=3).flatmap(
+        lambda props: st.builds(
+            lambda required, counts: {
+                "type": "object", "properties": props, "required": required,
+                "additionalProperties": False, **counts,
+            },
+            st.lists(st.sampled_from(sorted(props)), unique=True) if props else st.just([]),
+            st.fixed_dictionaries({}, optional={"minProperties": st.integers(0, 1), "maxProperties": st.integers(2, 4)}),
+        )
+    )  # fmt: skip
+
+
+_schemas = st.recursive(
+    _leaf_schemas,
+    lambda inner: st.one_of(
+        _objects(inner),
+        st.builds(lambda items, n: {"type": "array", "items": items, "maxItems": n}, inner, st.integers(1, 3)),
+        st.builds(lambda branches: {"anyOf": branches}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda branches: {"oneOf": branches}, st.lists(inner, min_size=1, max_size=2)),
+    ),
+    max_leaves=8,
+)
+
+
+def _instance(draw: st.DrawFn, schema: dict[str, Any], depth: int = 0) -> Any:
+    """A value drawn from `schema`'s shape (it may still break a keyword: filtered later)."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return draw(st.sampled_from(schema["enum"]))
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return _instance(draw, draw(st.sampled_from(schema[key])), depth + 1)
+    kind = schema["type"] if isinstance(schema["type"], str) else draw(st.sampled_from(schema["type"]))
+    if kind == "object":
+        props = schema["properties"]
+        names = set(schema["required"]) | set(draw(st.lists(st.sampled_from(sorted(props)), unique=True)) if props else [])
+        return {name: _instance(draw, props[name], depth + 1) for name in sorted(names)}
+    if kind == "array":
+        return [_instance(draw, schema["items"], depth + 1) for _ in range(draw(st.integers(0, 2)))]
+    return draw({"string": st.from_regex("^[a-z]{0,6}$", fullmatch=True), "integer": st.integers(-5, 50),
+                 "number": st.floats(-5, 50), "boolean": st.booleans(), "null": st.none()}[kind])  # fmt: skip
+
+
+def _fill_nulls(value: Any, schema: dict[str, Any]) -> Any:
+    """`value` as a strict model sends it: every optional property left out given as null."""
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key, []):
+            if _schema.validate(value, branch) is None:
+                return _fill_nulls(value, branch)
+    if isinstance(value, dict) and "properties" in schema:
+        filled = {name: _fill_nulls(v, schema["properties"][name]) for name, v in value.items()}
+        return {name: filled.get(name) for name in schema["properties"]}
+    if isinstance(value, list) and "items" in schema:
+        return [_fill_nulls(item, schema["items"]) for item in value]
+    return value
+
+
+@st.composite
+def _schema_and_value(draw: st.DrawFn) -> tuple[dict[str, Any], Any]:
+    root = draw(_objects(_schemas))
+    return root, _instance(draw, root)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_schema_and_value())
+def test_every_value_the_tool_takes_survives_the_round_trip(case: tuple[dict[str, Any], Any]) -> None:
+    """For closed schemas: the converted schema passes the strict rules; any args the tool takes,
+    sent as a strict model sends them (nulls for what it leaves out), fit the converted schema
+    and are turned back into those args by prepare_args."""
+    schema, value = case
+    if _schema.validate(value, schema) is not None:
+        return  # broke a keyword the drawing does not follow (bounds, counts, oneOf)
+    converted = strict_schema(schema)
+    assert strict_problems(converted) == []
+    sent = _fill_nulls(value, schema)
+    assert _schema.validate(sent, converted) is None, (sent, converted)
+    # the tool gets args it takes, which say what `value` says: a null for a property whose own
+    # schema allows null may be passed on as given (left out and null are then the same to it)
+    received = prepare_args(sent, schema)
+    assert _schema.validate(received, schema) is None
+    assert _no_nulls(received) == _no_nulls(value)
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(item) for item in value]
+    return value

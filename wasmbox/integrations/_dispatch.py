@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 CallFormat = Literal["openai", "openai-responses", "anthropic"]
 CALL_FORMATS: tuple[str, ...] = ("openai", "openai-responses", "anthropic")
 _LISTED = 20  # tool names an unknown-tool error lists
+_NAME_SHOWN = 100  # characters of an unknown name it repeats (a model may send megabytes)
 
 
 @dataclass
@@ -80,11 +81,16 @@ async def adispatch(
     deadline = _deadline(deadline_s)
     jobs = _jobs(box, calls, format, python, max_calls)
     runnable = [job for job in jobs if job.result is None]
-    if runnable:
-        loop = asyncio.get_running_loop()
-        tasks = [loop.run_in_executor(box._executor, _run, job, deadline) for job in runnable]
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        await asyncio.wait(tasks, timeout=timeout)
+    if not runnable:
+        return [_reply(job, format) for job in jobs]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.run_in_executor(box._executor, _run, job, deadline) for job in runnable]
+    if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
+        results = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
+        for job, result in zip(runnable, results, strict=True):
+            job.result = result
+    else:
+        await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
         for job, task in zip(runnable, tasks, strict=True):
             if task.done() and not task.cancelled():
                 job.result = task.result()
@@ -175,12 +181,12 @@ def _plan(
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
     listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
     job.result = CallResult.failed(
-        job.name, ErrorKind.INVALID_ARGUMENTS, f"no tool named {job.name!r}; the tools are: {listed or '(none)'}"
+        job.name, ErrorKind.INVALID_ARGUMENTS, f"no tool named {job.name[:_NAME_SHOWN]!r}; the tools are: {listed or '(none)'}"
     )
 
 
 def _arguments(raw: Any, parse: bool) -> tuple[dict[str, Any], str | None]:
-    if isinstance(raw, Mapping):
+    if type(raw) is not str and isinstance(raw, Mapping):
         return dict(raw), None
     if raw is None:
         return {}, None
@@ -229,7 +235,7 @@ def _parse(call: Any, format: str) -> tuple[str, str, Any]:
 
 
 def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
 

@@ -204,29 +204,57 @@ def prepare_args(args: Any, schema: Mapping[str, Any] | None) -> Any:
     (the tool's own, not the strict one) leaves optional and does not allow to be null is
     removed, at any depth. Such a null is what a strict schema makes the model send for an
     omitted property; the original schema would refuse it, so removing it never lets through
-    a call that schema forbids. Anything else is returned as is."""
+    a call that schema forbids. A null the property's schema allows is kept, unless only
+    removing it makes the object fit (a property count). Anything else is returned as is."""
+    if not isinstance(schema, Mapping) or not _holds_none(args, 0):  # (the usual case: no walk)
+        return args
+    return _without_nulls(args, schema)
+
+
+def _holds_none(value: Any, depth: int) -> bool:
+    if type(value) is dict:
+        items: Any = value.values()
+    elif type(value) is list:
+        items = value
+    else:
+        return False
+    return depth > _schema.MAX_DEPTH or any(
+        item is None or _holds_none(item, depth + 1) for item in items
+    )
+
+
+def _without_nulls(args: Any, schema: Any) -> Any:
     if not isinstance(schema, Mapping):
         return args
     if isinstance(args, dict):
         properties = schema.get("properties", {})
         required = set(schema.get("required", []))
         if isinstance(properties, Mapping) and properties:
-            kept = {}
+            kept, allowed = {}, []
             for key, value in args.items():
                 sub = properties.get(key)
                 if sub is None:
                     kept[key] = value
-                elif value is None and key not in required and _schema.validate(None, sub) is not None:
-                    continue
+                elif value is None and key not in required:
+                    if _schema.validate(None, sub) is not None:
+                        continue
+                    kept[key] = None
+                    allowed.append(key)
                 else:
-                    kept[key] = prepare_args(value, sub)
+                    kept[key] = _without_nulls(value, sub)
+            if allowed and _schema.validate(kept, schema) is not None:
+                # nulls the schema allows are kept, unless only leaving them out fits it
+                # (e.g. maxProperties counts them)
+                without = {k: v for k, v in kept.items() if k not in allowed}
+                if _schema.validate(without, schema) is None:
+                    kept = without
             args = kept
     elif isinstance(args, list) and "items" in schema:
-        args = [prepare_args(item, schema["items"]) for item in args]
+        args = [_without_nulls(item, schema["items"]) for item in args]
     if isinstance(args, (dict, list)):
         for key in ("anyOf", "oneOf"):
             for branch in schema.get(key, []):
-                candidate = prepare_args(args, branch)
+                candidate = _without_nulls(args, branch)
                 if _schema.validate(candidate, branch) is None:
                     return candidate
     return args
