@@ -48,13 +48,16 @@ async def main(rounds: int) -> None:
             env={"WASMBOX_CACHE_DIR": folder},
         )  # fmt: skip
         times: dict[str, list[float]] = {"acall": [], "mcp in-process": [], "mcp stdio": []}
-        async with Client(build_server(box)) as local, stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as remote:
-                await remote.initialize()
-                for _ in range(rounds):
-                    times["acall"].append(await per_call(lambda: tool.acall(ARGS)))
-                    times["mcp in-process"].append(await per_call(lambda: local.call_tool("echo", ARGS)))
-                    times["mcp stdio"].append(await per_call(lambda: remote.call_tool("echo", ARGS)))
+        async with (
+            Client(build_server(box)) as local,
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as remote,
+        ):
+            await remote.initialize()
+            for _ in range(rounds):
+                times["acall"].append(await per_call(lambda: tool.acall(ARGS)))
+                times["mcp in-process"].append(await per_call(lambda: local.call_tool("echo", ARGS)))
+                times["mcp stdio"].append(await per_call(lambda: remote.call_tool("echo", ARGS)))
     base = statistics.median(times["acall"])
     print(f"{'path':<16} {'median µs/call':>15} {'vs acall':>9}   ({rounds} rounds of {CALLS} calls)")
     for name, values in times.items():
