@@ -274,3 +274,12 @@ def test_build_server_refuses_a_tool_named_run_python(cache_dir: Path) -> None:
         assert wasmbox_mcp.build_server(box) is not None
         with pytest.raises(ValueError, match="run_python"):
             wasmbox_mcp.build_server(box, python=True)
+
+
+def test_serve_refuses_python_grants_run_python_cannot_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grants = tmp_path / "grants.json"
+    grants.write_text(json.dumps({"name": "g", "runtime": "python", "host_functions": ["kv.get"]}))
+    assert main(["mcp", "serve", "--python-grants", str(grants), "--no-cache"]) == 2
+    assert "kv.get" in capsys.readouterr().err  # at start, not as every call's error

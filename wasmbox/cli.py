@@ -208,8 +208,11 @@ def _mcp_serve(options: argparse.Namespace) -> int:
             box.load(path)
         python: bool | Manifest = options.python
         if options.python_grants is not None:
-            python = Manifest.load(options.python_grants)  # a malformed one fails here, not per call
-        if python is not False:
+            python = Manifest.load(options.python_grants)
+            # a grant set run_python refuses (a tool manifest, an unregistered host function)
+            # fails here, not at every call
+            box.run_python("None", python)
+        elif python:
             box.python_runtime()  # built (or loaded) now, not during the first call
 
         def listening(url: str) -> None:
