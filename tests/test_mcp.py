@@ -63,7 +63,7 @@ def manifests(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
         "trap": {"name": "trap", "description": "Divide by zero", "module": wat("trap")},
         "meet": {"name": "meet", "description": "Wait for the others", "runtime": "python",
                  "source": str(folder / "meet.py"), "entry": "main",
-                 "limits": {"timeout": "60s", "fuel": 10**10},
+                 "limits": {"timeout": "60s", "fuel": 10**11},  # spinning costs ~150M a second
                  "preopens": [{"host": str(folder / "meet"), "guest": "/meet", "writable": True}]},
     }  # fmt: skip
     paths = []
