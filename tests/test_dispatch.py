@@ -176,3 +176,20 @@ def test_hostile_arguments_are_error_results(echo_box: wasmbox.Sandbox) -> None:
     assert kinds[0] == kinds[1] == kinds[3] == kinds[4] == "invalid_arguments"
     assert kinds[2] in (None, "invalid_arguments")  # either way an answer, not an exception
     assert all(len(r["content"]) < 2000 for r in replies)  # the message does not echo the input
+
+
+def test_dispatch_from_inside_a_call_runs_on_its_thread(cache_dir: Path) -> None:
+    """A host function that dispatches calls, itself running on the only worker thread: the
+    calls run one by one on that thread instead of waiting for a worker that never frees."""
+    with wasmbox.Sandbox(cache_dir=cache_dir, max_workers=1) as box:
+        box.load(manifest("echo"))
+
+        @box.host_function("host.fn")
+        def host_fn(n: int) -> list[str]:
+            calls = [openai_call(f"c{i}", "echo", json.dumps({"i": i})) for i in range(n)]
+            # (the deadline: were they queued for the busy worker, the test fails rather than hangs)
+            return [r["content"] for r in box.dispatch(calls, format="openai", deadline_s=10)]
+
+        box.load(manifest("forward", host_functions=["host.fn"], limits={"timeout": "5s"}))
+        result = asyncio.run(box.acall("forward", {"n": 3}))
+        assert result.unwrap() == ['{"i":0}', '{"i":1}', '{"i":2}']

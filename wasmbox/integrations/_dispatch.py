@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import _schema
+from .. import _call, _schema
 from .._errors import ErrorKind
 from .._manifest import ManifestSource
 from .._results import CallResult
@@ -51,8 +51,11 @@ def dispatch(
     deadline = _deadline(deadline_s)
     jobs = _jobs(box, calls, format, python, max_calls)
     runnable = [job for job in jobs if job.result is None]
-    if len(runnable) == 1 and deadline is None:  # no thread hop for the common single call
-        runnable[0].result = _run(runnable[0], None)
+    if (len(runnable) == 1 and deadline is None) or _call.inside_call():
+        # no thread hop for the common single call; and from inside a call (a host function),
+        # one by one on this thread: waiting on the workers from one of them could deadlock
+        for job in runnable:
+            job.result = _run(job, deadline)
     elif runnable:
         futures = [(job, box._executor.submit(_run, job, deadline)) for job in runnable]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())

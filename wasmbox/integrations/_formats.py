@@ -67,7 +67,7 @@ def tool_spec(
         except StrictSchemaError as exc:
             if strict is True:
                 raise StrictSchemaError(f"{name}: {exc}") from None
-            warnings.warn(f"{name}: sent without strict mode: {exc}", StrictSchemaWarning, stacklevel=4)
+            warnings.warn(f"{name}: sent without strict mode: {exc}", StrictSchemaWarning, stacklevel=3)
     if format == "openai":
         function = {"name": name, "description": description, "parameters": parameters, "strict": is_strict}
         return {"type": "function", "function": function}
