@@ -55,6 +55,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("file", type=Path)
     check.add_argument("--head", help="the hash the log must end at (catches lines cut from the end)")
 
+    mcp = commands.add_parser("mcp", help="serve tools over the Model Context Protocol")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True)
+    serve = mcp_commands.add_parser(
+        "serve", help="serve the manifests' tools (needs the extra: pip install 'wasmbox[mcp]')"
+    )
+    serve.add_argument("manifests", type=Path, nargs="*", help="the tools' manifests")
+    serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
+    serve.add_argument(
+        "--python-grants", type=Path, metavar="MANIFEST",
+        help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
+    )  # fmt: skip
+    serve.add_argument(
+        "--transport", choices=("stdio", "http"), default="stdio",
+        help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
+    )  # fmt: skip
+    serve.add_argument(
+        "--host", default="127.0.0.1",
+        help="HTTP: the address to bind (default 127.0.0.1). The server has no authentication: "
+        "an address other than loopback is refused without --allow-remote",
+    )  # fmt: skip
+    serve.add_argument("--port", type=int, default=8000, help="HTTP: the port (0: a free one)")
+    serve.add_argument(
+        "--allow-remote", action="store_true",
+        help="HTTP: allow --host to be a non-loopback address (reachable from the network)",
+    )  # fmt: skip
+    serve.add_argument("--max-workers", type=int, help="calls run at once (default: CPU count)")
+    serve.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
+
     options = parser.parse_args(argv)
     try:
         if options.command == "run":
@@ -69,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _lint(options)
         if options.command == "audit":
             return _audit_verify(options)
+        if options.command == "mcp":
+            return _mcp_serve(options)
         if options.command == "bench":
             from . import _bench
 
@@ -149,6 +179,56 @@ def _audit_verify(options: argparse.Namespace) -> int:
         print(f"{options.file}: BROKEN after {outcome.records} good records: {outcome.problem}")
         return 1
     print(f"{options.file}: ok, {outcome.records} records, head {outcome.head}")
+    return 0
+
+
+def _mcp_serve(options: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        from .integrations import mcp
+    except ImportError as exc:
+        print(f"wasmbox: {exc}", file=sys.stderr)
+        return 2
+    from ._manifest import Manifest
+    from ._sandbox import Sandbox
+
+    if not options.manifests and not (options.python or options.python_grants):
+        print("wasmbox: nothing to serve: give manifests, or --python", file=sys.stderr)
+        return 2
+    if options.transport == "http" and not mcp.is_loopback(options.host):
+        if not options.allow_remote:
+            print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
+                  "add --allow-remote to serve the network", file=sys.stderr)  # fmt: skip
+            return 2
+        print(f"wasmbox: warning: serving {options.host} without authentication", file=sys.stderr)
+    kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
+    with Sandbox(max_workers=options.max_workers, **kwargs) as box:
+        for path in options.manifests:
+            box.load(path)
+        python: bool | Manifest = options.python
+        if options.python_grants is not None:
+            python = Manifest.load(options.python_grants)
+            # a grant set run_python refuses (a tool manifest, an unregistered host function)
+            # fails here, not at every call
+            box.run_python("None", python)
+        elif python:
+            box.python_runtime()  # built (or loaded) now, not during the first call
+
+        def listening(url: str) -> None:
+            print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)
+
+        if options.transport == "stdio":
+            serve = mcp.serve_stdio(box, python=python)
+        else:
+            serve = mcp.serve_http(
+                box, python=python, host=options.host, port=options.port,
+                allow_remote=options.allow_remote, on_listening=listening,
+            )  # fmt: skip
+        try:
+            asyncio.run(serve)
+        except KeyboardInterrupt:  # Ctrl-C is how a stdio server is stopped by hand
+            pass
     return 0
 
 
