@@ -228,6 +228,14 @@ class Sandbox:
         problem = self._system_grant_problem(manifest) or self._private_dir_problem(manifest)
         if problem:
             raise CapabilityError(f"{manifest.name}: {problem}")
+        for preopen in manifest.preopens:  # still the directory its manifest resolved
+            try:
+                os.close(_grants.open_granted(preopen))
+            except OSError:
+                raise CapabilityError(
+                    f"{manifest.name}: preopen {preopen.host} is gone or no longer the directory "
+                    "its manifest resolved (read the manifest again)"
+                ) from None
         with self._lock:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
