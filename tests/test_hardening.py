@@ -353,10 +353,10 @@ def test_preopen_replaced_by_another_directory_after_load_is_refused(
     grant = [{"host": str(granted), "guest": "/data"}]
     if kind == "command":
         tool = box.load({"name": "probe", "module": str(built_examples / "fsprobe.wasm"), "preopens": grant})
-        read = lambda: tool.call(argv=["read", "/data/a.txt"])  # noqa: E731
+        read = lambda: tool.call(argv=["read", "/data/a.txt"])
     else:
         grants = wasmbox.Manifest.load({"name": "g", "runtime": "python", "preopens": grant})
-        read = lambda: box.run_python("open('/data/a.txt').read()", grants)  # noqa: E731
+        read = lambda: box.run_python("open('/data/a.txt').read()", grants)
     assert read().ok
     granted.rename(tmp_path / "moved")
     (tmp_path / "other").mkdir()
@@ -385,9 +385,8 @@ def test_a_symlink_planted_in_a_writable_grant_cannot_redirect_a_later_grant(
         box.load(manifest("echo", preopens=later))
     with pytest.raises(wasmbox.CapabilityError, match="given through a symlink"):
         box.run_python("1", {"name": "reader", "runtime": "python", "preopens": later})
-    with wasmbox.Sandbox(cache_dir=cache_dir) as other:
-        with pytest.raises(wasmbox.CapabilityError, match="given through a symlink"):
-            other.load(manifest("echo", preopens=later))
+    with wasmbox.Sandbox(cache_dir=cache_dir) as other, pytest.raises(wasmbox.CapabilityError, match="symlink"):
+        other.load(manifest("echo", preopens=later))
     box.close()
     with wasmbox.Sandbox(cache_dir=cache_dir) as fresh:  # the other order: the link's grant first
         fresh.load(manifest("echo", preopens=later))

@@ -106,5 +106,6 @@ def test_a_grant_given_through_a_symlink_is_warned(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to("real")
     grants = manifest("spam", preopens=[{"host": str(tmp_path / "link"), "guest": "/g"}])
     warnings = lint(wasmbox.Manifest.load(grants))
-    assert warnings == [f"preopen /g: given through a symlink ({tmp_path / 'link'}); whoever can write the "
-                        f"folder holding it chooses what is granted: give the real path {tmp_path / 'real'}"]
+    expected = (f"preopen /g: given through a symlink ({tmp_path / 'link'}); whoever can write the "
+                f"folder holding it chooses what is granted: give the real path {tmp_path / 'real'}")
+    assert warnings == [expected]

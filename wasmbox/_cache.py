@@ -60,7 +60,7 @@ class ArtifactCache:
         self.directory = Path(os.path.realpath(directory)) if directory is not None else None
         # the folders whose entries spell `directory` as given (through its symlinks): a guest
         # able to write one could swap what that path names for the next process
-        self.path_folders = set(lookup(directory).folders) if directory is not None else set()
+        self.path_folders = set(map(Path, lookup(directory).folders)) if directory is not None else set()
         self.stats = CacheStats()
         self._fingerprint = settings.fingerprint()
         self._lock = threading.Lock()

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import stat
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,34 +37,48 @@ class Lookup:
     """What a lookup of a path read on its way, as `os.path.realpath` walks it."""
 
     real: Path  # where it led
-    folders: frozenset[Path]  # the real folders whose entries it read
-    links: tuple[Path, ...]  # the symlinks it followed, as spelled on the way
+    folders: frozenset[str]  # the real folders whose entries it read
+    links: tuple[str, ...]  # the symlinks it followed, as spelled on the way
 
 
 def lookup(path: str | os.PathLike[str]) -> Lookup:
     """The lookup of `path` through every symlink on the way (a loop stops it, as realpath):
-    whoever can write one of its `folders` can make `path` name something else."""
-    folders: set[Path] = set()
-    links: list[Path] = []
-    current = Path(os.path.realpath(os.getcwd()))
-    pending = list(reversed(PurePath(os.fspath(path)).parts))
-    followed: set[Path] = set()
+    whoever can write one of its `folders` can make `path` name something else. OSError when
+    an entry on the way cannot be read (e.g. EACCES)."""
+    text = os.fspath(path)
+    folders: set[str] = set()
+    links: list[str] = []
+    current = "/" if text.startswith("/") else os.path.realpath(os.getcwd())
+    pending = list(reversed(_parts(text)))
+    followed: set[str] = set()
     while pending:
         part = pending.pop()
-        if os.path.isabs(part):  # "/" (or "//", which Linux reads as "/")
-            current = Path("/")
+        if part == "/":
+            current = "/"
         elif part == "..":
-            current = current.parent
-        elif part not in ("", "."):
+            current = os.path.dirname(current)
+        else:
             folders.add(current)
-            entry = current / part
-            if entry.is_symlink() and entry not in followed:  # (a loop: as realpath, stop)
+            entry = current + part if current == "/" else f"{current}/{part}"
+            if entry not in followed and _is_symlink(entry):  # (a loop: as realpath, stop)
                 followed.add(entry)
                 links.append(entry)
-                pending.extend(reversed(PurePath(os.readlink(entry)).parts))
+                pending.extend(reversed(_parts(os.readlink(entry))))
             else:
                 current = entry
-    return Lookup(current, frozenset(folders), tuple(links))
+    return Lookup(Path(current), frozenset(folders), tuple(links))
+
+
+def _parts(path: str) -> list[str]:
+    """`path`'s components, "/" first when it is absolute ("//" is read as "/", as Linux does)."""
+    return (["/"] if path.startswith("/") else []) + [p for p in path.split("/") if p and p != "."]
+
+
+def _is_symlink(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -151,9 +166,9 @@ def overlapping_preopens(ours: Iterable[Preopen], theirs: Iterable[Preopen]) -> 
         if a.host in b.host.parents:
             return f"writable preopen {a.host} contains another granted directory {b.host}"
         if b.resolved is not None:
-            through = b.resolved.lookup.folders - set(b.host.parents)  # read only because of a symlink
+            through = {Path(f) for f in b.resolved.lookup.folders} - set(b.host.parents)  # (by a symlink)
             if any(a.host == folder or a.host in folder.parents for folder in through):
-                links = ", ".join(str(link) for link in b.resolved.lookup.links)
+                links = ", ".join(b.resolved.lookup.links)
                 return (f"preopen {b.host} is given through a symlink ({links}) that writable "
                         f"preopen {a.host} holds: a guest could have chosen where it leads")  # fmt: skip
     return None

@@ -41,7 +41,7 @@ def _preopen_warnings(manifest: Manifest) -> list[str]:
             warnings.append(f"preopen {preopen.guest}: grants {preopen.host}, {sensitive}")
         resolved = preopen.resolved
         if resolved is not None and resolved.lookup.links:
-            links = ", ".join(str(link) for link in resolved.lookup.links)
+            links = ", ".join(resolved.lookup.links)
             warnings.append(
                 f"preopen {preopen.guest}: given through a symlink ({links}); whoever can write the "
                 f"folder holding it chooses what is granted: give the real path {preopen.host}"
