@@ -56,11 +56,13 @@ class ArtifactCache:
     """Compiled modules by content, shared by every Sandbox that uses the same directory."""
 
     def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
-        # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere
-        self.directory = Path(os.path.realpath(directory)) if directory is not None else None
-        # the folders whose entries spell `directory` as given (through its symlinks): a guest
-        # able to write one could swap what that path names for the next process
-        self.path_folders = set(map(Path, lookup(directory).folders)) if directory is not None else set()
+        # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere;
+        # and the folders whose entries spell `directory` as given (through its symlinks), in
+        # the same walk: a guest able to write one could swap what that path names for the
+        # next process
+        found = lookup(directory) if directory is not None else None
+        self.directory = found.real if found is not None else None
+        self.path_folders = set(map(Path, found.folders)) if found is not None else set()
         self.stats = CacheStats()
         self._fingerprint = settings.fingerprint()
         self._lock = threading.Lock()

@@ -174,8 +174,9 @@ class Sandbox:
 
         Raises ManifestError for a malformed manifest or module (or Python source),
         CapabilityError when the module imports anything its manifest does not grant or a grant
-        cannot be honoured, WasmboxError when a Python tool cannot be compiled for the
-        Sandbox's own reasons (e.g. every pool slot is busy: try again).
+        cannot be honoured (e.g. it overlaps a writable grant of a live Sandbox in the process,
+        or is in /proc or /sys), WasmboxError when the Sandbox is closed or a Python tool cannot
+        be compiled for the Sandbox's own reasons (e.g. every pool slot is busy: try again).
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
