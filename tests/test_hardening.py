@@ -421,3 +421,26 @@ def test_a_folder_on_procs_file_system_is_refused_by_any_path(
     monkeypatch.setattr(wasmbox._sandbox, "_SYSTEM_FOLDERS", (tmp_path / "proc",))
     with pytest.raises(wasmbox.CapabilityError, match="allow_system_grants"):
         box.load(manifest("echo", preopens=[{"host": str(tmp_path / "elsewhere"), "guest": "/p"}]))
+
+
+def test_no_writable_grant_holds_the_path_to_a_tools_own_files(
+    box: wasmbox.Sandbox, cache_dir: Path, tmp_path: Path
+) -> None:
+    """A tool's module and source are read by path when it is loaded: a guest able to write
+    a folder on that path (its own tool's, or any live Sandbox's) could swap them, or plant a
+    symlink that `load` would follow."""
+    tools, data = tmp_path / "tools", tmp_path / "tools" / "data"
+    data.mkdir(parents=True)
+    (tools / "echo.wat").write_text(Path(manifest("echo")["module"]).read_text())
+    (tmp_path / "link").symlink_to("tools")  # the module given through a symlink in tmp_path
+    echo = {"name": "echo", "module": str(tmp_path / "link" / "echo.wat")}
+    for holder in (tools, tmp_path):
+        with pytest.raises(wasmbox.CapabilityError, match="tool's file"):
+            box.load({**echo, "preopens": [{"host": str(holder), "guest": "/w", "writable": True}]})
+    box.load(echo)  # loaded, its files' path keeps later writable grants out
+    with pytest.raises(wasmbox.CapabilityError, match="tool's file"):
+        box.run_python("1", {"name": "g", "runtime": "python",
+                             "preopens": [{"host": str(tmp_path), "guest": "/w", "writable": True}]})  # fmt: skip
+    with wasmbox.Sandbox(cache_dir=cache_dir) as other, pytest.raises(wasmbox.CapabilityError, match="tool's file"):
+        other.load(manifest("spam", preopens=[{"host": str(tools), "guest": "/w", "writable": True}]))
+    box.load({**echo, "preopens": [{"host": str(data), "guest": "/w", "writable": True}]}, replace=True)  # beside: fine

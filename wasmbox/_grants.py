@@ -174,9 +174,20 @@ def overlapping_preopens(ours: Iterable[Preopen], theirs: Iterable[Preopen]) -> 
     return None
 
 
-# The grants of every live Sandbox in this process: reservation token -> (owner, preopens).
+def _reaches_tool_file(writable: Iterable[Preopen], files: Iterable[Lookup]) -> str | None:
+    """Why a tool's file (module, source), read by path at load, could be swapped or
+    redirected by a guest: a writable grant holds a folder its path reads."""
+    for a in writable:
+        for file in files:
+            if a.writable and any(a.host == Path(f) or a.host in Path(f).parents for f in file.folders):
+                return f"writable preopen {a.host} holds the path to the tool's file {file.real}"
+    return None
+
+
+# The grants of every live Sandbox in this process (and the lookups of their tools' files):
+# reservation token -> (owner, preopens, files).
 _lock = threading.Lock()
-_held: dict[int, tuple[int, tuple[Preopen, ...]]] = {}
+_held: dict[int, tuple[int, tuple[Preopen, ...], tuple[Lookup, ...]]] = {}
 _tokens = itertools.count(1)
 
 
@@ -189,17 +200,26 @@ def new_owner() -> int:
     return next(_tokens)
 
 
-def reserve(owner: int, preopens: tuple[Preopen, ...], besides: int | None = None) -> int:
+def reserve(
+    owner: int, preopens: tuple[Preopen, ...], besides: int | None = None, files: tuple[Lookup, ...] = ()
+) -> int:
     """Hold `preopens` for `owner` if they may coexist with every grant held in the process
-    (but reservation `besides`, which they are to replace): checked and held in one step, so
+    (but reservation `besides`, which they are to replace), and no writable grant holds a
+    folder on the way to a tool's `files` (theirs or these): checked and held in one step, so
     two loads cannot both pass the check. Returns the reservation's token; GrantConflict."""
     with _lock:
-        theirs = [p for token, (_, held) in _held.items() if token != besides for p in held]
-        problem = overlapping_preopens(preopens, theirs)
+        others = [held for token, held in _held.items() if token != besides]
+        theirs = [p for _, held, _ in others for p in held]
+        their_files = [f for _, _, held_files in others for f in held_files]
+        problem = (
+            overlapping_preopens(preopens, theirs)
+            or _reaches_tool_file((*preopens, *theirs), files)
+            or _reaches_tool_file(preopens, their_files)
+        )
         if problem is not None:
             raise GrantConflict(problem)
         token = next(_tokens)
-        _held[token] = (owner, preopens)
+        _held[token] = (owner, preopens, files)
     return token
 
 
@@ -213,5 +233,5 @@ def release(token: int | None) -> None:
 def release_owner(owner: int) -> None:
     """Give back every grant `owner` holds (a Sandbox closed or collected)."""
     with _lock:
-        for token in [t for t, (o, _) in _held.items() if o == owner]:
+        for token in [t for t, (o, _, _) in _held.items() if o == owner]:
             del _held[token]

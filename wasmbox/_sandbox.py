@@ -224,8 +224,10 @@ class Sandbox:
         """Check `manifest`'s grants and hold them in the process's registry, in one step:
         refused (CapabilityError) when they overlap a writable grant of any live Sandbox's tool
         or run_python grant set (see `_grants.overlapping_preopens`; the tool `replacing` aside),
-        or reach this Sandbox's own folders or the system's (`_private_dir_problem`,
-        `_system_grant_problem`). Returns the reservation (`_grants.release` gives it back)."""
+        when a writable grant (these or those) holds a folder on the way to a tool's module or
+        source, or when they reach this Sandbox's own folders or the system's
+        (`_private_dir_problem`, `_system_grant_problem`). Returns the reservation
+        (`_grants.release` gives it back)."""
         problem = self._system_grant_problem(manifest) or self._private_dir_problem(manifest)
         if problem:
             raise CapabilityError(f"{manifest.name}: {problem}")
@@ -237,12 +239,16 @@ class Sandbox:
                     f"{manifest.name}: preopen {preopen.host} is gone or no longer the directory "
                     "its manifest resolved (read the manifest again)"
                 ) from None
+        try:  # the tool's own files, read by path: no guest may choose what they are
+            files = tuple(_grants.lookup(path) for path in (manifest.module, manifest.source) if path is not None)
+        except OSError as exc:
+            raise ManifestError(f"{manifest.name}: {exc}") from None
         with self._lock:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
             besides = self._tool_grants.get(replacing) if replacing is not None else None
             try:
-                return _grants.reserve(self._owner, manifest.preopens, besides)
+                return _grants.reserve(self._owner, manifest.preopens, besides, files)
             except _grants.GrantConflict as exc:
                 raise CapabilityError(f"{manifest.name}: {exc}") from None
 
