@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import wasmtime
 
 import wasmbox
 from wasmbox import ErrorKind
+from wasmbox._output import Output
 
 from .conftest import CAPABILITIES, manifest
 
@@ -444,3 +446,32 @@ def test_no_writable_grant_holds_the_path_to_a_tools_own_files(
     with wasmbox.Sandbox(cache_dir=cache_dir) as other, pytest.raises(wasmbox.CapabilityError, match="tool's file"):
         other.load(manifest("spam", preopens=[{"host": str(tools), "guest": "/w", "writable": True}]))
     box.load({**echo, "preopens": [{"host": str(data), "guest": "/w", "writable": True}]}, replace=True)  # beside: fine
+
+
+def test_wasmtime_opens_a_preopen_when_the_config_is_built(built_examples: Path, tmp_path: Path) -> None:
+    """What the per-call open relies on: Wasmtime opens a preopen's directory in
+    `wasi_config_preopen_dir` (the config is built, the descriptor handed over is closed), so
+    a directory swapped in before the instance runs is never what the guest sees."""
+    granted = tmp_path / "granted"
+    granted.mkdir()
+    (granted / "a.txt").write_text("checked")
+    grants = wasmbox.Manifest.load({"name": "probe", "module": str(built_examples / "fsprobe.wasm"),
+                                    "preopens": [{"host": str(granted), "guest": "/data"}]})  # fmt: skip
+    stdout, stderr = Output(4096), Output(4096)
+    wasi = wasmbox._call.build_wasi(grants, wasmbox._call.CallInput({}, argv=("read", "/data/a.txt")), stdout, stderr)
+    granted.rename(tmp_path / "moved")
+    granted.mkdir()
+    (granted / "a.txt").write_text("swapped in")
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    instance = linker.instantiate(store, wasmtime.Module.from_file(engine, str(built_examples / "fsprobe.wasm")))
+    start = instance.exports(store)["_start"]
+    assert isinstance(start, wasmtime.Func)
+    with contextlib.suppress(wasmtime.ExitTrap):
+        start(store)
+    stdout.detach()
+    stderr.detach()
+    assert stdout.text() == "checked", stderr.text()
