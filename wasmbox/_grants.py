@@ -10,7 +10,8 @@ one (device, inode) resolved when the manifest was read, and Wasmtime is given
 symlink can redirect.
 
 The grants of every live Sandbox in the process are held here (`reserve`), so that no two of
-them nest through a writable one (`overlapping_preopens`), in one Sandbox or across several.
+them nest through a writable one (`overlapping_preopens`) and no writable one holds the path
+to a loaded tool's module or source, in one Sandbox or across several.
 """
 
 from __future__ import annotations
