@@ -18,11 +18,12 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from . import _grants
 from ._component_io import REPLY_MAX
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
-from ._manifest import Limits, Manifest
+from ._manifest import Limits, Manifest, Preopen
 from ._output import Output
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
@@ -225,18 +226,25 @@ def build_wasi(
     stderr: Output,
     extra_preopens: tuple[tuple[Path, str, bool], ...] = (),
 ) -> wasmtime.WasiConfig:
-    """The guest's whole world, from the manifest and the call: nothing is inherited."""
-    check_preopens(manifest)
+    """The guest's whole world, from the manifest and the call: nothing is inherited.
+
+    Each preopen is opened here (Wasmtime opens a preopen when it is added to the config) as
+    the directory its manifest resolved, never by following its path (`_grants.open_granted`);
+    `extra_preopens` are the Sandbox's own folders, which no guest can reach the path of."""
     wasi = wasmtime.WasiConfig()
     wasi.argv = [manifest.name, *manifest.args, *call.argv]
     if manifest.env:
         wasi.env = list(manifest.env.items())
     try:
         for preopen in manifest.preopens:
-            wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
+            fd = open_preopen(preopen)
+            try:  # Wasmtime opens its own descriptor of the directory `fd` is
+                wasi.preopen_dir(_grants.fd_path(fd), preopen.guest, fs_mutable=preopen.writable)
+            finally:
+                os.close(fd)
         for host, guest, writable in extra_preopens:
             wasi.preopen_dir(str(host), guest, fs_mutable=writable)
-    except wasmtime.WasmtimeError as exc:  # e.g. removed between the check and the open
+    except wasmtime.WasmtimeError as exc:
         raise Failure(ErrorKind.CAPABILITY_DENIED, f"a preopen could not be opened: {exc}") from None
     stdout.attach(wasi, "stdout")
     stderr.attach(wasi, "stderr")
@@ -248,18 +256,22 @@ def build_wasi(
     return wasi
 
 
+def open_preopen(preopen: Preopen) -> int:
+    """A descriptor of `preopen`'s directory (see `_grants.open_granted`); a `capability_denied`
+    Failure when it is gone or is no longer the directory granted (e.g. swapped for a symlink)."""
+    try:
+        return _grants.open_granted(preopen)
+    except OSError:
+        raise Failure(
+            ErrorKind.CAPABILITY_DENIED,
+            f"preopen {preopen.guest}: {preopen.host} is gone or no longer the directory granted",
+        ) from None
+
+
 def check_preopens(manifest: Manifest) -> None:
-    """Refuse the call if a granted directory was swapped (e.g. for a symlink) since load."""
+    """Refuse the call if a granted directory is gone or was swapped since it was resolved."""
     for preopen in manifest.preopens:
-        try:
-            unchanged = os.path.realpath(preopen.host, strict=True) == str(preopen.host)
-        except OSError:
-            unchanged = False
-        if not unchanged:
-            raise Failure(
-                ErrorKind.CAPABILITY_DENIED,
-                f"preopen {preopen.guest}: {preopen.host} is gone or no longer resolves to itself",
-            )
+        os.close(open_preopen(preopen))
 
 
 def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:

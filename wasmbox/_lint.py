@@ -1,8 +1,9 @@
 """`wasmbox lint`: warnings about manifests that grant more than a tool plausibly needs.
 
-A valid manifest can still be too generous: a writable preopen of a big tree, an allow list
-of whole address ranges, limits far above what one tool call needs, grants the module never
-uses. Lint says so; loading is unaffected.
+A valid manifest can still be too generous: a writable preopen of a big tree, a grant of a
+system or home folder or the compile cache (read-only too), a grant given through a symlink,
+an allow list of whole address ranges, limits far above what one tool call needs, grants the
+module never uses. Lint says so; loading is unaffected (but see `Sandbox`'s refusals).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from pathlib import Path
 
 from ._allowlist import AddressRule, forbidden_reason
+from ._cache import default_cache_dir
 from ._inspect import inspect_file
 from ._manifest import Manifest
 from ._units import format_size
@@ -34,6 +36,16 @@ def lint(manifest: Manifest) -> list[str]:
 def _preopen_warnings(manifest: Manifest) -> list[str]:
     warnings = []
     for preopen in manifest.preopens:
+        sensitive = _sensitive_folder(preopen.host)
+        if sensitive is not None:
+            warnings.append(f"preopen {preopen.guest}: grants {preopen.host}, {sensitive}")
+        resolved = preopen.resolved
+        if resolved is not None and resolved.lookup.links:
+            links = ", ".join(resolved.lookup.links)
+            warnings.append(
+                f"preopen {preopen.guest}: given through a symlink ({links}); whoever can write the "
+                f"folder holding it chooses what is granted: give the real path {preopen.host}"
+            )
         if not preopen.writable:
             continue
         if len(preopen.host.parts) <= 2 or preopen.host == Path.home():
@@ -47,6 +59,43 @@ def _preopen_warnings(manifest: Manifest) -> list[str]:
                 "grant a small folder, or use `scratch` for temporary files"
             )
     return warnings
+
+
+# Folders whose contents a guest should not read, even read-only, and why.
+_SYSTEM = {
+    Path("/proc"): "the kernel's and every process's state (e.g. the host's environment in /proc/self/environ)",
+    Path("/sys"): "the kernel's and the hardware's state",
+    Path("/dev"): "the host's devices",
+    Path("/etc"): "the host's configuration (and often its secrets)",
+}
+
+
+def _sensitive_folder(host: Path) -> str | None:
+    """Why a grant of `host` shows a guest more than a tool plausibly needs, or None: a system
+    folder or one in it, the root, a home folder or a folder holding one, the compile cache or
+    a folder holding it or in it."""
+    for folder, what in _SYSTEM.items():
+        if host == folder or folder in host.parents:
+            return what
+    if host == Path(host.anchor):
+        return "the whole host"
+    for home in _home_folders():
+        if host == home or host in home.parents:
+            return f"which is or holds the home folder {home} (keys, tokens, shell history)"
+    cache = Path(os.path.realpath(default_cache_dir()))
+    if host == cache or host in cache.parents or cache in host.parents:
+        return f"which reaches the compile cache {cache} (every cached tool's code and bytecode)"
+    return None
+
+
+def _home_folders() -> set[Path]:
+    """The caller's home folder, root's, and the folders in /home."""
+    homes = {Path(os.path.realpath(Path.home())), Path("/root")}
+    try:
+        homes.update(Path(os.path.realpath(entry.path)) for entry in os.scandir("/home") if entry.is_dir())
+    except OSError:
+        pass
+    return homes
 
 
 def _tree_size(top: Path) -> tuple[int, int]:

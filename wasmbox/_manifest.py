@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -23,10 +24,11 @@ from pydantic import (
     model_validator,
 )
 
-from . import _schema
+from . import _grants, _schema
 from ._allowlist import FETCH, Rule, parse_rules
 from ._engine import MAX_MEMORY
 from ._errors import ManifestError
+from ._grants import overlapping_preopens
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
@@ -79,6 +81,7 @@ class Preopen(_Strict):
     host: Path = Field(description="Host directory, relative to the manifest's folder.")
     guest: str = Field(description="Absolute path inside the guest, e.g. /data.")
     writable: bool = False
+    _resolved: _grants.Resolved | None = PrivateAttr(None)
 
     @field_validator("host", mode="before")
     @classmethod
@@ -87,15 +90,26 @@ class Preopen(_Strict):
             return _resolve(value, info)
         return value
 
-    @field_validator("host")
-    @classmethod
-    def _host_is_dir(cls, value: Path) -> Path:
-        real = Path(os.path.realpath(value))
-        if not real.is_dir():
-            raise ValueError(f"not a directory: {value}")
-        if real == Path(real.anchor):
-            raise ValueError("the host's root directory cannot be granted")
-        return real
+    @model_validator(mode="after")
+    def _resolve_host(self) -> Preopen:
+        """`host` becomes the real directory, resolved once: what its path led to now, without
+        a symlink on the way, is what every call opens (see `_grants`)."""
+        try:
+            resolved = _grants.resolve(self.host)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ValueError(f"host: not a directory: {self.host}") from None
+        except OSError as exc:
+            raise ValueError(f"host: {self.host}: {exc.strerror or exc}") from None
+        if resolved.real == Path(resolved.real.anchor):
+            raise ValueError("host: the host's root directory cannot be granted")
+        object.__setattr__(self, "host", resolved.real)  # (frozen: set here, once, while validated)
+        self._resolved = resolved
+        return self
+
+    @property
+    def resolved(self) -> _grants.Resolved | None:
+        """How `host` was resolved (None for a Preopen made without validation)."""
+        return self._resolved
 
     @field_validator("guest")
     @classmethod
@@ -260,20 +274,6 @@ ManifestSource = Manifest | Mapping[str, Any] | str | os.PathLike[str]
 def _within(guest: str, root: str) -> bool:
     """Whether guest path `guest` is `root` or below it."""
     return (guest + "/").startswith(root + "/")
-
-
-def overlapping_preopens(ours: tuple[Preopen, ...], theirs: tuple[Preopen, ...]) -> str | None:
-    """Why two sets of grants must not coexist, or None.
-
-    Preopens are opened by path at every call, so a guest with a writable directory that
-    contains another granted directory could replace that one with a symlink and widen the
-    other grant (its own, or another tool's) to anything on the host.
-    """
-    for a in (*ours, *theirs):
-        for b in (*ours, *theirs):
-            if a.writable and a.host in b.host.parents:
-                return f"writable preopen {a.host} contains another granted directory {b.host}"
-    return None
 
 
 def _resolve(value: str, info: ValidationInfo) -> Path:
