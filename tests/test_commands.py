@@ -14,7 +14,7 @@ import pytest
 import wasmbox
 from wasmbox import CallResult, ErrorKind, ManifestError
 
-from .conftest import CAPABILITIES, ROOT
+from .conftest import CAPABILITIES
 
 ALL_BYTES = bytes(range(256)) * 4
 

@@ -67,7 +67,7 @@ class Template:
             raise ValueError(f"{text!r}: {{*{expanding[0]}}} expands to argv items: not in stdin")
         if len(expanding) > 1:
             raise ValueError(f"{text!r}: at most one {{*name}} placeholder per argv item")
-        return cls(tuple(parts), tuple(dict.fromkeys(s.name for s in slots)), (expanding or [None])[0])
+        return cls(tuple(parts), tuple(dict.fromkeys(s.name for s in slots)), expanding[0] if expanding else None)
 
     def render(self, values: Mapping[str, Any]) -> list[str]:
         """The strings this template gives for `values`: none when an arg it names is missing
@@ -78,7 +78,7 @@ class Template:
             return [self._fill(values, None)]
         elements = values[self.expand]
         if not isinstance(elements, (list, tuple)):
-            raise ValueError(f"{self.expand!r} must be an array to expand into argv items")
+            raise TypeError(f"{self.expand!r} must be an array to expand into argv items")
         return [self._fill(values, element) for element in elements]
 
     def _fill(self, values: Mapping[str, Any], element: Any) -> str:
@@ -113,7 +113,9 @@ class CommandMapping:
         data = Template.parse(stdin, argv_item=False) if stdin is not None else None
         properties = (schema or {}).get("properties")
         if not isinstance(properties, Mapping):
-            raise ValueError("argv and stdin templates need an `input_schema` with `properties`")
+            raise ValueError(  # noqa: TRY004 - the manifest's validator reports ValueErrors
+                "argv and stdin templates need an `input_schema` with `properties`"
+            )
         for template, origin in [*((t, f"argv item {i}") for i, t in enumerate(items)), (data, "stdin")]:
             if template is None:
                 continue
@@ -136,7 +138,8 @@ class CommandMapping:
 
     def render(self, args: Mapping[str, Any]) -> tuple[tuple[str, ...], bytes]:
         """The argv (after the manifest's fixed `args`) and stdin for checked `args`. Raises
-        ValueError for a value that cannot go into argv (a NUL byte, a non-array to expand)."""
+        ValueError for a value that cannot go into argv (a NUL byte, a lone surrogate), TypeError
+        for a non-array to expand."""
         values = {**self.defaults, **args} if self.defaults else args
         argv: list[str] = []
         for template in self.argv:

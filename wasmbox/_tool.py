@@ -9,9 +9,9 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import _abi, _schema
-from ._command import CommandMapping
 from ._audit import Auditor
 from ._call import CallInput
+from ._command import CommandMapping
 from ._errors import ErrorKind
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
@@ -85,7 +85,7 @@ class Tool:
         if problem is None and self._mapping is not None:
             try:
                 argv, stdin = self._mapping.render(args or {})
-            except ValueError as exc:
+            except (TypeError, ValueError) as exc:
                 problem = f"args cannot be passed to the command: {exc}"
         if problem is not None:
             result = CallResult.failed(
