@@ -4,6 +4,7 @@ stdout/stderr bytes, output files from /tmp, media types."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 import wasmbox
 from wasmbox import CallResult, ErrorKind, ManifestError
+from wasmbox._scratch import read_file
 
 from .conftest import CAPABILITIES
 
@@ -285,3 +287,20 @@ def test_bar_chart_large_png_fits_its_limits(bar_chart: wasmbox.Tool) -> None:
     result = bar_chart.call({"values": list(range(-128, 128)), "width": 1024, "height": 1024})
     assert result.ok, result.error
     assert _png(result.files["/tmp/chart.png"])[:2] == (1024, 1024)
+
+
+def test_output_files_are_read_without_following_links(tmp_path: Path) -> None:
+    """`command.outputs` are read from the call's scratch directory only: a symlink (to a file or
+    on the way), a FIFO (which would block) or a directory is left out, never followed."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    root = tmp_path / "scratch"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "ok.txt").write_text("fine")
+    (root / "link.txt").symlink_to(secret)
+    (root / "dirlink").symlink_to(tmp_path)
+    os.mkfifo(root / "fifo")
+    assert read_file(root, "sub/ok.txt", 100) == b"fine"
+    assert read_file(root, "sub/ok.txt", 2) == b"fin"  # at most cap + 1 bytes are read
+    for name in ("link.txt", "dirlink/secret.txt", "fifo", "sub", "missing", "sub/ok.txt/x"):
+        assert read_file(root, name, 100) is None, name
