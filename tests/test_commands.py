@@ -14,6 +14,7 @@ import pytest
 
 import wasmbox
 from wasmbox import CallResult, ErrorKind, ManifestError
+from wasmbox._lint import lint
 from wasmbox._scratch import read_file
 
 from .conftest import CAPABILITIES
@@ -304,3 +305,12 @@ def test_output_files_are_read_without_following_links(tmp_path: Path) -> None:
     assert read_file(root, "sub/ok.txt", 2) == b"fin"  # at most cap + 1 bytes are read
     for name in ("link.txt", "dirlink/secret.txt", "fifo", "sub", "missing", "sub/ok.txt/x"):
         assert read_file(root, name, 100) is None, name
+
+
+def test_lint_warns_about_items_a_dash_could_turn_into_options(built_examples: Path) -> None:
+    def warnings(*argv: str) -> list[str]:
+        return [w for w in lint(wasmbox.Manifest.load(_probe(built_examples, {"argv": list(argv)}))) if "argv" in w]
+
+    assert warnings("{opt}") and warnings("{*files}") and warnings("{n}")
+    assert warnings("--opt={opt}", "-T{format}", "{flag}", "--", "{opt}", "{*files}") == []
+    assert lint(wasmbox.Manifest.load(CAPABILITIES / "bar_chart.toml")) == []

@@ -54,9 +54,9 @@ class Template:
             elif match.group(2) is None:
                 raise ValueError(f"{text!r}: unmatched {token!r} (write {token * 2!r} for a literal brace)")
             else:
-                if literal:
+                if "".join(literal):
                     parts.append("".join(literal))
-                    literal = []
+                literal = []
                 parts.append(_Slot(match.group(2), bool(match.group(1))))
         literal.append(text[position:])
         if "".join(literal):
