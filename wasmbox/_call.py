@@ -315,8 +315,9 @@ def finish(
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
-    `files` are the output files the call wrote (`command.outputs`). `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
-    call's Store in a reference cycle until the garbage collector runs."""
+    `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
+    call's Store in a reference cycle until the garbage collector runs. `files` are the output
+    files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort

@@ -67,7 +67,8 @@ class Template:
             raise ValueError(f"{text!r}: {{*{expanding[0]}}} expands to argv items: not in stdin")
         if len(expanding) > 1:
             raise ValueError(f"{text!r}: at most one {{*name}} placeholder per argv item")
-        return cls(tuple(parts), tuple(dict.fromkeys(s.name for s in slots)), expanding[0] if expanding else None)
+        names = tuple(dict.fromkeys(slot.name for slot in slots))
+        return cls(tuple(parts), names, expanding[0] if expanding else None)
 
     def render(self, values: Mapping[str, Any]) -> list[str]:
         """The strings this template gives for `values`: none when an arg it names is missing
@@ -106,7 +107,9 @@ class CommandMapping:
     defaults: Mapping[str, Any]
 
     @classmethod
-    def parse(cls, argv: tuple[str, ...] | None, stdin: str | None, schema: Mapping[str, Any] | None) -> CommandMapping:
+    def parse(
+        cls, argv: tuple[str, ...] | None, stdin: str | None, schema: Mapping[str, Any] | None
+    ) -> CommandMapping:
         """Raise ValueError naming the first template that is malformed or names an arg that
         `schema` (an object schema with `properties`) does not have."""
         items = tuple(Template.parse(item, argv_item=True) for item in argv or ())

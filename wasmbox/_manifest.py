@@ -70,7 +70,8 @@ class Limits(_Strict):
     memory: Size = Field(64 * 1024**2, le=MAX_MEMORY, description="Linear memory cap.")
     timeout: Duration = Field(2.0, description="Wall-clock deadline, seconds or '500ms'.")
     output: Size = Field(
-        64 * 1024, description="Cap on stdout, stderr, the result, and a command's output files together: each."
+        64 * 1024,
+        description="Cap on stdout, stderr, the result, and a command's output files together: each.",
     )
     host_calls: int = Field(100, ge=0, description="Host-function calls allowed per call.")
 
