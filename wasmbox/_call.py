@@ -341,9 +341,9 @@ def finish(
     if state.reraise is not None:
         raise state.reraise
     out, err = stdout.data(), stderr.data()
-    out_text, out_bytes = views(out)
-    err_text, err_bytes = views(err)
-    files = files if files is not None and error is None else {}
+    out_text, out_bytes = views(out) if out else _NO_OUTPUT
+    err_text, err_bytes = views(err) if err else _NO_OUTPUT
+    files = files if files and error is None else {}
     return construct_result(
         tool=state.manifest.name,
         ok=error is None,
@@ -361,6 +361,9 @@ def finish(
         peak_memory=peak_memory,
         host_calls=state.records,
     )
+
+
+_NO_OUTPUT: tuple[str, bytes | None] = ("", None)
 
 
 def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> dict[str, str]:

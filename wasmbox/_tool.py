@@ -53,6 +53,8 @@ class Tool:
             CommandMapping.parse(command.argv, command.stdin, manifest.input_schema)
             if command is not None and command.mapped else None
         )  # fmt: skip
+        # a command tool without a mapping takes argv/stdin, and args would go nowhere
+        self._refuses_args = self._mapping is None and runner.kind is ToolKind.COMMAND
 
     @property
     def name(self) -> str:
@@ -132,7 +134,7 @@ class Tool:
             return "argv and stdin are for WASI command tools"
         if (argv or stdin) and self._mapping is not None:
             return "this tool builds its argv and stdin from args: pass args only"
-        if args and self.kind is ToolKind.COMMAND and self._mapping is None:
+        if args and self._refuses_args:
             return "this command tool takes argv and stdin, not args (its manifest maps none)"
         if args and not all(isinstance(k, str) for k in args):
             return "args keys must be strings"
