@@ -18,6 +18,7 @@ manifest's `input_schema` or a `--` item is what keeps it from being read as an 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -93,8 +94,15 @@ class Template:
 
 
 def _text(value: Any) -> str:
+    """A string as is, anything else as compact JSON (numbers and booleans without `json`)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return float.__repr__(value)  # what json.dumps writes for it
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
