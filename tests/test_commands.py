@@ -314,3 +314,21 @@ def test_lint_warns_about_items_a_dash_could_turn_into_options(built_examples: P
     assert warnings("{opt}") and warnings("{*files}") and warnings("{n}")
     assert warnings("--opt={opt}", "-T{format}", "{flag}", "--", "{opt}", "{*files}") == []
     assert lint(wasmbox.Manifest.load(CAPABILITIES / "bar_chart.toml")) == []
+
+
+BINARY_STDERR_WAT = r"""
+(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "\10\00\00\00\06\00\00\00")  ;; one iovec: 6 bytes at 16
+  (data (i32.const 16) "\ff\fe\00bin")
+  (func (export "_start") (drop (call $fd_write (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8)))))
+"""
+
+
+def test_binary_stderr_arrives_intact(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    module = tmp_path / "binary_stderr.wat"
+    module.write_text(BINARY_STDERR_WAT)
+    result = box.load({"name": "binary_stderr", "module": str(module)}).call()
+    assert result.ok and result.stderr_bytes == b"\xff\xfe\x00bin" and result.stdout_bytes is None
+    assert result.stderr == "\ufffd\ufffd\x00bin"
