@@ -4,7 +4,8 @@ componentize-py imports this module at build time and snapshots the interpreter,
 import below is already done when a call starts. Each call is a fresh instance of that
 snapshot: nothing here survives from one call to the next.
 
-Request (MessagePack map):
+Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since each
+entry of a map costs ~40k fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
@@ -12,6 +13,8 @@ Response (MessagePack map):
     {"ok": value}
     {"error": message, "kind": "guest_error" | "invalid_arguments" | "memory_limit"
                                | "bad_response", "traceback": str}
+    {"too_big": int}   the ok response would have been this many bytes: over the output cap,
+                       or over what one transfer to the host can carry (REPLY_MAX); not sent
 
 A tool is compiled once, when the host loads it, by a "compile" request to an instance that
 runs nothing else; its calls then send those bytes (the marshalled code object) with the source
@@ -91,15 +94,28 @@ import wit_world
 TRACEBACK_CAP = 8192
 TRACEBACK_FRAMES = 30  # the innermost ones; a RecursionError has a thousand
 
-# componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops the
-# rest of a write when WASI accepts only part of it (it takes 8 KiB at a time). A buffered
-# writer retries short writes; the driver flushes at the end of every call.
-sys.stdout = io.TextIOWrapper(
-    io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-)
-sys.stderr = io.TextIOWrapper(
-    io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-)
+# The most bytes one response can carry: Wasmtime copies a component's result into the host
+# under a 128 MiB budget per call ("hostcall fuel"), and through the C API every byte of a
+# list<u8> costs one 48-byte value of it. Past this the call would trap; the host has the same
+# figure (_component_io.REPLY_MAX).
+REPLY_MAX = (128 << 20) // 48
+_output_cap = REPLY_MAX  # this call's output cap, from its request
+
+
+def _stream(fd: int) -> io.TextIOWrapper:
+    """A line-buffered text stream over `fd`: each line reaches the host as soon as it ends,
+    so a call stopped by its fuel or deadline (after which its instance never runs again)
+    keeps what it printed, but for at most the last 16 KiB of a line it had not ended (the
+    text and byte buffers hold 8 KiB each; 3.14's default for the latter is 128 KiB).
+    (componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops
+    the rest of a write when WASI takes only part of it, 8 KiB at a time; the buffered writer
+    retries short writes.) The driver flushes at the end of every call."""
+    raw = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), buffer_size=8192)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", line_buffering=True)
+
+
+sys.stdout = _stream(1)
+sys.stderr = _stream(2)
 
 
 class _Refusal(Exception):
@@ -137,9 +153,11 @@ def _raised_here(exc: BaseException) -> bool:
 
 def _serve(request: bytes) -> tuple[object, bool]:
     """The value the request produced, and whether it must be sendable as is (a tool's)."""
+    global _output_cap
     random.seed()  # the snapshot's seed was fixed at build time; each call gets a fresh one
+    _output_cap = min(int.from_bytes(request[:8], "little"), REPLY_MAX)
     try:
-        message = msgpack.unpackb(request, raw=False)
+        message = msgpack.unpackb(memoryview(request)[8:], raw=False)
     except Exception as exc:
         raise _Refusal("bad_response", f"driver: bad request: {exc}") from None
     mode = message.get("mode")
@@ -232,14 +250,18 @@ def _remember_source(filename: str, source: str) -> None:
 
 
 def _reply(value: object, strict: bool) -> bytes:
-    """The ok response, encoded once (see `_encode`). A value that cannot be sent is an error
-    for a tool (`strict`) that names what is wrong; a snippet's becomes its repr."""
+    """The ok response, encoded once (see `_encode`), or its size when it is too big to send.
+    A value that cannot be sent is an error for a tool (`strict`) that names what is wrong; a
+    snippet's becomes its repr."""
     try:
-        return _pack({"ok": value})
+        reply = _pack({"ok": value})
     except (TypeError, ValueError, OverflowError) as exc:
         if strict:
             raise _Refusal("guest_error", _unsendable(exc)) from None
-        return _pack({"ok": repr(value)})
+        reply = _pack({"ok": repr(value)})
+    if len(reply) > _output_cap:  # the host would refuse it: say how big, send nothing
+        return _pack({"too_big": len(reply)})
+    return reply
 
 
 def _unsendable(exc: BaseException) -> str:
@@ -339,6 +361,9 @@ def _warm_up() -> None:
     source = "def main(x):\n    return x\n"
     code = _compile_tool(source, "warm_up.py")
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
+    # as `_serve` decodes a request, from a memoryview: a call then costs ~58k less fuel (measured
+    # with bench/compare.py --suite output, its "call fuel")
+    msgpack.unpackb(memoryview(_pack({"mode": "code"}))[0:], raw=False)
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x", "d": datetime.date(2024, 1, 1)}), raw=False)
     linecache.cache.clear()
     sys.modules["__main__"] = main  # no call meets the warm-up's modules
