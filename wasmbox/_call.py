@@ -24,7 +24,7 @@ from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
 from ._manifest import Limits, Manifest, Preopen
-from ._output import Output
+from ._output import Output, sniff, views
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
 
@@ -332,11 +332,13 @@ def finish(
     stderr: Output,
     peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
+    files: dict[str, bytes] | None = None,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
-    call's Store in a reference cycle until the garbage collector runs."""
+    call's Store in a reference cycle until the garbage collector runs. `files` are the output
+    files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort
@@ -359,19 +361,49 @@ def finish(
     (close or close_store)(store)
     if state.reraise is not None:
         raise state.reraise
+    out, err = stdout.data(), stderr.data()
+    out_text, out_bytes = views(out) if out else _NO_OUTPUT
+    err_text, err_bytes = views(err) if err else _NO_OUTPUT
+    files = files if files and error is None else {}
     return construct_result(
         tool=state.manifest.name,
         ok=error is None,
         value=value if error is None else None,
         error=error,
-        stdout=stdout.text(),
-        stderr=stderr.text(),
+        stdout=out_text,
+        stderr=err_text,
+        stdout_bytes=out_bytes,
+        stderr_bytes=err_bytes,
+        files=files,
+        media_types=media_types(state.manifest, out, files) if out or files else {},
         truncated=truncated,
         fuel_used=limits.fuel - fuel,
         duration_s=time.perf_counter() - started,
         peak_memory=peak_memory,
         host_calls=state.records,
     )
+
+
+_NO_OUTPUT: tuple[str, bytes | None] = ("", None)
+
+
+def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> dict[str, str]:
+    """The media types a result knows: the manifest's (`command.stdout_media_type`, each output's
+    `media_type`), else sniffed from the bytes (`_output.sniff`); none for plain text."""
+    command = manifest.command
+    known: dict[str, str] = {}
+    declared = command.stdout_media_type if command is not None else None
+    found = declared or (sniff(stdout) if stdout else None)
+    if found:
+        known["stdout"] = found
+    if files:
+        assert command is not None
+        for output in command.outputs:
+            if output.path in files:
+                found = output.media_type or sniff(files[output.path])
+                if found:
+                    known[output.path] = found
+    return known
 
 
 def close_store(store: wasmtime.Store) -> None:

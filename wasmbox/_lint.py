@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ._allowlist import AddressRule, forbidden_reason
 from ._cache import default_cache_dir
+from ._command import Template
 from ._inspect import inspect_file
 from ._manifest import Manifest
 from ._units import format_size
@@ -30,7 +31,51 @@ def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
     warnings += _unused_grant_warnings(manifest)
+    return warnings + _command_warnings(manifest)
+
+
+def _command_warnings(manifest: Manifest) -> list[str]:
+    """argv items that begin with an arg's value, which may start with '-' (and be read as an
+    option), with no '--' before them and nothing in the schema that rules the dash out."""
+    command, schema = manifest.command, manifest.input_schema or {}
+    if command is None or command.argv is None:
+        return []
+    properties = schema.get("properties", {})
+    warnings = []
+    after_dashes = "--" in manifest.args
+    for item in command.argv:
+        if item == "--":
+            after_dashes = True
+        template = Template.parse(item, argv_item=True)
+        first = template.parts[0] if template.parts else None
+        if after_dashes or isinstance(first, str) or first is None:
+            continue
+        declared = properties.get(first.name, {})
+        if first.expand and isinstance(declared, dict):
+            declared = declared.get("items", {})
+        if not _dash_ruled_out(declared):
+            warnings.append(
+                f"command.argv item {item!r}: a value starting with '-' would be read as an option; "
+                "put a '--' item before it, give it a prefix, or constrain it (pattern, enum)"
+            )
     return warnings
+
+
+def _dash_ruled_out(schema: object) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        return not any(isinstance(v, str) and v.startswith("-") for v in values)
+    if "pattern" in schema:
+        return True  # the author said what is allowed
+    kind = schema.get("type")
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum"))
+        return isinstance(low, (int, float)) and low >= 0
+    return False
 
 
 def _preopen_warnings(manifest: Manifest) -> list[str]:

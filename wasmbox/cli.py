@@ -21,10 +21,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wasmbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="call a tool once and print the result as JSON")
+    run = commands.add_parser(
+        "run", help="call a tool once and print the result as JSON",
+        usage="wasmbox run MANIFEST [options] [-- ARGV...]",
+        epilog="Everything after the first -- is the command tool's extra argv, as is "
+        "(e.g. -- -Tsvg -p 'read x; synth').",
+    )  # fmt: skip
     run.add_argument("manifest", type=Path)
     run.add_argument("--args", default="{}", help="the call's args as a JSON object")
-    run.add_argument("--argv", nargs="*", default=[], help="extra argv (WASI command tools)")
+    run.add_argument(
+        "--arg", action="append", default=[], metavar="KEY=TEXT|KEY:=JSON",
+        help="one arg, a string (KEY=TEXT) or any JSON value (KEY:=JSON); over --args",
+    )  # fmt: skip
+    run.add_argument(
+        "--argv", nargs="*", action="extend", default=[],
+        help="extra argv (WASI command tools); --argv=-x for one that starts with a dash",
+    )
     run.add_argument("--stdin", type=Path, help="a file whose bytes are the guest's stdin")
     run.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
 
@@ -83,7 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--max-workers", type=int, help="calls run at once (default: CPU count)")
     serve.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
 
-    options = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if "--" in words:  # split here, not by argparse: what follows may look like options
+        at = words.index("--")
+        words, tail = words[:at], words[at + 1 :]
+    options = parser.parse_args(words)
+    if tail and options.command != "run":
+        parser.error("only `run` takes argv after --")
+    options.command_argv = tail
     try:
         if options.command == "run":
             return _run(options)
@@ -115,17 +135,39 @@ def _run(options: argparse.Namespace) -> int:
     from ._sandbox import Sandbox
 
     try:
-        args = json.loads(options.args)
+        args = _call_args(options.args, options.arg)
     except ValueError as exc:
-        print(f"wasmbox: --args is not JSON: {exc}", file=sys.stderr)
+        print(f"wasmbox: {exc}", file=sys.stderr)
         return 2
     stdin = options.stdin.read_bytes() if options.stdin else b""
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
     with Sandbox(**kwargs) as box:
         tool = box.load(options.manifest)
-        result = tool.call(args, argv=options.argv, stdin=stdin)
+        result = tool.call(args, argv=[*options.argv, *options.command_argv], stdin=stdin)
     _print_json(result.model_dump(mode="json"))
     return 0 if result.ok else 1
+
+
+def _call_args(text: str, items: list[str]) -> Any:
+    """`--args` JSON with each `--arg` set over it. Raises ValueError saying which is wrong."""
+    try:
+        args = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--args is not JSON: {exc}") from None
+    if items and not isinstance(args, dict):
+        raise ValueError("--arg needs --args to be a JSON object")
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not equals or not key or key == ":":
+            raise ValueError(f"--arg {item!r}: write KEY=TEXT or KEY:=JSON")
+        if key.endswith(":"):
+            try:
+                args[key[:-1]] = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"--arg {item!r}: not JSON after ':=': {exc}") from None
+        else:
+            args[key] = value
+    return args
 
 
 def _python(options: argparse.Namespace) -> int:
