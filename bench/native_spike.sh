@@ -11,7 +11,7 @@ python3 - <<'PY'
 import glob, zipfile
 wheel, = glob.glob("native/target/wheels/*.whl")
 with zipfile.ZipFile(wheel) as archive:
-    name, = [n for n in archive.namelist() if n.startswith("wasmbox/_native") and n.endswith(".so")]
+    name, = [n for n in archive.namelist() if n.endswith("_native.abi3.so")]
     with open("wasmbox/_native.abi3.so", "wb") as out:
         out.write(archive.read(name))
 print("built wasmbox/_native.abi3.so from", wheel)
