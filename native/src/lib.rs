@@ -8,9 +8,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -114,7 +115,7 @@ impl Engine {
 }
 
 /// One call's limits, as `wasmbox.Limits` has them.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 struct Limits {
     fuel: u64,
     memory: usize,
@@ -224,27 +225,55 @@ impl WasiView for PyState {
 /// The CPython runtime component: `call` sends one request to a fresh instance, with the
 /// stdlib preopened read-only at /python and stdout/stderr captured up to the output cap.
 /// `call-host` answers every name with an error reply (nothing is granted).
+///
+/// With `spare`, a Rust thread drops each call's Store after the call and makes the next
+/// call's instance ahead of it (as wasmbox's housekeeper thread does, without the GIL): a call
+/// that finds it ready only runs. A spare is made for the limits of the call before; a call
+/// with other limits makes its own.
 #[pyclass(frozen)]
 struct PythonRuntime {
+    inner: Arc<Inner>,
+    keeper: Option<SyncSender<Job>>,
+}
+
+struct Inner {
     engine: wasmtime::Engine,
     tick_s: f64,
     pre: component::InstancePre<PyState>,
     run: component::ComponentExportIndex,
     stdlib: PathBuf,
+    spare: Mutex<Option<Instance>>,
 }
+
+/// A Store and an instance for one call, not yet run.
+struct Instance {
+    store: Store<PyState>,
+    run: component::Func,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    limits: Limits,
+}
+
+enum Job {
+    Drop(Store<PyState>),
+    Prepare(Limits),
+}
+
+type Reply = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
 
 #[pymethods]
 impl PythonRuntime {
     /// Compiles `component_path` (or loads `compiled_path`, which is written when missing or
     /// made by another Wasmtime build).
     #[new]
-    #[pyo3(signature = (engine, component_path, stdlib_dir, compiled_path=None))]
+    #[pyo3(signature = (engine, component_path, stdlib_dir, compiled_path=None, *, spare=false))]
     fn new(
         py: Python<'_>,
         engine: &Engine,
         component_path: PathBuf,
         stdlib_dir: PathBuf,
         compiled_path: Option<PathBuf>,
+        spare: bool,
     ) -> PyResult<Self> {
         let wasm_engine = engine.engine.clone();
         let compiled = py
@@ -260,7 +289,39 @@ impl PythonRuntime {
             .get_export_index(None, "run")
             .ok_or_else(|| CallFailed::new_err(("bad_module", "the component exports no `run`")))?;
         let pre = linker.instantiate_pre(&compiled).map_err(failed)?;
-        Ok(PythonRuntime { engine: wasm_engine, tick_s: engine.tick_s, pre, run, stdlib: stdlib_dir })
+        let inner = Arc::new(Inner {
+            engine: wasm_engine,
+            tick_s: engine.tick_s,
+            pre,
+            run,
+            stdlib: stdlib_dir,
+            spare: Mutex::new(None),
+        });
+        let keeper = if spare {
+            let (sender, jobs) = sync_channel::<Job>(4);
+            let owner = inner.clone();
+            thread::Builder::new()
+                .name("wasmbox-python".into())
+                .spawn(move || {
+                    for job in jobs {  // ends when the PythonRuntime (the sender) is dropped
+                        match job {
+                            Job::Drop(store) => drop(store),
+                            Job::Prepare(limits) => {
+                                if owner.spare.lock().unwrap().is_none() {
+                                    if let Ok(made) = owner.prepare(limits, &mut [0; 4]) {
+                                        *owner.spare.lock().unwrap() = Some(made);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| CallFailed::new_err(("host_error", e.to_string())))?;
+            Some(sender)
+        } else {
+            None
+        };
+        Ok(PythonRuntime { inner, keeper })
     }
 
     /// Run `request` (MessagePack) in a fresh instance; returns (response, stdout, stderr,
@@ -276,13 +337,49 @@ impl PythonRuntime {
         output: usize,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, u64)> {
         let limits = Limits { fuel, memory, timeout, output };
-        let (reply, out, err, used) = py.allow_threads(|| self.run(request, limits)).map_err(into_py)?;
+        let (reply, out, err, used) = py.allow_threads(|| self.call_in(request, limits, &mut [0; 4])).map_err(into_py)?;
         Ok((PyBytes::new(py, &reply), PyBytes::new(py, &out), PyBytes::new(py, &err), used))
+    }
+
+    /// `call` with default limits, returning the nanoseconds of its phases instead: (WASI
+    /// context and Store, instantiation, the run, dropping the Store); the first two are 0
+    /// when a spare was ready, the last when the keeper thread drops it.
+    fn phases(&self, py: Python<'_>, request: &[u8]) -> PyResult<[u64; 4]> {
+        let limits = Limits { fuel: 50_000_000, memory: 64 << 20, timeout: 2.0, output: 64 << 10 };
+        let mut times = [0; 4];
+        py.allow_threads(|| self.call_in(request, limits, &mut times)).map_err(into_py)?;
+        Ok(times)
     }
 }
 
 impl PythonRuntime {
-    fn run(&self, request: &[u8], limits: Limits) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>, u64), (&'static str, String)> {
+    fn call_in(&self, request: &[u8], limits: Limits, times: &mut [u64; 4]) -> Result<Reply, (&'static str, String)> {
+        let ready = self.inner.spare.lock().unwrap().take().filter(|spare| spare.limits == limits);
+        let instance = match ready {
+            Some(spare) => spare,
+            None => self.inner.prepare(limits, times)?,
+        };
+        let started = Instant::now();
+        let (result, store) = self.inner.run(instance, request);
+        times[2] = started.elapsed().as_nanos() as u64;
+        let started = Instant::now();
+        match &self.keeper {
+            Some(keeper) => {
+                if let Err(TrySendError::Full(job)) = keeper.try_send(Job::Drop(store)) {
+                    drop(job);
+                }
+                let _ = keeper.try_send(Job::Prepare(limits));
+            }
+            None => drop(store),
+        }
+        times[3] = started.elapsed().as_nanos() as u64;
+        result
+    }
+}
+
+impl Inner {
+    fn prepare(&self, limits: Limits, times: &mut [u64; 4]) -> Result<Instance, (&'static str, String)> {
+        let started = Instant::now();
         let (stdout, stderr) = (MemoryOutputPipe::new(limits.output), MemoryOutputPipe::new(limits.output));
         let wasi = WasiCtxBuilder::new()
             .arg("python")
@@ -295,19 +392,38 @@ impl PythonRuntime {
         let state = PyState { wasi, table: ResourceTable::new(), limits: store_limits };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
+        // fuel and a deadline for instantiation (the component's start code); renewed by `run`
         store.set_fuel(limits.fuel).map_err(classify)?;
-        store.set_epoch_deadline(((limits.timeout / self.tick_s).ceil() as u64).max(1) + 1);
+        store.set_epoch_deadline(self.ticks(limits.timeout));
+        times[0] = started.elapsed().as_nanos() as u64;
+        let started = Instant::now();
         let instance = self.pre.instantiate(&mut store).map_err(classify)?;
         let run = instance
-            .get_typed_func::<(&[u8],), (Vec<u8>,)>(&mut store, &self.run)
-            .map_err(classify)?;
-        let (reply,) = run.call(&mut store, (request,)).map_err(classify)?;
-        if reply.len() > limits.output {
-            return Err(("output_limit", format!("result of {} bytes exceeds the output cap", reply.len())));
-        }
-        let used = limits.fuel - store.get_fuel().map_err(classify)?;
-        drop(store);
-        Ok((reply, stdout.contents().to_vec(), stderr.contents().to_vec(), used))
+            .get_func(&mut store, &self.run)
+            .ok_or(("bad_module", "the component exports no `run`".to_string()))?;
+        times[1] = started.elapsed().as_nanos() as u64;
+        Ok(Instance { store, run, stdout, stderr, limits })
+    }
+
+    /// Full fuel and a deadline from now, then the call. The Store comes back to be dropped.
+    fn run(&self, instance: Instance, request: &[u8]) -> (Result<Reply, (&'static str, String)>, Store<PyState>) {
+        let Instance { mut store, run, stdout, stderr, limits } = instance;
+        let result = (|| {
+            store.set_fuel(limits.fuel).map_err(classify)?;
+            store.set_epoch_deadline(self.ticks(limits.timeout));
+            let run = run.typed::<(&[u8],), (Vec<u8>,)>(&store).map_err(classify)?;
+            let (reply,) = run.call(&mut store, (request,)).map_err(classify)?;
+            if reply.len() > limits.output {
+                return Err(("output_limit", format!("result of {} bytes exceeds the output cap", reply.len())));
+            }
+            let used = limits.fuel - store.get_fuel().map_err(classify)?;
+            Ok((reply, stdout.contents().to_vec(), stderr.contents().to_vec(), used))
+        })();
+        (result, store)
+    }
+
+    fn ticks(&self, timeout_s: f64) -> u64 {
+        ((timeout_s / self.tick_s).ceil() as u64).max(1) + 1
     }
 }
 
