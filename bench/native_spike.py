@@ -31,6 +31,7 @@ import wasmtime
 
 import wasmbox
 from wasmbox import _abi, _bench
+from wasmbox._engine import WASMTIME_VERSION
 
 try:
     from wasmbox import _native  # type: ignore[attr-defined]
@@ -84,7 +85,7 @@ def main() -> int:
     options = parser.parse_args()
 
     engine = _native.Engine()
-    print(f"wasmtime-py {wasmtime.__version__ if hasattr(wasmtime, '__version__') else '?'}, "
+    print(f"wasmtime-py {WASMTIME_VERSION}, "
           f"native wasmtime {_native.WASMTIME_VERSION}, PAGEMAP_SCAN in use: {engine.pagemap_scan}")
     with tempfile.TemporaryDirectory() as folder, wasmbox.Sandbox() as box:
         echo_path = Path(folder) / "echo.wat"
