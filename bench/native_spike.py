@@ -130,6 +130,13 @@ def main() -> int:
         "(compare with bench/python_phases.py)",
     )
     parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="a keyword for the native Engine, e.g. pool_table_keep_resident=1048576 or pagemap_scan=0",
+    )
+    parser.add_argument(
         "--only",
         default="",
         help="time only the contenders whose name has this in it "
@@ -137,7 +144,13 @@ def main() -> int:
     )
     options = parser.parse_args()
 
-    engine = _native.Engine()
+    settings = dict(item.split("=", 1) for item in options.engine)
+    engine = _native.Engine(
+        **{
+            k: bool(int(v)) if k in ("pooling", "pagemap_scan") else int(v)
+            for k, v in settings.items()
+        }
+    )
     print(
         f"wasmtime-py {WASMTIME_VERSION}, "
         f"native wasmtime {_native.WASMTIME_VERSION}, PAGEMAP_SCAN in use: {engine.pagemap_scan}"

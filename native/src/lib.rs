@@ -44,7 +44,8 @@ struct Engine {
 impl Engine {
     #[new]
     #[pyo3(signature = (*, max_wasm_stack=512 * 1024, epoch_tick_s=0.005, pooling=true, pool_slots=512,
-                        pool_components=64, pool_keep_resident=32 << 20, pagemap_scan=true))]
+                        pool_components=64, pool_keep_resident=32 << 20, pool_table_keep_resident=0,
+                        pagemap_scan=true))]
     fn new(
         max_wasm_stack: usize,
         epoch_tick_s: f64,
@@ -52,6 +53,7 @@ impl Engine {
         pool_slots: u32,
         pool_components: u32,
         pool_keep_resident: usize,
+        pool_table_keep_resident: usize,
         pagemap_scan: bool,
     ) -> PyResult<Self> {
         let mut config = Config::new();
@@ -74,6 +76,7 @@ impl Engine {
                 .max_component_instance_size(16 << 20)
                 .table_elements(200_000)
                 .linear_memory_keep_resident(pool_keep_resident)
+                .table_keep_resident(pool_table_keep_resident)
                 .pagemap_scan(if pagemap_scan { Enabled::Auto } else { Enabled::No });
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
