@@ -6,6 +6,11 @@ that the files outside the grant are exactly as they were, that the Sandbox stil
 normal core call and a normal Python call, that no thread was added, and that once the
 Sandbox is closed the process holds exactly the descriptors and threads it held before the
 Sandbox existed (so nothing the hostile call opened or started outlives it).
+
+With `--under-load`, two more threads make valid calls on the case's Sandbox from before the
+case starts until `assert_untouched` (or the case's end): core calls, one of them through a
+host function, and a Python tool's and snippets', each result checked, so that races between
+hostile and honest calls are tried in every case.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +87,77 @@ def leaks_secret(result: wasmbox.CallResult) -> bool:
     return SECRET in json.dumps(result.model_dump(mode="json"), default=str)
 
 
+Check = Callable[[int], tuple[wasmbox.CallResult, Any]]  # call n: the result, and its right value
+
+
+class Load:
+    """Valid calls on two threads (core; Python) until `stop`, every result checked."""
+
+    def __init__(self, box: wasmbox.Sandbox, folder: Path) -> None:
+        @box.host_function("load.twice")
+        def twice(n: int) -> int:
+            return 2 * n
+
+        forward = folder / "load_forward.wat"  # forward.wat, calling load.twice
+        forward.write_text((WAT / "forward.wat").read_text().replace('"host.fn"', '"load.twice"'))
+        source = folder / "load_tool.py"
+        source.write_text("import wasmbox_guest\n\ndef main(n: int):\n"
+                          "    return [n, wasmbox_guest.call_host('load.twice', n=n)]\n")  # fmt: skip
+        limits = {"timeout": "60s"}  # fuel decides these, never a loaded machine's speed
+        echo = box.load({"name": "load_echo", "module": str(WAT / "echo.wat"), "limits": limits})
+        fwd = box.load({"name": "load_forward", "module": str(forward), "host_functions": ["load.twice"],
+                        "limits": limits})  # fmt: skip
+        tool = box.load({"name": "load_py", "runtime": "python", "source": str(source),
+                         "host_functions": ["load.twice"], "limits": limits})  # fmt: skip
+        snippet = {"name": "load_snippet", "runtime": "python", "limits": limits}
+        core: list[Check] = [
+            lambda n: (echo.call({"n": n, "s": "x" * (n % 97)}), {"n": n, "s": "x" * (n % 97)}),
+            lambda n: (fwd.call({"n": n}), 2 * n),
+        ]
+        python: list[Check] = [
+            lambda n: (tool.call({"n": n}), [n, 2 * n]),
+            lambda n: (box.run_python(f"print({n})\n{n} * 3", snippet), 3 * n),
+        ]
+        self.calls = [0, 0]
+        self.wrong: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i, checks), name=f"hostile-load-{what}", daemon=True)
+            for i, (what, checks) in enumerate([("core", core), ("python", python)])
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, index: int, checks: list[Check]) -> None:
+        n = 0
+        while not self._stop.is_set():
+            check = checks[n % len(checks)]
+            try:
+                result, expected = check(n)
+                if not result.ok or result.value != expected:
+                    self.wrong.append(f"call {n}: expected {expected!r}, got {result!r}")
+            except Exception as exc:  # noqa: BLE001 - a valid call must never raise: report it
+                self.wrong.append(f"call {n}: raised {exc!r}")
+            n += 1
+            self.calls[index] += 1
+        checks.clear()  # hold nothing of the Sandbox once stopped
+
+    def stop(self) -> None:
+        """Once each thread has finished a call (so each overlapped the case), stop them;
+        fail if any valid call went wrong."""
+        if not self._threads:
+            return
+        stop = time.monotonic() + 60  # (only so that a broken run cannot hang)
+        while not all(self.calls) and time.monotonic() < stop and not self.wrong:
+            time.sleep(0.001)
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        assert not self.wrong, f"{len(self.wrong)} valid calls went wrong under the hostile case: {self.wrong[:3]}"
+        assert all(self.calls), f"the load made no call in time: {self.calls}"
+
+
 @dataclass
 class Guarded:
     """One hostile case's world: a Sandbox, a granted dir, and a secret beside it."""
@@ -94,6 +171,7 @@ class Guarded:
     fd_targets_before: list[str]
     threads_before: int
     threads_open: int  # with this Sandbox warmed up
+    load: Load | None = None  # with --under-load
 
     def preopen(self, writable: bool = False) -> list[dict[str, Any]]:
         return [{"host": str(self.granted), "guest": "/data", "writable": writable}]
@@ -119,6 +197,8 @@ class Guarded:
     def assert_untouched(self, *, granted_too: bool = True) -> None:
         """The host after a hostile call: outside files unchanged, the Sandbox serving, no
         thread added; closed, it leaves the descriptors and threads as they were before it."""
+        if self.load is not None:
+            self.load.stop()
         assert snapshot(self.outside) == self._outside, "a file outside the grant changed"
         assert self.secret.read_text() == SECRET
         assert sorted(os.listdir(self.root)) == ["granted", "outside"], "something was created beside the grant"
@@ -150,7 +230,9 @@ def hostile_guests(built_examples: Path, cache_dir: Path) -> Path:
 
 
 @pytest.fixture
-def guarded(hostile_guests: Path, cache_dir: Path, tmp_path: Path) -> Iterator[Guarded]:
+def guarded(
+    hostile_guests: Path, cache_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Guarded]:
     """A fresh Sandbox beside a host tree:
 
         granted/inside.txt, granted/sub/, granted/abs_link -> outside/secret.txt,
@@ -175,9 +257,13 @@ def guarded(hostile_guests: Path, cache_dir: Path, tmp_path: Path) -> Iterator[G
     guard = Guarded(box, root, granted, outside, secret, fds_before, targets_before, threads_before,
                     threading.active_count())  # fmt: skip
     guard._record()
+    if request.config.getoption("--under-load"):
+        guard.load = Load(box, tmp_path)  # (outside `root`: the case's tree stays as it was)
     del box
     try:
         yield guard
     finally:
+        if guard.load is not None:
+            guard.load.stop()
         if hasattr(guard, "box"):
             guard.box.close()
