@@ -30,10 +30,15 @@ from pathlib import Path
 import wasmbox
 from wasmbox import _abi, _call, _component_io
 from wasmbox._engine import EngineSettings
-from wasmbox._python_runner import _PREPARING, PythonRuntimeRunner, _Spare
+from wasmbox._python_runner import (
+    _PREPARING,
+    PythonRuntimeRunner,
+    _Spare,
+    encode_request,
+)
 
 _PAGE = 4096
-REQUEST = _abi.pack({"mode": "code", "code": "sum(range(100))"})
+REQUEST = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 
 
 def main() -> int:

@@ -16,6 +16,7 @@ from wasmtime import component
 import wasmbox
 from wasmbox import _abi
 from wasmbox._bench import GREET_PY
+from wasmbox._python_runner import encode_request
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPABILITIES = ROOT / "capabilities"
@@ -48,7 +49,7 @@ def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox
     linker.add_wasip2()
     with linker.root() as root:
         root.add_func("call-host", lambda store, name, args: _abi.error("none"))
-    request = _abi.pack({"mode": "code", "code": "sum(range(100))"})
+    request = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 
     def call() -> object:
         store = wasmtime.Store(engine)

@@ -6,17 +6,23 @@ otherwise). Name lookups go through a resolver the test controls, so DNS answers
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import ipaddress
 import json
+import shutil
+import socket
+import ssl
+import subprocess
 import threading
+import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
 import wasmbox
-from wasmbox._allowlist import parse_rule, verdict
+from wasmbox._allowlist import forbidden_reason, parse_rule, verdict
 
 from .conftest import wat
 
@@ -184,6 +190,76 @@ def test_forbidden_addresses_are_refused_in_any_spelling(
     assert reason in refused(fetch(fbox, allow, url.format(port=server)))
 
 
+@pytest.mark.parametrize("address, reason", [("fec0::1", "site-local"), ("3fff::1", "documentation"),
+                                              ("192.88.99.1", "6to4 relay")])  # fmt: skip
+def test_a_name_rule_never_reaches_ranges_ipaddress_calls_global(
+    fbox: wasmbox.Sandbox, resolver: Resolver, address: str, reason: str
+) -> None:
+    resolver.answers["api.weather.test"] = [[address]]
+    assert reason in refused(fetch(fbox, ["api.weather.test:80"], "http://api.weather.test/"))
+
+
+@pytest.mark.parametrize(
+    "address, reason",
+    [
+        # IPv4 special-purpose registry
+        ("0.1.2.3", "'this network'"),
+        ("100.127.255.254", "shared address space"),
+        ("192.0.0.8", "IETF protocol assignments"),  # the IPv4 dummy address: ipaddress says global
+        ("192.0.0.9", "IETF protocol assignments"),  # PCP anycast: IANA says global, no fetch target
+        ("192.0.2.1", "documentation"),
+        ("192.88.99.1", "deprecated 6to4 relay anycast"),  # ipaddress says global
+        ("198.19.255.255", "benchmarking"),
+        ("198.51.100.1", "documentation"),
+        ("203.0.113.1", "documentation"),
+        ("240.0.0.1", "reserved"),
+        ("255.255.255.255", "reserved"),
+        ("192.31.196.1", None),  # AS112: globally reachable
+        ("192.52.193.1", None),  # AMT: globally reachable
+        ("192.175.48.1", None),  # direct-delegation AS112
+        ("8.8.8.8", None),
+        # IPv6 special-purpose registry and deprecated ranges
+        ("fec0::1", "site-local (deprecated)"),  # ipaddress says global
+        ("feff:ffff::1", "site-local (deprecated)"),
+        ("3ffe:831f::1", "former 6bone"),  # ipaddress says global
+        ("3fff::1", "documentation"),  # ipaddress (3.11) says global
+        ("2001:db8::1", "documentation"),
+        ("::1.2.3.4", "IPv4-compatible"),
+        ("::8.8.8.8", "IPv4-compatible"),
+        ("100::1", "discard-only"),
+        ("100:0:0:1::1", "outside the IPv6 global unicast space"),  # the dummy prefix
+        ("64:ff9b:1::808:808", "local-use NAT64"),
+        ("5f00::1", "SRv6"),
+        ("2001:4:112::1", "IETF protocol assignments"),  # AS112-v6 (anycast DNS sink)
+        ("2001:20::1", "IETF protocol assignments"),  # ORCHIDv2: identifiers, not locators
+        ("::ffff:0:808:808", "outside the IPv6 global unicast space"),  # SIIT
+        ("4000::1", "outside the IPv6 global unicast space"),
+        ("fc00::1", "private"),
+        ("fe80::1", "link-local"),
+        ("ff0e::1", "multicast"),
+        # IPv6 forms that embed an IPv4 address get its verdict
+        ("2002:c058:6301::1", "embeds 192.88.99.1"),  # 6to4 of the 6to4 relay anycast prefix
+        ("64:ff9b::c000:208", "embeds 192.0.2.8"),  # NAT64 of a documentation address
+        ("::ffff:192.0.0.8", "embeds 192.0.0.8"),
+        ("2002:808:808::1", None),  # 6to4 of 8.8.8.8
+        ("64:ff9b::808:808", None),
+        ("::ffff:8.8.8.8", None),
+        ("2001:200::1", None),  # the first allocation past 2001::/23
+        ("2620:4f:8000::1", None),  # direct-delegation AS112-v6
+        ("2606:4700::1111", None),
+        ("2a00:1450:4001::1", None),
+    ],
+)
+def test_special_purpose_ranges_are_refused_for_name_rules(address: str, reason: str | None) -> None:
+    ip = ipaddress.ip_address(address)
+    got = forbidden_reason(ip)
+    assert got is None if reason is None else reason in (got or ""), got
+    by_name = verdict([parse_rule("api.example.com:443")], "api.example.com", 443, ip)
+    assert (by_name is None) is (reason is None), by_name
+    explicit = parse_rule(f"{address}/{ip.max_prefixlen}")  # an address entry still allows it
+    assert verdict([explicit], "api.example.com", 443, ip) is None
+
+
 def test_odd_spellings_get_the_canonical_verdict_when_allowed(fbox: wasmbox.Sandbox, server: int) -> None:
     allow = [f"127.0.0.1:{server}"]
     for host in ("127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "[::ffff:127.0.0.1]"):
@@ -286,3 +362,262 @@ def test_verdicts_of_the_allow_list() -> None:
     assert verdict(rules, "x", 8443, ip("2001:db8::1")) is None
     assert verdict(rules, "x", 8443, ip("::ffff:203.0.113.9")) is None  # mapped form of an allowed one
     assert verdict(rules, "api.example.com", 443, ip("::ffff:127.0.0.1")) is not None
+
+
+# --- One deadline over the whole exchange, against servers that stall or dribble -----------------
+
+SLACK = 3.0  # how long after its deadline a call may end: generous, for a loaded machine
+LIFETIME = 15.0  # a hostile server stops itself after this long (well past deadline + SLACK)
+
+
+class Hostile:
+    """A server on 127.0.0.1 (or `host`, ::1) that sends `first` to each connection (after reading the request),
+    then `unit` every `every` seconds (b"": nothing), until the client goes, the test ends, or
+    LIFETIME.
+    With `tls`, it speaks TLS first; with `read_request` False, it does not wait for one."""
+
+    def __init__(self, first: bytes, unit: bytes = b"", every: float = 0.05, *,
+                 tls: ssl.SSLContext | None = None, read_request: bool = True, host: str = "127.0.0.1") -> None:  # fmt: skip
+        self.first, self.unit, self.every, self.tls, self.read_request = first, unit, every, tls, read_request
+        self.listener = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.listener.settimeout(0.1)
+        self.port = self.listener.getsockname()[1]
+        self.accepted = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._end = time.monotonic() + LIFETIME
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.listener.close()
+
+    def _over(self) -> bool:
+        return self._stop.is_set() or time.monotonic() > self._end
+
+    def _serve(self) -> None:
+        while not self._over():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            self.accepted.set()
+            with contextlib.suppress(OSError), conn:
+                conn.settimeout(1.0)
+                if self.tls is not None:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
+                if self.read_request:
+                    conn.recv(65536)
+                conn.sendall(self.first)
+                conn.settimeout(self.every)
+                while not self._over():
+                    if self.unit:
+                        conn.sendall(self.unit)
+                        self._stop.wait(self.every)
+                    else:  # silence, until the client goes
+                        with contextlib.suppress(TimeoutError):
+                            if not conn.recv(1):
+                                break
+                conn.close()
+
+
+_CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+DRIBBLES = {  # what a server on the allow list may do to hold a fetch
+    "status line": (b"HTTP/1.1 200 ", b"K"),
+    "header lines": (b"HTTP/1.1 200 OK\r\nX-Drip: ", b"a"),
+    "interim responses": (b"", b"HTTP/1.1 100 Continue\r\n\r\n", 0.3),  # slower than the cap
+    "chunk-size line": (_CHUNKED, b"0"),  # leading zeros: a size line that never ends
+    "chunk data": (_CHUNKED + b"ffff\r\n", b"a"),
+    "chunk stall": (_CHUNKED + b"ffff\r\nabc", b""),  # then silence
+    "body without length": (b"HTTP/1.1 200 OK\r\n\r\n", b"a"),
+}
+
+
+def timed_out(result: wasmbox.CallResult, started: float, call_timeout: float = 2.0) -> None:
+    """The call ended as `timeout`, and within SLACK of the call's deadline."""
+    elapsed = time.perf_counter() - started
+    assert result.error is not None and result.error.kind is wasmbox.ErrorKind.TIMEOUT, result
+    assert elapsed < call_timeout + SLACK, f"took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("pattern", list(DRIBBLES))
+def test_a_hostile_server_cannot_hold_a_fetch_past_its_deadline(fbox: wasmbox.Sandbox, pattern: str) -> None:
+    with Hostile(*DRIBBLES[pattern]) as server:  # type: ignore[arg-type]
+        started = time.perf_counter()
+        result = fetch(fbox, [f"127.0.0.1:{server.port}"], f"http://127.0.0.1:{server.port}/", timeout="1s")
+        timed_out(result, started)
+        assert result.host_calls[0].name == "http.fetch"
+
+
+def test_the_deadline_holds_over_ipv6_loopback_too(fbox: wasmbox.Sandbox) -> None:
+    try:
+        server = Hostile(*DRIBBLES["header lines"], host="::1")  # type: ignore[arg-type]
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with server:
+        started = time.perf_counter()
+        timed_out(fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/", timeout="1s"), started)
+    with Hostile(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", host="::1") as server:
+        assert fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/").unwrap()["body"] == b"ok"
+
+
+def test_a_fetch_timeout_in_a_python_guest_is_a_timeout(fbox: wasmbox.Sandbox) -> None:
+    assert fbox.run_python("0").ok  # the runtime is built and loaded before the clock starts
+    with Hostile(*DRIBBLES["header lines"]) as server:  # type: ignore[arg-type]
+        grants = {"name": "py", "runtime": "python", "host_functions": ["http.fetch"],
+                  "network": {"allow": [f"127.0.0.1:{server.port}"], "timeout": "1s"}}  # fmt: skip
+        code = f"from wasmbox_guest import call_host\ncall_host('http.fetch', url='http://127.0.0.1:{server.port}/')"
+        started = time.perf_counter()
+        timed_out(fbox.run_python(code, grants), started)
+
+
+def test_interim_responses_are_capped(fbox: wasmbox.Sandbox) -> None:
+    flood = b"HTTP/1.1 100 Continue\r\n\r\n" * 64
+    with Hostile(flood, flood, 0.01) as server:
+        started = time.perf_counter()
+        result = fetch(fbox, [f"127.0.0.1:{server.port}"], f"http://127.0.0.1:{server.port}/")
+        assert time.perf_counter() - started < 2.0 + SLACK
+    assert result.error is not None and result.error.kind is wasmbox.ErrorKind.HOST_ERROR, result
+    assert "more than 8 interim (1xx) responses" in (result.host_calls[0].detail or "")
+
+
+def test_other_interim_responses_are_skipped_and_101_is_refused(fbox: wasmbox.Sandbox) -> None:
+    hints = (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # fmt: skip
+    with Hostile(hints) as server:
+        value = fetch(fbox, [f"127.0.0.1:{server.port}"], f"http://127.0.0.1:{server.port}/").unwrap()
+    assert value["status"] == 200 and value["body"] == b"ok" and "link" not in value["headers"]
+    with Hostile(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n") as server:
+        result = fetch(fbox, [f"127.0.0.1:{server.port}"], f"http://127.0.0.1:{server.port}/")
+    assert result.error is not None and "no upgrade was asked for" in (result.host_calls[0].detail or "")
+
+
+def test_a_slow_resolver_cannot_hold_a_fetch(cache_dir: Any) -> None:
+    release = threading.Event()
+
+    def stalling(host: str, port: int) -> list[str]:
+        release.wait(LIFETIME)  # a lookup that does not answer (until the test ends)
+        return ["127.0.0.1"]
+
+    try:
+        with wasmbox.Sandbox(cache_dir=cache_dir, resolver=stalling) as box:
+            started = time.perf_counter()
+            timed_out(fetch(box, ["127.0.0.1/32"], "http://slow-dns.example.test/", timeout="1s"), started)
+            assert "name lookup" in (box.tool("fetch").call({"url": "http://x.test/"}).host_calls[0].detail or "")
+    finally:
+        release.set()
+
+
+def test_lookups_that_do_not_answer_are_capped(cache_dir: Any, server: int) -> None:
+    release = threading.Event()
+
+    def stalling(host: str, port: int) -> list[str]:
+        if host == "stuck.example.test":
+            release.wait(LIFETIME)
+        return ["127.0.0.1"]
+
+    allow = [f"127.0.0.1:{server}"]
+    try:
+        with wasmbox.Sandbox(cache_dir=cache_dir, resolver=stalling) as box:
+            tool = core_tool(box, allow, timeout="50ms")
+            details = [tool.call({"url": "http://stuck.example.test/"}).host_calls[0].detail or "" for _ in range(40)]
+            assert any("too many earlier lookups" in d for d in details), details  # 32 left behind at most
+            assert "name lookup did not answer" in details[0]
+            release.set()  # the lookups left behind finish, and give their places back
+            waited = time.monotonic() + 10
+            while not (ok := tool.call({"url": f"http://ok.example.test:{server}/"})).ok and time.monotonic() < waited:
+                time.sleep(0.05)
+            assert ok.ok, ok
+    finally:
+        release.set()
+
+
+def test_a_slow_connect_cannot_hold_a_fetch(fbox: wasmbox.Sandbox) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)  # never accepted: once its queue is full, a connect waits for an answer
+    port = listener.getsockname()[1]
+    filler, probe = socket.socket(), socket.socket()
+    try:
+        filler.connect(("127.0.0.1", port))
+        probe.settimeout(0.2)
+        try:
+            probe.connect(("127.0.0.1", port))
+        except TimeoutError:
+            pass
+        else:
+            pytest.skip("this system answers a connect to a full listen queue at once")
+        started = time.perf_counter()
+        timed_out(fetch(fbox, [f"127.0.0.1:{port}"], f"http://127.0.0.1:{port}/", timeout="1s"), started)
+    finally:
+        for sock in (filler, probe, listener):
+            sock.close()
+
+
+def test_a_slow_tls_handshake_cannot_hold_a_fetch(fbox: wasmbox.Sandbox) -> None:
+    # a TLS record header announcing a 16 KiB handshake message, then one byte at a time
+    with Hostile(b"\x16\x03\x03\x40\x00", b"\x00", read_request=False) as server:
+        started = time.perf_counter()
+        result = fetch(fbox, [f"127.0.0.1:{server.port}"], f"https://127.0.0.1:{server.port}/", timeout="1s")
+        timed_out(result, started)
+
+
+@pytest.fixture(scope="module")
+def tls_server_context(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, str]:
+    """A server context for tls.example.test (a self-signed certificate made here with the
+    openssl command) and the certificate's path, for SSL_CERT_FILE."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=tls.example.test",
+         "-addext", "subjectAltName=DNS:tls.example.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context, str(cert)
+
+
+def test_tls_fetches_are_verified_and_bounded_by_the_deadline(
+    cache_dir: Any, monkeypatch: pytest.MonkeyPatch, tls_server_context: tuple[ssl.SSLContext, str]
+) -> None:
+    context, cert = tls_server_context
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # read when a Sandbox's first https fetch loads the CAs
+    resolver = Resolver({"tls.example.test": [["127.0.0.1"]], "other.example.test": [["127.0.0.1"]]})
+    with wasmbox.Sandbox(cache_dir=cache_dir, resolver=resolver) as box:
+        reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        with Hostile(reply, tls=context) as server:
+            allow = [f"127.0.0.1:{server.port}"]
+            value = fetch(box, allow, f"https://tls.example.test:{server.port}/").unwrap()
+            assert value["status"] == 200 and value["body"] == b"ok"
+            wrong_name = fetch(box, allow, f"https://other.example.test:{server.port}/")
+            assert wrong_name.error is not None and "CERTIFICATE_VERIFY_FAILED" in wrong_name.error.message
+        with Hostile(*DRIBBLES["header lines"], tls=context) as server:  # type: ignore[misc]
+            started = time.perf_counter()
+            url = f"https://tls.example.test:{server.port}/"
+            timed_out(fetch(box, [f"127.0.0.1:{server.port}"], url, timeout="1s"), started)
+
+
+def test_close_is_not_held_by_a_fetch_past_the_call_deadline(cache_dir: Any) -> None:
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    with Hostile(*DRIBBLES["header lines"]) as server:  # type: ignore[arg-type]
+        allow = [f"127.0.0.1:{server.port}"]
+        tool = box.load({"name": "fetch", "module": wat("fetch"), "host_functions": ["http.fetch"],
+                         "limits": {"timeout": "2s"}, "network": {"allow": allow, "timeout": "60s"}})  # fmt: skip
+        results: list[wasmbox.CallResult] = []
+        started = time.perf_counter()
+        caller = threading.Thread(target=lambda: results.append(tool.call({"url": f"http://127.0.0.1:{server.port}/"})))
+        caller.start()
+        assert server.accepted.wait(2.0 + SLACK)
+        box.close()  # waits for the call in flight, which its deadline ends
+        closed = time.perf_counter() - started
+        caller.join()
+    assert closed < 2.0 + SLACK, f"close() returned {closed:.1f} s after the call started"
+    timed_out(results[0], started)

@@ -1,9 +1,16 @@
 """Egress allow lists: parsing `[network] allow` entries and judging one resolved address.
 
 Addresses that are not globally routable (loopback, private, link-local such as the cloud
-metadata endpoint 169.254.169.254, shared, reserved, multicast, unspecified, and the IPv6
-forms that embed them) are refused unless an address or CIDR entry names them. A host name
-entry allows that name and port, at global addresses only.
+metadata endpoint 169.254.169.254, shared, reserved, multicast, unspecified, documentation,
+deprecated ranges such as IPv6 site-local, and the IPv6 forms that embed them) are refused
+unless an address or CIDR entry names them. A host name entry allows that name and port, at
+global addresses only.
+
+Which ranges those are is decided by `_SPECIAL` below, from the IANA IPv4 and IPv6
+special-purpose address registries, not by `ipaddress` alone: its `is_global` counts some of
+them as global (e.g. fec0::/10, 3fff::/20, 192.88.99.0/24 on Python 3.11) and its answers
+differ between Python releases. Its properties are still consulted after the table, so they
+can only refuse more.
 """
 
 from __future__ import annotations
@@ -21,6 +28,47 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _NUMERIC_HOST = re.compile(r"^[0-9a-fx.]+$")  # looks like an address in some odd spelling
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")
+
+# Ranges refused for name rules, with why; the first match names the reason. Ranges IANA marks
+# globally reachable that a tool has no business fetching from (anycast service addresses in
+# 192.0.0.0/24 and 2001::/23) are refused too. The IPv6 forms that embed an IPv4 address
+# (IPv4-mapped, 6to4, Teredo, the well-known NAT64 prefix) are judged by that address first.
+_SPECIAL: tuple[tuple[IPNetwork, str], ...] = tuple(
+    (ipaddress.ip_network(cidr), why)
+    for cidr, why in (
+        ("0.0.0.0/32", "is unspecified"),
+        ("0.0.0.0/8", "is 'this network' (0.0.0.0/8)"),
+        ("10.0.0.0/8", "is private"),
+        ("100.64.0.0/10", "is shared address space (carrier-grade NAT), not globally routable"),
+        ("127.0.0.0/8", "is loopback"),
+        ("169.254.0.0/16", "is link-local (e.g. the cloud metadata endpoint)"),
+        ("172.16.0.0/12", "is private"),
+        ("192.0.0.0/24", "is reserved for IETF protocol assignments"),
+        ("192.0.2.0/24", "is reserved for documentation"),
+        ("192.88.99.0/24", "is the deprecated 6to4 relay anycast prefix"),
+        ("192.168.0.0/16", "is private"),
+        ("198.18.0.0/15", "is reserved for benchmarking"),
+        ("198.51.100.0/24", "is reserved for documentation"),
+        ("203.0.113.0/24", "is reserved for documentation"),
+        ("224.0.0.0/4", "is multicast"),
+        ("240.0.0.0/4", "is reserved"),  # 255.255.255.255 (broadcast) included
+        ("::/128", "is unspecified"),
+        ("::1/128", "is loopback"),
+        ("::/96", "is IPv4-compatible (deprecated)"),
+        ("64:ff9b:1::/48", "is local-use NAT64"),
+        ("100::/64", "is discard-only"),
+        ("2001::/23", "is reserved for IETF protocol assignments"),
+        ("2001:db8::/32", "is reserved for documentation"),
+        ("3fff::/20", "is reserved for documentation"),
+        ("3ffe::/16", "is the former 6bone, returned and unrouted"),
+        ("5f00::/16", "is reserved for SRv6 segment identifiers"),
+        ("fc00::/7", "is private (unique local)"),
+        ("fe80::/10", "is link-local (e.g. the cloud metadata endpoint)"),
+        ("fec0::/10", "is site-local (deprecated), not globally routable"),
+        ("ff00::/8", "is multicast"),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +141,12 @@ def forbidden_reason(address: IPAddress) -> str | None:
     if embedded is not None:
         reason = forbidden_reason(embedded)
         return f"embeds {embedded}, which {reason}" if reason else None
-    for test, what in (
+    for network, why in _SPECIAL:
+        if address.version == network.version and address in network:
+            return why
+    if isinstance(address, ipaddress.IPv6Address) and address not in _GLOBAL_UNICAST:
+        return "is outside the IPv6 global unicast space (2000::/3)"
+    for test, what in (  # what ipaddress knows beyond the table (it only refuses more)
         ("is_loopback", "is loopback"),
         ("is_link_local", "is link-local (e.g. the cloud metadata endpoint)"),
         ("is_multicast", "is multicast"),

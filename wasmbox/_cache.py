@@ -2,8 +2,8 @@
 
 An entry is `<key>.cwasm` (Wasmtime's serialized module) beside `<key>.json` (the key's inputs,
 the artifact's size and digest, `artifact_digest`). The key is sha256(wasm) + Wasmtime version + engine settings.
-Python tools' bytecode (compiled by the runtime, which runs it) is kept the same way, as
-`bytecode-<sha256 of runtime, file name and source>.bin`.
+Python tools' bytecode (compiled by the runtime, which runs it; stored with the entry's
+signature) is kept the same way, as `bytecode-<sha256 of runtime, file name, entry and source>.bin`.
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
 never loaded. The directory is created 0700 and refused if another user owns it or can write it.
 """
@@ -109,7 +109,7 @@ class ArtifactCache:
 
     def bytecode(self, digest: str, make: Callable[[], bytes]) -> bytes:
         """A Python tool's bytecode: `make()` compiles it (in the runtime), once per cache;
-        `digest` is the sha256 of what the bytes depend on (runtime, file name, source). An
+        `digest` is the sha256 of what the bytes depend on (runtime, file name, entry, source). An
         exception from `make` stores nothing."""
         if self.directory is None:
             return make()

@@ -18,6 +18,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from ._component_io import REPLY_MAX
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
@@ -30,6 +31,8 @@ from ._units import format_size
 _OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
 # Wasmtime's words for a store limit refusing memory (linear, table, or the GC heap).
 _OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap out of memory")
+# Wasmtime's words when a component hands the host more than its per-call copy budget.
+_HOSTCALL_FUEL = "fuel allocated for hostcalls has been exhausted"
 # Failures that a guest may show because its output was cut: the cut is then the cause.
 _MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
@@ -269,6 +272,12 @@ def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> Cal
     if code is wasmtime.TrapCode.INTERRUPT or "wasm trap: interrupt" in text:
         return CallError(kind=ErrorKind.TIMEOUT, message=deadline_message(limits))
     message = cause(text)
+    if _HOSTCALL_FUEL in message:  # a list<u8> from a component over what Wasmtime copies
+        return CallError(
+            kind=ErrorKind.OUTPUT_LIMIT,
+            message=f"the guest handed the host more than the {REPLY_MAX} bytes Wasmtime copies "
+            "from a component at once",
+        )
     if any(words in message for words in _OVER_MEMORY_CAP):
         return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
     if "maximum concurrent limit" in message:  # the pooling allocator's slots are all in use

@@ -27,6 +27,13 @@ _U8 = ffi.WASMTIME_COMPONENT_U8.value
 _LIST = ffi.WASMTIME_COMPONENT_LIST.value
 _STRING = ffi.WASMTIME_COMPONENT_STRING.value
 
+# The most bytes a `list<u8>` from the guest may hold (a result, or call-host's args): Wasmtime
+# copies what a component hands the host under a budget of 128 MiB per call ("hostcall fuel",
+# which the C API cannot raise), and its dynamic values cost 48 bytes an element. Past this the
+# call traps ("fuel allocated for hostcalls has been exhausted"); the guest driver has the same
+# figure and reports a bigger result without sending it.
+REPLY_MAX = (128 << 20) // 48
+
 Context: TypeAlias = "ctypes._Pointer[ffi.wasmtime_context_t]"
 BytesHandler = Callable[[Context, str, bytes], bytes]  # (context, name, args) -> reply; never raises
 _handlers: _rawcall.Handles[Callable[[], BytesHandler | None]] = _rawcall.Handles()

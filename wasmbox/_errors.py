@@ -35,6 +35,15 @@ class CapabilityError(WasmboxError):
     """A module asks for more than its manifest grants, or a grant cannot be honoured."""
 
 
+class StrictSchemaError(WasmboxError, ValueError):
+    """A tool's schema has no form in a provider's strict mode (`Tool.spec(strict=True)`);
+    the message names the part of the schema and why."""
+
+
+class StrictSchemaWarning(UserWarning):
+    """`strict="auto"` sent a tool without strict mode; the message says why."""
+
+
 class ToolError(WasmboxError):
     """A call failed; raised by `CallResult.unwrap()`. One subclass per `ErrorKind`."""
 

@@ -3,8 +3,14 @@
 The host resolves the URL's host itself, checks every address against the manifest's
 `[network] allow` list (`_allowlist`), and connects to a checked address, so a second lookup
 cannot switch the target (no DNS rebinding), keeping the original Host header and TLS server
-name. Every redirect hop is checked again; the response's size and time are capped. The
-protocol is the standard library's `http.client`.
+name. Every redirect hop is checked again; the response's size is capped.
+
+One absolute deadline, min(the call's deadline, start + `network.timeout`), bounds the whole
+exchange: the name lookup (run on a thread that is waited for until the deadline), the connect,
+the TLS handshake, every send and every receive (each socket or TLS operation is given what is
+left as its timeout, and CPython counts one such timeout over the whole operation), redirects
+included. Interim (1xx) responses are capped. The protocol is the standard library's
+`http.client`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import functools
 import ipaddress
 import re
 import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -40,6 +47,10 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_REDIRECTS = 5
 _REFUSED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te"}
+_MAX_INTERIM = 8  # interim (1xx) responses skipped before the final one; more is an error
+# Name lookups still running after their fetch gave up (a resolver that does not answer cannot
+# be interrupted, only left behind); past this many, a fetch is refused instead of adding one.
+_LOOKUP_THREADS = threading.BoundedSemaphore(32)
 
 
 def default_resolver(host: str, port: int) -> list[str]:
@@ -59,7 +70,9 @@ class Fetcher:
     def _tls(self) -> ssl.SSLContext:
         import ssl
 
-        return ssl.create_default_context()
+        context = ssl.create_default_context()
+        context.sslsocket_class = _protocol().tls_socket
+        return context
 
     def fetch(
         self,
@@ -119,7 +132,7 @@ class Fetcher:
             raise InvalidArgumentsError(f"invalid URL: {exc}") from None
         if not host:
             raise InvalidArgumentsError("the URL has no host")
-        addresses = self._addresses(host, port)
+        addresses = self._addresses(host, port, deadline)
         for address in addresses:
             reason = verdict(network.rules, host, port, address)
             if reason is not None:
@@ -129,7 +142,7 @@ class Fetcher:
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            content = self._read(response, network.max_response, deadline, connection)
+            content = self._read(response, network.max_response, deadline)
             reply_headers: dict[str, str] = {}
             for name, value in response.getheaders():
                 key = name.lower()
@@ -142,9 +155,9 @@ class Fetcher:
         finally:
             connection.close()
 
-    def _addresses(self, host: str, port: int) -> list[IPAddress]:
+    def _addresses(self, host: str, port: int, deadline: float) -> list[IPAddress]:
         try:
-            found = list(self._resolve(host, port))
+            found = self._lookup(host, port, deadline)
         except (OSError, UnicodeError) as exc:
             raise HostError(f"cannot resolve {host}: {exc}") from None
         addresses: list[IPAddress] = []
@@ -159,6 +172,36 @@ class Fetcher:
             raise HostError(f"{host} has no addresses")
         return addresses
 
+    def _lookup(self, host: str, port: int, deadline: float) -> list[str]:
+        """The resolver's answer, waited for until `deadline` (ToolTimeoutError after it). The
+        lookup runs on a daemon thread: neither getaddrinfo nor a resolver given to the Sandbox
+        can be interrupted, so one that has not answered by then is left to finish alone."""
+        if not _LOOKUP_THREADS.acquire(blocking=False):
+            raise HostError(f"cannot resolve {host}: too many earlier lookups have not answered yet")
+        answer: list[list[str]] = []
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def lookup() -> None:
+            try:
+                answer.append(list(self._resolve(host, port)))
+            except BaseException as exc:  # noqa: BLE001 (handed to the fetch's own thread)
+                failure.append(exc)
+            finally:
+                _LOOKUP_THREADS.release()
+                done.set()
+
+        try:
+            threading.Thread(target=lookup, name=f"wasmbox-lookup-{host}", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had: the place is given back
+            _LOOKUP_THREADS.release()
+            raise HostError(f"cannot resolve {host}: {exc}") from None
+        if not done.wait(max(0.0, deadline - time.perf_counter())):
+            raise ToolTimeoutError(f"{host}: the name lookup did not answer in time")
+        if failure:
+            raise failure[0]
+        return answer[0]
+
     def _connect(
         self, scheme: str, host: str, port: int, addresses: list[IPAddress], deadline: float
     ) -> http.client.HTTPConnection:
@@ -167,41 +210,47 @@ class Fetcher:
         import http.client
         import ssl
 
+        protocol = _protocol()
         failure: Exception | None = None
         for address in addresses:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
+            if time.perf_counter() >= deadline:
                 raise ToolTimeoutError(f"{host}: the fetch timed out")
-            connection = http.client.HTTPConnection(host, port, timeout=remaining)
+            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            tcp = _DeadlineSocket(family, socket.SOCK_STREAM)
+            tcp.deadline = deadline
+            sock: socket.socket = tcp
             try:
-                sock = socket.create_connection((str(address), port), timeout=remaining)
+                sock.connect((str(address), port))
                 if scheme == "https":
-                    sock = self._tls.wrap_socket(sock, server_hostname=host)
+                    tls = self._tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+                    sock = tls
+                    tls.deadline = deadline  # type: ignore[attr-defined]  # a protocol.tls_socket
+                    tls.do_handshake()
             except TimeoutError:
+                sock.close()
                 failure = ToolTimeoutError(f"{host}: connecting timed out")
                 continue
             except ssl.SSLError as exc:
+                sock.close()
                 raise HostError(f"{host}: TLS failed: {exc.reason or exc}") from None
             except OSError as exc:
+                sock.close()
                 failure = HostError(f"{host} ({address}): {exc.strerror or exc}")
                 continue
+            connection = http.client.HTTPConnection(host, port)
+            connection.response_class = protocol.response
             connection.sock = sock  # connected to the checked address; never looked up again
             return connection
         assert failure is not None
         raise failure
 
     @staticmethod
-    def _read(
-        response: http.client.HTTPResponse, cap: int, deadline: float, connection: http.client.HTTPConnection
-    ) -> bytes:
+    def _read(response: http.client.HTTPResponse, cap: int, deadline: float) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
+            if time.perf_counter() >= deadline:
                 raise ToolTimeoutError("the response did not arrive in time")
-            if connection.sock is not None:
-                connection.sock.settimeout(remaining)
             chunk = response.read1(min(65536, cap + 1 - size)) if size <= cap else b""
             if not chunk:
                 return b"".join(chunks)
@@ -209,3 +258,100 @@ class Fetcher:
             if size > cap:
                 raise OutputLimitError(f"the response is larger than max_response ({format_size(cap)})")
             chunks.append(chunk)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until `deadline`, as a socket timeout; TimeoutError once it has passed (a
+    timeout of 0 would make the socket non-blocking instead)."""
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0:
+        raise TimeoutError("the fetch's deadline has passed")
+    return remaining
+
+
+class _DeadlineSocket(socket.socket):
+    """A TCP socket whose every connect, send and receive may take only what is left until
+    `deadline` (http.client sends with `sendall` and reads through `makefile`, which calls
+    `recv_into`). Until `deadline` is set, every operation times out."""
+
+    deadline = -float("inf")
+
+    def connect(self, address: Any) -> None:
+        self.settimeout(_left(self.deadline))
+        super().connect(address)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self.settimeout(_left(self.deadline))
+        return super().send(data, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self.settimeout(_left(self.deadline))
+        super().sendall(data, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self.settimeout(_left(self.deadline))
+        return super().recv(bufsize, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self.settimeout(_left(self.deadline))
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class _Protocol:
+    """The TLS socket and response classes, defined where a fetch first needs them (ssl and
+    http.client are imported then)."""
+
+    def __init__(self) -> None:
+        import http.client
+        import ssl
+
+        class TLSSocket(ssl.SSLSocket):
+            """The TLS counterpart of `_DeadlineSocket`: the handshake, every record read
+            (`recv`, `recv_into` and `makefile` go through `read`) and every write (`sendall`
+            goes through `send`) may take only what is left. `deadline` is set right after
+            `wrap_socket`, before the handshake; until then every operation times out."""
+
+            deadline = -float("inf")
+
+            def do_handshake(self, block: bool = False) -> None:
+                self.settimeout(_left(self.deadline))
+                super().do_handshake(block)
+
+            def read(self, len: int = 1024, buffer: Any = None) -> Any:
+                self.settimeout(_left(self.deadline))
+                return super().read(len, buffer)
+
+            def write(self, data: Any) -> int:
+                self.settimeout(_left(self.deadline))
+                return super().write(data)
+
+            def send(self, data: Any, flags: int = 0) -> int:
+                self.settimeout(_left(self.deadline))
+                return super().send(data, flags)
+
+        class Response(http.client.HTTPResponse):
+            """`http.client`'s response, with interim (1xx) responses capped at _MAX_INTERIM:
+            its own loop skips `100 Continue` without end and takes any other 1xx for the final
+            response. 102 and 103 are skipped like 100 (RFC 9110: a client may ignore them);
+            101 is refused, since no upgrade is ever asked for."""
+
+            _interim = 0
+
+            def _read_status(self) -> tuple[str, int, str]:
+                version, status, reason = super()._read_status()  # type: ignore[misc]
+                if not 100 <= status < 200:
+                    return version, status, reason
+                if status == http.client.SWITCHING_PROTOCOLS:
+                    raise http.client.HTTPException("101 Switching Protocols, but no upgrade was asked for")
+                self._interim += 1
+                if self._interim > _MAX_INTERIM:
+                    raise http.client.HTTPException(f"more than {_MAX_INTERIM} interim (1xx) responses")
+                return version, http.client.CONTINUE, reason  # begin() skips its headers and reads on
+
+        self.tls_socket = TLSSocket
+        self.response = Response
+
+
+@functools.cache
+def _protocol() -> _Protocol:
+    return _Protocol()

@@ -105,20 +105,23 @@ class PythonRuntimeRunner:
             self._ticker.leave()
 
     def compile_tool(self, manifest: Manifest, source: str) -> CallResult:
-        """A Python tool's source compiled by the runtime's own CPython (its value: the
-        bytecode `PythonToolRunner` sends), in an instance that runs no tool code, with no
-        grants and limits of its own (compiling costs more than running many a tool, and its
-        result is bigger than the source). A syntax error is a failed result."""
+        """A Python tool's source compiled by the runtime's own CPython (its value:
+        `{"code": the bytecode PythonToolRunner sends, "signature": the entry's, or None}`), in
+        an instance that runs no tool code, with no grants and limits of its own (compiling
+        costs more than running many a tool, and its result is bigger than the source). A
+        syntax error is a failed result."""
         assert manifest.source is not None
         compiling = Manifest(name=manifest.name, runtime="python", limits=_COMPILE_LIMITS)
-        request = {"mode": "compile", "source": source, "filename": manifest.source.name}
+        request = {
+            "mode": "compile", "source": source, "filename": manifest.source.name, "entry": manifest.entry,
+        }  # fmt: skip
         return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
         try:
-            payload = _abi.pack(request)
+            payload = encode_request(request, limits.output)
         except (TypeError, ValueError, OverflowError) as exc:
             return CallResult.failed(
                 manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
@@ -200,6 +203,16 @@ class PythonRuntimeRunner:
             raise Failure(ErrorKind.BAD_RESPONSE, str(exc)) from None
         if isinstance(message, dict) and "ok" in message:
             return message["ok"]
+        if isinstance(message, dict) and type(message.get("too_big")) is int:
+            size = message["too_big"]  # the driver's word; the verdict and its message are ours
+            _call.check_result_size(size, cap)
+            if size > _component_io.REPLY_MAX:
+                raise Failure(
+                    ErrorKind.OUTPUT_LIMIT,
+                    f"result of {size} bytes exceeds the {_component_io.REPLY_MAX} bytes a Python call "
+                    "can return (Wasmtime's limit on one transfer from a component)",
+                )
+            raise Failure(ErrorKind.BAD_RESPONSE, f"the runtime withheld a result of {size} bytes that fits")
         if isinstance(message, dict) and isinstance(message.get("error"), str):
             kind = _DRIVER_KINDS.get(message.get("kind", ""), ErrorKind.GUEST_ERROR)
             trace = message.get("traceback")
@@ -216,6 +229,12 @@ class PythonRuntimeRunner:
             return _call.serve_host_call(context, name, args, function).payload
         except BaseException as exc:  # must not escape into the C callback
             return _abi.error(_call.callback_failed(context, name, exc))
+
+
+def encode_request(request: dict[str, Any], output_cap: int) -> bytes:
+    """What the driver's `run` takes: the output cap (8 bytes, little-endian; the driver sends
+    no result over it) and the MessagePack request. Raises what `_abi.pack` raises."""
+    return min(output_cap, _component_io.REPLY_MAX).to_bytes(8, "little") + _abi.pack(request)
 
 
 def _replace_monotonic_clock(

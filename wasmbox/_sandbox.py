@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _call
+from . import _abi, _call
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
@@ -48,7 +48,18 @@ from ._python_runner import PythonRuntimeRunner, PythonToolRunner
 from ._results import CallResult
 from ._runner import ModuleRunner
 from ._scratch import ScratchSpace
+from ._signature import signature_schema
 from ._tool import Tool
+from .integrations import _dispatch, _formats
+from .integrations._dispatch import CallFormat
+from .integrations._formats import (
+    RUN_PYTHON,
+    RUN_PYTHON_ANNOTATIONS,
+    RUN_PYTHON_DESCRIPTION,
+    RUN_PYTHON_SCHEMA,
+    SpecFormat,
+    StrictMode,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -269,17 +280,19 @@ class Sandbox:
                 if compiled.error.kind not in _THE_SOURCES_FAULT:  # e.g. the pool is full now
                     raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
                 raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
-            if not isinstance(compiled.value, bytes):
+            if not isinstance(compiled.value, dict) or not isinstance(compiled.value.get("code"), bytes):
                 raise WasmboxError(f"{manifest.source}: the runtime returned no bytecode")
-            return compiled.value
+            return _abi.pack(compiled.value)  # cached with the entry's signature
 
-        inputs = f"{runtime.key}\0{manifest.source.name}\0{source}"
-        code = self._cache.bytecode(_sha256(inputs), compile_tool)
+        inputs = f"{runtime.key}\0{manifest.source.name}\0{manifest.entry}\0{source}"
+        compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
+        schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
-        runner = PythonToolRunner(runtime, manifest, digest, source, code)
+        runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
+            signature_schema=schema, docstring=summary,
         )  # fmt: skip
 
     def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
@@ -374,6 +387,62 @@ class Sandbox:
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
+
+    def specs(
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
+        also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
+        when given `python=`)."""
+        specs = [tool.spec(format, strict=strict) for tool in self.tools.values()]
+        if python:
+            if RUN_PYTHON in self._tools:
+                raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
+            specs.append(_formats.tool_spec(
+                RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
+                RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+            ))  # fmt: skip
+        return specs
+
+    def dispatch(
+        self,
+        calls: Any,
+        *,
+        format: CallFormat,
+        python: bool | ManifestSource = False,
+        max_calls: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run a model's tool calls concurrently and return what to send back, in order:
+        `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
+        "openai-responses" (`function_call` items → `function_call_output`), "anthropic"
+        (`tool_use` blocks → `tool_result` with `is_error`). `calls` is the list, or the
+        message/response holding it, as SDK objects or dicts.
+
+        Bad JSON, an unknown tool name and arguments that fail the schema become error results
+        the model can read (README: "Tool results"); so do calls past `max_calls`, and calls
+        not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
+        (True: no grants; or the grant manifest for `run_python`). Raises TypeError when
+        `calls` holds something that is not a call of `format` at all, ValueError for a bad
+        format or budget.
+        """
+        return _dispatch.dispatch(
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+        )
+
+    async def adispatch(
+        self,
+        calls: Any,
+        *,
+        format: CallFormat,
+        python: bool | ManifestSource = False,
+        max_calls: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
+        return await _dispatch.adispatch(
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+        )
 
     @property
     def tools(self) -> Mapping[str, Tool]:

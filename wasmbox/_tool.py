@@ -15,6 +15,8 @@ from ._errors import ErrorKind
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
+from .integrations import _formats
+from .integrations._formats import SpecFormat, StrictMode
 
 
 class Runner(Protocol):
@@ -39,11 +41,15 @@ class Tool:
         manifest_digest: str,
         code_digest: str,
         info: ModuleInfo | None = None,
+        signature_schema: dict[str, Any] | None = None,
+        docstring: str = "",
     ) -> None:
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
         self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
         self.code_digest = code_digest  # sha256 of the wasm module or the Python source
+        self._signature_schema = signature_schema  # a Python tool's, from its entry's signature
+        self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._executor = executor
         self._auditor = auditor
@@ -56,10 +62,29 @@ class Tool:
     def kind(self) -> ToolKind:
         return self._runner.kind
 
-    def spec(self) -> dict[str, Any]:
-        """The tool as a model sees it: name, description and the JSON Schema of its args."""
-        parameters = self.manifest.input_schema or {"type": "object"}
-        return {"name": self.name, "description": self.manifest.description, "parameters": parameters}
+    @property
+    def description(self) -> str:
+        """The manifest's `description`; for a Python tool without one, its entry's docstring
+        summary."""
+        return self.manifest.description or self._docstring
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the args a model is shown: the manifest's `input_schema`; for a
+        Python tool without one, derived from its entry's signature (which its calls are
+        checked against); else `{"type": "object"}`."""
+        return self.manifest.input_schema or self._signature_schema or {"type": "object"}
+
+    def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
+        """The tool's definition in a provider's format: "generic" `{name, description,
+        parameters}`, "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
+        `strict=True` converts the schema to strict mode's subset (README: "Strict mode") and
+        raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
+        StrictSchemaWarning that says why. ValueError for an unknown format."""
+        return _formats.tool_spec(
+            self.name, self.description, self.parameters, format, strict,
+            _formats.mcp_annotations(self.manifest) if format == "mcp" else None,
+        )  # fmt: skip
 
     def call(
         self,

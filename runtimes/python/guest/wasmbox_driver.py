@@ -4,14 +4,18 @@ componentize-py imports this module at build time and snapshots the interpreter,
 import below is already done when a call starts. Each call is a fresh instance of that
 snapshot: nothing here survives from one call to the next.
 
-Request (MessagePack map):
+Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since each
+entry of a map costs ~40k fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
+      (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
 Response (MessagePack map):
     {"ok": value}
     {"error": message, "kind": "guest_error" | "invalid_arguments" | "memory_limit"
                                | "bad_response", "traceback": str}
+    {"too_big": int}   the ok response would have been this many bytes: over the output cap,
+                       or over what one transfer to the host can carry (REPLY_MAX); not sent
 
 A tool is compiled once, when the host loads it, by a "compile" request to an instance that
 runs nothing else; its calls then send those bytes (the marshalled code object) with the source
@@ -91,15 +95,28 @@ import wit_world
 TRACEBACK_CAP = 8192
 TRACEBACK_FRAMES = 30  # the innermost ones; a RecursionError has a thousand
 
-# componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops the
-# rest of a write when WASI accepts only part of it (it takes 8 KiB at a time). A buffered
-# writer retries short writes; the driver flushes at the end of every call.
-sys.stdout = io.TextIOWrapper(
-    io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-)
-sys.stderr = io.TextIOWrapper(
-    io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-)
+# The most bytes one response can carry: Wasmtime copies a component's result into the host
+# under a 128 MiB budget per call ("hostcall fuel"), and through the C API every byte of a
+# list<u8> costs one 48-byte value of it. Past this the call would trap; the host has the same
+# figure (_component_io.REPLY_MAX).
+REPLY_MAX = (128 << 20) // 48
+_output_cap = REPLY_MAX  # this call's output cap, from its request
+
+
+def _stream(fd: int) -> io.TextIOWrapper:
+    """A line-buffered text stream over `fd`: each line reaches the host as soon as it ends,
+    so a call stopped by its fuel or deadline (after which its instance never runs again)
+    keeps what it printed, but for at most the last 16 KiB of a line it had not ended (the
+    text and byte buffers hold 8 KiB each; 3.14's default for the latter is 128 KiB).
+    (componentize-py gives sys.stdout a TextIOWrapper straight over the raw fd, which drops
+    the rest of a write when WASI takes only part of it, 8 KiB at a time; the buffered writer
+    retries short writes.) The driver flushes at the end of every call."""
+    raw = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), buffer_size=8192)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", line_buffering=True)
+
+
+sys.stdout = _stream(1)
+sys.stderr = _stream(2)
 
 
 class _Refusal(Exception):
@@ -137,9 +154,11 @@ def _raised_here(exc: BaseException) -> bool:
 
 def _serve(request: bytes) -> tuple[object, bool]:
     """The value the request produced, and whether it must be sendable as is (a tool's)."""
+    global _output_cap
     random.seed()  # the snapshot's seed was fixed at build time; each call gets a fresh one
+    _output_cap = min(int.from_bytes(request[:8], "little"), REPLY_MAX)
     try:
-        message = msgpack.unpackb(request, raw=False)
+        message = msgpack.unpackb(memoryview(request)[8:], raw=False)
     except Exception as exc:
         raise _Refusal("bad_response", f"driver: bad request: {exc}") from None
     mode = message.get("mode")
@@ -148,7 +167,10 @@ def _serve(request: bytes) -> tuple[object, bool]:
     if mode == "code":
         return _run_code(message["code"])
     if mode == "compile":
-        return _compile_tool(message["source"], message["filename"]), True
+        code = _compile_tool(message["source"], message["filename"])
+        if "entry" not in message:
+            return code, True
+        return {"code": code, "signature": _signature(message["source"], message["entry"])}, True
     raise _Refusal("bad_response", f"driver: unknown mode {mode!r}")
 
 
@@ -156,6 +178,73 @@ def _compile_tool(source: str, filename: str) -> bytes:
     """A tool's source compiled, as its calls take it. (`dont_inherit`: not this module's
     `from __future__ import annotations`; here and below.)"""
     return marshal.dumps(compile(source, filename, "exec", dont_inherit=True))
+
+
+def _signature(source: str, entry: str) -> dict | None:
+    """`entry`'s parameters as written, read from the syntax tree, so none of the tool's code
+    runs: {"params": [{"name", "kind", "annotation": source text | None, "default"?: JSON-able
+    literal, "has_default": bool}], "doc": docstring | None}. None unless `entry` is a plain
+    top-level `def` (not decorated, not rebound later), whose signature is then the real one."""
+    found = None
+    for node in ast.parse(source).body:
+        names = _bound_names(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
+            found = node
+        elif entry in names:
+            found = None
+    if found is None or found.decorator_list:
+        return None
+    spec = found.args
+    positional = [*spec.posonlyargs, *spec.args]
+    defaults = [None] * (len(positional) - len(spec.defaults)) + list(spec.defaults)
+    params = [
+        _param(arg, "positional_only" if arg in spec.posonlyargs else "positional_or_keyword", default)
+        for arg, default in zip(positional, defaults)
+    ]
+    if spec.vararg is not None:
+        params.append(_param(spec.vararg, "var_positional", None))
+    params += [_param(arg, "keyword_only", d) for arg, d in zip(spec.kwonlyargs, spec.kw_defaults)]
+    if spec.kwarg is not None:
+        params.append(_param(spec.kwarg, "var_keyword", None))
+    return {"params": params, "doc": ast.get_docstring(found)}
+
+
+def _bound_names(node: ast.stmt) -> set:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return {  # (a def or class inside a top-level if/try/with counts too)
+        n.id if isinstance(n, ast.Name) else n.name
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+
+
+def _param(arg: ast.arg, kind: str, default: ast.expr | None) -> dict:
+    param = {"name": arg.arg, "kind": kind, "has_default": default is not None,
+             "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None}
+    if default is not None:
+        try:
+            value = ast.literal_eval(default)
+        except Exception:  # noqa: BLE001 - not a literal: a default the schema does not show
+            return param
+        if _jsonable(value, 0):
+            param["default"] = value
+    return param
+
+
+def _jsonable(value: object, depth: int) -> bool:
+    if value is None or isinstance(value, (bool, str, float)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    if isinstance(value, (list, tuple)) and depth < 8:
+        return all(_jsonable(item, depth + 1) for item in value)
+    if isinstance(value, dict) and depth < 8:
+        return all(isinstance(k, str) and _jsonable(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _run_tool(message: dict) -> tuple[object, bool]:
@@ -232,16 +321,19 @@ def _remember_source(filename: str, source: str) -> None:
 
 
 def _reply(value: object, strict: bool) -> bytes:
-    """The ok response, encoded once. A value MessagePack cannot carry is an error for a
-    tool (`strict`); a snippet's becomes its repr."""
+    """The ok response, encoded once, or its size when it is too big to send. A value
+    MessagePack cannot carry is an error for a tool (`strict`); a snippet's becomes its repr."""
     try:
-        return _pack({"ok": value})
+        reply = _pack({"ok": value})
     except (TypeError, ValueError, OverflowError):
         if strict:
             raise _Refusal(
                 "guest_error", f"the tool returned a {type(value).__name__}, which cannot be sent"
             ) from None
-        return _pack({"ok": repr(value)})
+        reply = _pack({"ok": repr(value)})
+    if len(reply) > _output_cap:  # the host would refuse it: say how big, send nothing
+        return _pack({"too_big": len(reply)})
+    return reply
 
 
 def _pack(value: object) -> bytes:
@@ -301,7 +393,11 @@ def _warm_up() -> None:
     _run_code("sum(range(3))")
     source = "def main(x):\n    return x\n"
     code = _compile_tool(source, "warm_up.py")
+    _signature(source, "main")
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
+    # as `_serve` decodes a request, from a memoryview: a call then costs ~58k less fuel (measured
+    # with bench/compare.py --suite output, its "call fuel")
+    msgpack.unpackb(memoryview(_pack({"mode": "code"}))[0:], raw=False)
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
     linecache.cache.clear()
     sys.modules["__main__"] = main  # no call meets the warm-up's modules

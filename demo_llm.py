@@ -1,0 +1,122 @@
+"""A complete tool-calling loop with a scripted fake model, in OpenAI's and Anthropic's formats.
+
+The real `openai` and `anthropic` clients talk to a fake model over httpx.MockTransport (no
+network): the model asks for parallel tool calls (one with bad JSON, one unknown tool), wasmbox
+runs them and answers, and the next request the SDK sends is printed.
+
+Run it with `./dev demo llm`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+
+import wasmbox
+
+ROOT = Path(__file__).resolve().parent
+CAPS = ROOT / "capabilities"
+CALLS = [  # what the fake model asks for: (id, tool, arguments as the model writes them)
+    ("call_1", "word_count", '{"path": "/data/sample.txt", "text": null}'),
+    ("call_2", "csv_stats", '{"path": "/data/sales.csv", "column": "units", "group_by": "region"}'),
+    ("call_3", "run_python", '{"code": "import math\\nprint(\'pi is\', round(math.pi, 4))\\nmath.factorial(20)"}'),
+    ("call_4", "word_count", '{"text": "oops, unterminated'),
+    ("call_5", "send_email", '{"to": "boss@example.com"}'),
+]
+
+
+def show(title: str, value: Any, limit: int = 1600) -> None:
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    print(f"--- {title}")
+    print(text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)")
+
+
+class FakeModel:
+    """Answers the first request with tool calls, the next one (which carries the results)
+    with text; prints what it is sent."""
+
+    def __init__(self, first: dict[str, Any], last: dict[str, Any]) -> None:
+        self.replies = [first, last]
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(json.loads(request.content))
+        return httpx.Response(200, json=self.replies[len(self.requests) - 1])
+
+
+def openai_loop(box: wasmbox.Sandbox) -> None:
+    print("\n======== OpenAI Chat Completions ========")
+    tool_calls = [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in CALLS
+    ]
+    def completion(message: dict[str, Any]) -> dict[str, Any]:
+        return {"id": "chatcmpl-demo", "object": "chat.completion", "created": 0, "model": "fake",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}]}  # fmt: skip
+
+    model = FakeModel(
+        completion({"role": "assistant", "content": None, "tool_calls": tool_calls}),
+        completion({"role": "assistant", "content": "sample.txt has 30 words; the sales stats are above."}),
+    )
+    client = openai.OpenAI(api_key="sk-demo", base_url="http://fake-model/v1",
+                           http_client=httpx.Client(transport=httpx.MockTransport(model)))  # fmt: skip
+    tools = box.specs("openai", strict=True, python=True)
+    messages: list[Any] = [{"role": "user", "content": "How many words are in sample.txt? And the sales stats?"}]
+    response = client.chat.completions.create(model="fake", messages=messages, tools=tools)
+    show("tools sent (strict: " + ", ".join(f"{t['function']['name']}={t['function']['strict']}" for t in tools) + ")",
+         tools[0], 900)  # fmt: skip
+    message = response.choices[0].message
+    print(f"--- the model asks for {len(message.tool_calls or [])} calls at once")
+    results = box.dispatch(message, format="openai", python=True, max_calls=10, deadline_s=10)
+    messages += [message.model_dump(exclude_none=True), *results]
+    final = client.chat.completions.create(model="fake", messages=messages, tools=tools)
+    show("the next request's messages (what wasmbox answered)", model.requests[1]["messages"][1:], 4000)
+    print(f"--- the model: {final.choices[0].message.content}")
+
+
+def anthropic_loop(box: wasmbox.Sandbox) -> None:
+    print("\n======== Anthropic Messages ========")
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": "Let me check."}]
+    for call_id, name, arguments in CALLS:
+        try:
+            arguments_value: Any = json.loads(arguments)
+        except ValueError:
+            arguments_value = {"text": 42}  # Anthropic sends parsed input: a wrong type instead
+        blocks.append({"type": "tool_use", "id": f"toolu_{call_id}", "name": name, "input": arguments_value})
+
+    def message(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+        return {"id": "msg_demo", "type": "message", "role": "assistant", "model": "fake", "content": content,
+                "stop_reason": stop, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+
+    model = FakeModel(message(blocks, "tool_use"), message([{"type": "text", "text": "Done."}], "end_turn"))
+    client = anthropic.Anthropic(api_key="sk-ant-demo", base_url="http://fake-model",
+                                 http_client=httpx.Client(transport=httpx.MockTransport(model)))  # fmt: skip
+    tools = box.specs("anthropic", strict=True, python=True)
+    messages: list[Any] = [{"role": "user", "content": "How many words are in sample.txt?"}]
+    response = client.messages.create(model="fake", max_tokens=512, messages=messages, tools=tools)
+    show("tools sent", tools[1], 900)
+    results = box.dispatch(response, format="anthropic", python=True)
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]},
+        {"role": "user", "content": results},
+    ]
+    final = client.messages.create(model="fake", max_tokens=512, messages=messages, tools=tools)
+    show("the next request's last message (the tool results)", model.requests[1]["messages"][-1], 4000)
+    print(f"--- the model: {final.content[0].text}")  # type: ignore[union-attr]
+
+
+def main() -> int:
+    with wasmbox.Sandbox() as box:
+        box.load(CAPS / "word_count.toml")
+        box.load(CAPS / "csv_stats.toml")
+        openai_loop(box)
+        anthropic_loop(box)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,253 @@
+"""Running a model's tool calls and answering in its provider's format (`Sandbox.dispatch`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import wait
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
+
+from .. import _call, _schema
+from .._errors import ErrorKind
+from .._manifest import ManifestSource
+from .._results import CallResult
+from ._content import result_content
+from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
+
+if TYPE_CHECKING:
+    from .._sandbox import Sandbox
+
+CallFormat = Literal["openai", "openai-responses", "anthropic"]
+CALL_FORMATS: tuple[str, ...] = ("openai", "openai-responses", "anthropic")
+_LISTED = 20  # tool names an unknown-tool error lists
+_NAME_SHOWN = 100  # characters of an unknown name it repeats (a model may send megabytes)
+
+
+@dataclass
+class _Job:
+    """One call: its id and name, and either its result already (refused before running) or
+    what runs it."""
+
+    call_id: str
+    name: str
+    result: CallResult | None = None
+    run: Callable[[], CallResult] | None = None
+    started: bool = field(default=False)
+
+
+def dispatch(
+    box: Sandbox,
+    calls: Any,
+    format: str,
+    *,
+    python: bool | ManifestSource = False,
+    max_calls: int | None = None,
+    deadline_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """See `Sandbox.dispatch`."""
+    deadline = _deadline(deadline_s)
+    jobs = _jobs(box, calls, format, python, max_calls)
+    runnable = [job for job in jobs if job.result is None]
+    if (len(runnable) == 1 and deadline is None) or _call.inside_call():
+        # no thread hop for the common single call; and from inside a call (a host function),
+        # one by one on this thread: waiting on the workers from one of them could deadlock
+        for job in runnable:
+            job.result = _run(job, deadline)
+    elif runnable:
+        futures = [(job, box._executor.submit(_run, job, deadline)) for job in runnable]
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        wait([future for _, future in futures], timeout=timeout)
+        for job, future in futures:
+            if future.done() and not future.cancelled():
+                job.result = future.result()
+            else:
+                future.cancel()
+                job.result = _late(job, deadline_s)
+    return [_reply(job, format) for job in jobs]
+
+
+async def adispatch(
+    box: Sandbox,
+    calls: Any,
+    format: str,
+    *,
+    python: bool | ManifestSource = False,
+    max_calls: int | None = None,
+    deadline_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """See `Sandbox.adispatch`."""
+    import asyncio  # lazily, as in Tool.acall
+
+    deadline = _deadline(deadline_s)
+    jobs = _jobs(box, calls, format, python, max_calls)
+    runnable = [job for job in jobs if job.result is None]
+    if not runnable:
+        return [_reply(job, format) for job in jobs]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.run_in_executor(box._executor, _run, job, deadline) for job in runnable]
+    if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
+        results = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
+        for job, result in zip(runnable, results, strict=True):
+            job.result = result
+    else:
+        await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+        for job, task in zip(runnable, tasks, strict=True):
+            if task.done() and not task.cancelled():
+                job.result = task.result()
+            else:
+                task.cancel()
+                job.result = _late(job, deadline_s)
+    return [_reply(job, format) for job in jobs]
+
+
+def _deadline(deadline_s: float | None) -> float | None:
+    if deadline_s is None:
+        return None
+    if not deadline_s > 0:
+        raise ValueError(f"deadline_s must be a positive number of seconds, got {deadline_s!r}")
+    return time.monotonic() + deadline_s
+
+
+def _run(job: _Job, deadline: float | None) -> CallResult:
+    if deadline is not None and time.monotonic() >= deadline:
+        return _not_started(job)
+    job.started = True
+    assert job.run is not None
+    return job.run()
+
+
+def _late(job: _Job, deadline_s: float | None) -> CallResult:
+    if not job.started:
+        return _not_started(job)
+    return CallResult.failed(
+        job.name, ErrorKind.TIMEOUT,
+        f"the dispatch deadline ({deadline_s} s) passed before this call finished; it may still "
+        "complete, but its result is discarded",
+    )  # fmt: skip
+
+
+def _not_started(job: _Job) -> CallResult:
+    return CallResult.failed(
+        job.name, ErrorKind.TIMEOUT, "not run: the dispatch deadline passed before this call started"
+    )
+
+
+def _jobs(
+    box: Sandbox, calls: Any, format: str, python: bool | ManifestSource, max_calls: int | None
+) -> list[_Job]:
+    if format not in CALL_FORMATS:
+        raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
+    if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+        raise ValueError(f"max_calls must be a non-negative integer, got {max_calls!r}")
+    parsed = [_parse(call, format) for call in _calls(calls, format)]
+    tools = box.tools
+    jobs = []
+    for index, (call_id, name, raw) in enumerate(parsed):
+        job = _Job(call_id, name)
+        if max_calls is not None and index >= max_calls:
+            job.result = CallResult.failed(
+                name, ErrorKind.HOST_ERROR,
+                f"not run: at most {max_calls} tool calls are run per turn and this one is call "
+                f"{index + 1} of {len(parsed)}; ask for it again in a later turn",
+            )  # fmt: skip
+        else:
+            _plan(job, raw, format, tools, box, python)
+        jobs.append(job)
+    return jobs
+
+
+def _plan(
+    job: _Job, raw: Any, format: str, tools: Mapping[str, Any], box: Sandbox, python: bool | ManifestSource
+) -> None:
+    """Decide how `job` runs, or its error result: arguments that are not a JSON object,
+    an unknown tool."""
+    args, problem = _arguments(raw, parse=format != "anthropic")
+    if problem is not None:
+        job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        return
+    tool = tools.get(job.name)
+    if tool is not None:
+        job.run = partial(tool.call, prepare_args(args, tool.parameters))
+        return
+    if job.name == RUN_PYTHON and python is not False:
+        args = prepare_args(args, RUN_PYTHON_SCHEMA)
+        problem = _schema.validate(args, RUN_PYTHON_SCHEMA)
+        if problem is not None:
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        else:
+            grants = None if python is True else python
+            job.run = partial(box.run_python, args["code"], grants)
+        return
+    names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
+    listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
+    job.result = CallResult.failed(
+        job.name, ErrorKind.INVALID_ARGUMENTS, f"no tool named {job.name[:_NAME_SHOWN]!r}; the tools are: {listed or '(none)'}"
+    )
+
+
+def _arguments(raw: Any, parse: bool) -> tuple[dict[str, Any], str | None]:
+    if type(raw) is not str and isinstance(raw, Mapping):
+        return dict(raw), None
+    if raw is None:
+        return {}, None
+    if not isinstance(raw, (str, bytes, bytearray)) or not parse:  # (Anthropic's input is parsed)
+        return {}, f"arguments must be a JSON object, got {_schema._json_type(raw)}"
+    if not raw.strip():
+        return {}, None  # (a call of a tool without parameters may carry "")
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return {}, f"arguments are not valid JSON ({exc}); send a JSON object"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {_schema._json_type(value)}"
+    return value, None
+
+
+def _calls(calls: Any, format: str) -> list[Any]:
+    """The tool calls in `calls`: a list of them, or the message/response holding them
+    (OpenAI's `message.tool_calls`, Responses' `response.output`, Anthropic's
+    `message.content`), as SDK objects or dicts. Other items (text, reasoning) are skipped."""
+    holder = {"openai": "tool_calls", "openai-responses": "output", "anthropic": "content"}[format]
+    items: Any = calls
+    if isinstance(calls, Mapping) and holder in calls:
+        items = calls[holder] or ()
+    elif not isinstance(calls, Mapping) and hasattr(calls, holder):
+        items = getattr(calls, holder) or ()
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise TypeError(f"dispatch takes a list of {format} tool calls (or the message holding them)")
+    wanted = {"openai": None, "openai-responses": "function_call", "anthropic": "tool_use"}[format]
+    return [item for item in items if wanted is None or _get(item, "type") == wanted]
+
+
+def _parse(call: Any, format: str) -> tuple[str, str, Any]:
+    """(id, name, arguments as sent) of one call. TypeError for an object that is not a call
+    of this format at all (the caller's wiring, not the model's arguments)."""
+    if format == "openai":
+        call_id, function = _get(call, "id"), _get(call, "function")
+        name, raw = _get(function, "name"), _get(function, "arguments")
+    elif format == "openai-responses":
+        call_id, name, raw = _get(call, "call_id"), _get(call, "name"), _get(call, "arguments")
+    else:
+        call_id, name, raw = _get(call, "id"), _get(call, "name"), _get(call, "input")
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise TypeError(f"not a {format} tool call (no string id and name): {call!r}"[:300])
+    return call_id, name, raw
+
+
+def _get(obj: Any, name: str) -> Any:
+    if type(obj) is dict or isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _reply(job: _Job, format: str) -> dict[str, Any]:
+    assert job.result is not None
+    content = result_content(job.result)
+    if format == "openai":
+        return {"role": "tool", "tool_call_id": job.call_id, "content": content.text}
+    if format == "openai-responses":
+        return {"type": "function_call_output", "call_id": job.call_id, "output": content.text}
+    return {"type": "tool_result", "tool_use_id": job.call_id, "content": content.text, "is_error": content.is_error}

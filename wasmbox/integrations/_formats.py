@@ -1,0 +1,260 @@
+"""Tool definitions in each provider's exact format, and OpenAI's strict schemas.
+
+Strict mode (OpenAI's structured outputs, Anthropic's strict tools) accepts a subset of JSON
+Schema: every object closed (`additionalProperties: false`) with every property in `required`,
+optional ones nullable, the root an object. `strict_schema` converts a tool's schema to that
+subset where the model can still say everything the tool accepts; the keywords it drops are
+still checked, because wasmbox validates each call against the tool's original schema. The
+nulls the conversion made the model send for omitted properties are removed before that check
+(`prepare_args`).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+from .. import _schema
+from .._allowlist import FETCH
+from .._errors import StrictSchemaError, StrictSchemaWarning
+from .._manifest import Manifest
+
+SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"]
+StrictMode = bool | Literal["auto"]
+FORMATS: tuple[str, ...] = get_args(SpecFormat)
+
+# Dropped from a strict schema and still checked at call time (OpenAI does not support them).
+_CHECKED_LATER = ("minLength", "maxLength", "minProperties", "maxProperties", "uniqueItems")
+_KEPT = ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems")
+_REFUSED = ("allOf", "not")  # no strict equivalent that keeps their meaning
+
+RUN_PYTHON = "run_python"  # `Sandbox.run_python` offered to a model as a tool
+RUN_PYTHON_DESCRIPTION = (
+    "Run Python 3.14 code in a fresh sandboxed interpreter (no network, no files, no processes "
+    "unless granted). Returns the value of the last expression, with anything printed."
+)
+RUN_PYTHON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": "The Python source to run"}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
+RUN_PYTHON_ANNOTATIONS: dict[str, Any] = {"readOnlyHint": True, "openWorldHint": False}
+
+
+def tool_spec(
+    name: str,
+    description: str,
+    schema: Mapping[str, Any],
+    format: str,
+    strict: StrictMode,
+    annotations: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The definition of one tool in `format` (see `Tool.spec`)."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown spec format {format!r}; one of {', '.join(FORMATS)}")
+    if strict not in (True, False, "auto"):
+        raise ValueError(f"strict must be True, False or 'auto', got {strict!r}")
+    parameters: dict[str, Any] = dict(schema)
+    if format != "generic" and "type" not in parameters:
+        parameters = {"type": "object", **parameters}  # every provider wants an object root
+    is_strict = False
+    if strict:
+        try:
+            parameters, is_strict = strict_schema(parameters), True
+        except StrictSchemaError as exc:
+            if strict is True:
+                raise StrictSchemaError(f"{name}: {exc}") from None
+            warnings.warn(f"{name}: sent without strict mode: {exc}", StrictSchemaWarning, stacklevel=3)
+    if format == "openai":
+        function = {"name": name, "description": description, "parameters": parameters, "strict": is_strict}
+        return {"type": "function", "function": function}
+    if format == "openai-responses":  # (its `strict` defaults to true: always say which)
+        return {
+            "type": "function", "name": name, "description": description,
+            "parameters": parameters, "strict": is_strict,
+        }  # fmt: skip
+    if format == "anthropic":
+        spec: dict[str, Any] = {"name": name, "description": description, "input_schema": parameters}
+        if is_strict:
+            spec["strict"] = True
+        return spec
+    if format == "mcp":
+        return {
+            "name": name, "description": description, "inputSchema": parameters,
+            "annotations": dict(annotations or {}),
+        }  # fmt: skip
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+def mcp_annotations(manifest: Manifest) -> dict[str, Any]:
+    """MCP tool hints from the grants: read-only when nothing it may call or write can change
+    the world (no writable preopen, no host function); open-world when it may reach the
+    network. A tool that is not read-only is marked possibly destructive, since what its host
+    functions do is not known here."""
+    read_only = not manifest.host_functions and not any(p.writable for p in manifest.preopens)
+    hints: dict[str, Any] = {"readOnlyHint": read_only}
+    if not read_only:
+        hints["destructiveHint"] = True
+    hints["openWorldHint"] = FETCH in manifest.host_functions
+    return hints
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` (a tool's args) in strict mode's subset, or StrictSchemaError naming the part
+    that has no strict form: `allOf`/`not`, an object open to any property (no `properties`,
+    or `additionalProperties` given as a schema), a value of any type, an array without
+    `items`, a root that is not an object. Optional properties become required and nullable;
+    `oneOf` becomes `anyOf`, `const` a one-value `enum`; length, property-count and
+    `uniqueItems` keywords and a `default` move into the description (wasmbox checks them)."""
+    root = _strict(schema, "$")
+    if _types(root) != ["object"] or "anyOf" in root:
+        raise StrictSchemaError("$: the root must be an object (type 'object', not anyOf)")
+    return root
+
+
+def _strict(node: Any, path: str) -> dict[str, Any]:
+    if not isinstance(node, Mapping) or not node:
+        raise StrictSchemaError(f"{path}: accepts any value; strict mode needs a type")
+    for key in _REFUSED:
+        if key in node:
+            raise StrictSchemaError(f"{path}: {key!r} has no strict-mode equivalent")
+    out: dict[str, Any] = {}
+    notes = [f"{key}: {json.dumps(node[key])}" for key in _CHECKED_LATER if key in node]
+    if "default" in node:
+        notes.insert(0, f"default: {json.dumps(node['default'])}")
+    description = node.get("description")
+    if notes:
+        description = f"{description} ({'; '.join(notes)})" if description else f"({'; '.join(notes)})"
+    if description:
+        out["description"] = description
+    if "type" in node:
+        out["type"] = node["type"]
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    elif "enum" in node:
+        out["enum"] = list(node["enum"])
+    for key in _KEPT:
+        if key in node:
+            out[key] = node[key]
+    branches = [*node.get("anyOf", []), *node.get("oneOf", [])]
+    if "anyOf" in node and "oneOf" in node:
+        raise StrictSchemaError(f"{path}: 'anyOf' and 'oneOf' together have no strict-mode equivalent")
+    if branches:
+        key = "anyOf" if "anyOf" in node else "oneOf"
+        out["anyOf"] = [_strict(sub, f"{path}.{key}[{i}]") for i, sub in enumerate(branches)]
+    types = _types(node)
+    if "object" in types or "properties" in node:
+        _strict_object(node, out, path)
+    if "array" in types or "items" in node:
+        if "items" not in node:
+            raise StrictSchemaError(f"{path}: an array needs 'items' in strict mode")
+        out["items"] = _strict(node["items"], f"{path}.items")
+    if "type" not in out and "enum" not in out and "anyOf" not in out:
+        raise StrictSchemaError(f"{path}: no type (strict mode needs 'type', 'enum' or 'anyOf')")
+    return out
+
+
+def _strict_object(node: Mapping[str, Any], out: dict[str, Any], path: str) -> None:
+    properties = node.get("properties", {})
+    extra = node.get("additionalProperties", True)
+    if not isinstance(extra, bool):
+        raise StrictSchemaError(f"{path}: additionalProperties as a schema (a map) has no strict-mode form")
+    if not properties and extra:
+        raise StrictSchemaError(f"{path}: an object open to any property has no strict-mode form")
+    if "type" not in out:
+        out["type"] = "object"
+    required = set(node.get("required", []))
+    converted = {}
+    for name, sub in properties.items():
+        where = f"{path}.properties.{name}"
+        schema = _strict(sub, where)
+        converted[name] = schema if name in required else _nullable(schema)
+    out["properties"] = converted
+    out["required"] = list(properties)
+    out["additionalProperties"] = False
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` that also accepts null (how strict mode says a property may be left out)."""
+    if _schema.validate(None, schema) is None:
+        return schema
+    types = schema.get("type")
+    if types is not None and "enum" not in schema and "anyOf" not in schema:
+        names = [types] if isinstance(types, str) else list(types)
+        return {**schema, "type": [*names, "null"]}
+    if "anyOf" in schema and len(schema) <= 2 and set(schema) <= {"anyOf", "description"}:
+        return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
+    inner = {k: v for k, v in schema.items() if k != "description"}
+    outer: dict[str, Any] = {"anyOf": [inner, {"type": "null"}]}
+    if "description" in schema:
+        outer = {"description": schema["description"], **outer}
+    return outer
+
+
+def _types(node: Mapping[str, Any]) -> list[str]:
+    types = node.get("type", [])
+    return [types] if isinstance(types, str) else list(types)
+
+
+def prepare_args(args: Any, schema: Mapping[str, Any] | None) -> Any:
+    """A model's `args` as the tool takes them: each null given for a property that `schema`
+    (the tool's own, not the strict one) leaves optional and does not allow to be null is
+    removed, at any depth. Such a null is what a strict schema makes the model send for an
+    omitted property; the original schema would refuse it, so removing it never lets through
+    a call that schema forbids. A null the property's schema allows is kept, unless only
+    removing it makes the object fit (a property count). Anything else is returned as is."""
+    if not isinstance(schema, Mapping) or not _holds_none(args, 0):  # (the usual case: no walk)
+        return args
+    return _without_nulls(args, schema)
+
+
+def _holds_none(value: Any, depth: int) -> bool:
+    if type(value) is dict:
+        items: Any = value.values()
+    elif type(value) is list:
+        items = value
+    else:
+        return False
+    return depth > _schema.MAX_DEPTH or any(
+        item is None or _holds_none(item, depth + 1) for item in items
+    )
+
+
+def _without_nulls(args: Any, schema: Any) -> Any:
+    if not isinstance(schema, Mapping):
+        return args
+    if isinstance(args, dict):
+        properties = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        if isinstance(properties, Mapping) and properties:
+            kept, allowed = {}, []
+            for key, value in args.items():
+                sub = properties.get(key)
+                if sub is None:
+                    kept[key] = value
+                elif value is None and key not in required:
+                    if _schema.validate(None, sub) is not None:
+                        continue
+                    kept[key] = None
+                    allowed.append(key)
+                else:
+                    kept[key] = _without_nulls(value, sub)
+            if allowed and _schema.validate(kept, schema) is not None:
+                # nulls the schema allows are kept, unless only leaving them out fits it
+                # (e.g. maxProperties counts them)
+                without = {k: v for k, v in kept.items() if k not in allowed}
+                if _schema.validate(without, schema) is None:
+                    kept = without
+            args = kept
+    elif isinstance(args, list) and "items" in schema:
+        args = [_without_nulls(item, schema["items"]) for item in args]
+    if isinstance(args, (dict, list)):
+        for key in ("anyOf", "oneOf"):
+            for branch in schema.get(key, []):
+                candidate = _without_nulls(args, branch)
+                if _schema.validate(candidate, branch) is None:
+                    return candidate
+    return args
