@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import wasmbox
+from wasmbox import _output
 
 from ..conftest import BUILD, WAT
 
@@ -103,7 +104,8 @@ class Load:
         source = folder / "load_tool.py"
         source.write_text("import wasmbox_guest\n\ndef main(n: int):\n"
                           "    return [n, wasmbox_guest.call_host('load.twice', n=n)]\n")  # fmt: skip
-        limits = {"timeout": "60s"}  # fuel decides these, never a loaded machine's speed
+        # fuel decides these, never a loaded machine's speed (nor `end_once_cut`'s 30 s)
+        limits = {"timeout": "300s"}
         echo = box.load({"name": "load_echo", "module": str(WAT / "echo.wat"), "limits": limits})
         fwd = box.load({"name": "load_forward", "module": str(forward), "host_functions": ["load.twice"],
                         "limits": limits})  # fmt: skip
@@ -193,6 +195,25 @@ class Guarded:
         grants = {"name": "hostile_py", "runtime": "python", "limits": QUICK,
                   "preopens": self.preopen(writable), **fields}  # fmt: skip
         return self.box.run_python(code, grants)
+
+    def end_once_cut(self, call: Callable[[], wasmbox.CallResult], timeout_s: float = 30.0) -> wasmbox.CallResult:
+        """Run `call`, a guest that floods its output and then goes on forever under a deadline
+        of `timeout_s`, on a thread; once some output is cut at its cap, move the engine's
+        clock past that deadline. So it is cut and then ends as `timeout`, however slow the
+        machine (a short deadline could pass before the output reached the cap)."""
+        outcome: list[wasmbox.CallResult] = []
+        thread = threading.Thread(target=lambda: outcome.append(call()), name="hostile-flood")
+        thread.start()
+        stop = time.monotonic() + 60  # (only so that a broken run cannot hang)
+        try:
+            while thread.is_alive() and not any(o.truncated for o in list(_output._live._items.values())):
+                assert time.monotonic() < stop, "the output was never cut"
+                time.sleep(0.002)
+        finally:
+            for _ in range(self.box._ticker.ticks(timeout_s) + 1):
+                self.box.engine.increment_epoch()
+            thread.join()
+        return outcome[0]
 
     def assert_untouched(self, *, granted_too: bool = True) -> None:
         """The host after a hostile call: outside files unchanged, the Sandbox serving, no
