@@ -4,6 +4,7 @@ a host that is untouched and still serving."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ def test_core_module_cannot_exhaust_the_host(
 def test_stderr_flood_is_cut_at_the_cap(guarded: Guarded) -> None:
     limits = {**FOREVER, "timeout": "30s", "output": "4KiB"}
     tool = guarded.box.load({"name": "flood", "module": security_wat("stderr_flood"), "limits": limits})
-    result = guarded.end_once_cut(lambda: tool.call({}))
+    result = guarded.end_once_cut(partial(tool.call, {}))
     del tool
     assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
     assert result.truncated and result.stderr == "E" * 4096 and result.stdout == ""
@@ -76,7 +77,7 @@ def test_command_cannot_exhaust_the_host(guarded: Guarded, argv: list[str], stdi
                 "preopens": guarded.preopen()}  # fmt: skip
     tool = guarded.box.load(manifest)
     if kind is ErrorKind.TIMEOUT:  # it goes on past the cap: cut, then ended at its deadline
-        result = guarded.end_once_cut(lambda: tool.call(argv=argv, stdin=stdin))
+        result = guarded.end_once_cut(partial(tool.call, argv=argv, stdin=stdin))
     else:
         result = tool.call(argv=argv, stdin=stdin)
     del tool
