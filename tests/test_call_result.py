@@ -13,7 +13,8 @@ def _fields() -> dict[str, object]:
     record = HostCallRecord(name="kv.get", verdict="ok", duration_s=0.001, bytes_in=3, bytes_out=4)
     return {
         "tool": "t", "ok": False, "value": None, "error": CallError(kind=ErrorKind.TRAP, message="m"),
-        "stdout": "out", "stderr": "err", "truncated": True, "fuel_used": 7, "duration_s": 0.5,
+        "stdout": "out\ufffd", "stderr": "err", "stdout_bytes": b"out\xff", "stderr_bytes": None,
+        "files": {"/tmp/a.png": b"\x89PNG"}, "media_types": {"/tmp/a.png": "image/png"}, "truncated": True, "fuel_used": 7, "duration_s": 0.5,
         "peak_memory": 65536, "host_calls": [record],
     }  # fmt: skip
 

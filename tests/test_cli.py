@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -81,6 +82,41 @@ def test_bench_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["bench", "--seconds", "0.05", "--no-python"]) == 0
     out = capsys.readouterr().out
     assert "trivial core call" in out and "plain wasmtime-py" in out and "threads" in out
+
+
+def _stdout_of_run(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    probe = str(Path(__file__).resolve().parent.parent / "capabilities" / "fsprobe.toml")
+    assert main(["run", probe, "--no-cache", *words]) == 0
+    result = json.loads(capsys.readouterr().out)
+    lines: list[str] = result["stdout"].splitlines()
+    assert lines[:2] == ["fsprobe", "argv"]
+    return "\n".join(lines[2:])
+
+
+def test_run_passes_argv_that_looks_like_options(
+    built_examples: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--argv -Tsvg`, `--argv -- -V` and a yosys-style `-p "script"` could not be passed."""
+    words = ["--", "argv", "-Tsvg", "-V", "-p", "read_verilog x.v; synth", "--", "--x"]
+    assert _stdout_of_run(capsys, *words) == "-Tsvg\n-V\n-p\nread_verilog x.v; synth\n--\n--x"
+    assert _stdout_of_run(capsys, "--argv", "argv", "--argv=-Tsvg") == "-Tsvg"
+    assert _stdout_of_run(capsys, "--argv", "argv", "one", "--", "-two") == "one\n-two"
+    with pytest.raises(SystemExit, match="2"):  # only `run` takes argv
+        main(["schema", "--", "x"])
+    assert "only `run`" in capsys.readouterr().err
+
+
+def test_run_builds_args_from_arg_options(built_examples: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = str(Path(__file__).resolve().parent.parent / "capabilities" / "bar_chart.toml")
+    words = ["--args", '{"width": 64}', "--arg", "format=svg", "--arg", "values:=[1, -2]", "--arg", "title=-t"]
+    assert main(["run", chart, "--no-cache", *words]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["stdout"] == "wrote /tmp/chart.svg (svg, 64x400, 2 bars)\n"
+    svg = base64.urlsafe_b64decode(result["files"]["/tmp/chart.svg"]).decode()
+    assert ">-t</text>" in svg
+    for bad in (["--arg", "novalue"], ["--arg", "n:=nope"], ["--args", "[]", "--arg", "a=b"]):
+        assert main(["run", chart, *bad]) == 2
+        assert "--arg" in capsys.readouterr().err
 
 
 # A module whose names try to drive the terminal (clear it, retitle it, reverse the text) and

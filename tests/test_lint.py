@@ -72,3 +72,40 @@ def test_python_tool_granted_a_host_function_its_source_never_names(tmp_path: Pa
     assert lint(wasmbox.Manifest.load(grants)) == ["host function kv.get is granted but the source never names it"]
     source.write_text("from wasmbox_guest import call_host\ndef main():\n    return call_host('kv.get', key='a')\n")
     assert lint(wasmbox.Manifest.load(grants)) == []
+
+
+@pytest.mark.parametrize(
+    ("host", "words"),
+    [("/proc", "/proc/self/environ"), ("/proc/self", "/proc/self/environ"), ("/sys", "hardware"),
+     ("/dev", "devices"), ("/etc", "configuration"), ("/etc/ssl", "configuration"),
+     ("HOME", "home folder"), ("HOME_PARENT", "home folder"), ("CACHE", "compile cache"),
+     ("CACHE_PARENT", "compile cache"), ("CACHE_INSIDE", "compile cache")],
+)  # fmt: skip
+def test_read_only_grants_of_system_folders_homes_and_the_cache_are_warned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str, words: str
+) -> None:
+    """Finding 7: a read-only grant of /proc passed lint, and its guest read the host's
+    secrets from /proc/self/environ."""
+    home, cache = tmp_path / "home" / "alice", tmp_path / "cache" / "wasmbox"
+    (cache / "inside").mkdir(parents=True)
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("WASMBOX_CACHE_DIR", str(cache))
+    path = {"HOME": home, "HOME_PARENT": home.parent, "CACHE": cache, "CACHE_PARENT": cache.parent,
+            "CACHE_INSIDE": cache / "inside"}.get(host, Path(host))  # fmt: skip
+    warnings = lint(wasmbox.Manifest.load(manifest("spam", preopens=[{"host": str(path), "guest": "/g"}])))
+    assert any(words in w and "preopen /g: grants" in w for w in warnings), warnings
+    inside_home = home / "project"
+    inside_home.mkdir()
+    fine = manifest("spam", preopens=[{"host": str(inside_home), "guest": "/g"}])
+    assert lint(wasmbox.Manifest.load(fine)) == []
+
+
+def test_a_grant_given_through_a_symlink_is_warned(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    grants = manifest("spam", preopens=[{"host": str(tmp_path / "link"), "guest": "/g"}])
+    warnings = lint(wasmbox.Manifest.load(grants))
+    expected = (f"preopen /g: given through a symlink ({tmp_path / 'link'}); whoever can write the "
+                f"folder holding it chooses what is granted: give the real path {tmp_path / 'real'}")
+    assert warnings == [expected]

@@ -89,7 +89,7 @@ def test_defaults_are_safe(folder: Path) -> None:
         ({"limits": {"cpu": 1}}, "limits.cpu", "Extra inputs"),
         ({"preopens": [{"host": "data", "guest": "../etc"}]}, "preopens.0.guest", "absolute"),
         ({"preopens": [{"host": "data", "guest": "data"}]}, "preopens.0.guest", "absolute"),
-        ({"preopens": [{"host": "nope", "guest": "/d"}]}, "preopens.0.host", "not a directory"),
+        ({"preopens": [{"host": "nope", "guest": "/d"}]}, "preopens.0", "host: not a directory"),
         ({"preopens": [{"host": "data", "guest": "/d", "writable": "yes"}]},
          "preopens.0.writable", "boolean"),
         ({"module": "missing.wasm"}, "module", "no such file"),

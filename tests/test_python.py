@@ -185,13 +185,13 @@ def test_a_type_error_inside_a_tool_is_its_own_not_bad_arguments(
         "def posted(a, ctx):\n"
         "    return a + ctx\n"
     )  # fmt: skip
-    expected = {"Cls": None, "Data": None, "partial": 6, "instance": 1, "method": 1, "wrapped_add": 3,
+    expected = {"Cls": None, "Data": {"a": 1}, "partial": 6, "instance": 1, "method": 1, "wrapped_add": 3,
                 "stacked": 11, "Level": 1}  # fmt: skip
     special = {"wrapped_add": {"a": 1, "b": 2}, "stacked": {"a": 1, "retries": 3}, "Level": {"value": 1}}
     for entry, value in expected.items():
         tool = box.load({"name": f"kind_{entry}", "runtime": "python", "source": str(kinds), "entry": entry})
         result = tool.call(special.get(entry, {"a": 1}))
-        if value is None:  # it ran: an instance comes back, which cannot be sent
+        if value is None:  # it ran: an instance comes back, which cannot be sent (a dataclass's fields can)
             assert "cannot be sent" in result.error.message, (entry, result.error)  # type: ignore[union-attr]
         else:
             assert result.value == value, (entry, result.error)

@@ -21,13 +21,14 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
 import wasmtime
 from wasmtime import component
 
 from ._engine import EngineSettings
 from ._errors import WasmboxError
+from ._grants import lookup
 
 Artifact = wasmtime.Module | component.Component
 
@@ -55,11 +56,13 @@ class ArtifactCache:
     """Compiled modules by content, shared by every Sandbox that uses the same directory."""
 
     def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
-        # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere
-        self.directory = Path(os.path.realpath(directory)) if directory is not None else None
-        # the folders whose entries spell `directory` as given (through its symlinks): a guest
-        # able to write one could swap what that path names for the next process
-        self.path_folders = lookup_folders(directory) if directory is not None else set()
+        # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere;
+        # and the folders whose entries spell `directory` as given (through its symlinks), in
+        # the same walk: a guest able to write one could swap what that path names for the
+        # next process
+        found = lookup(directory) if directory is not None else None
+        self.directory = found.real if found is not None else None
+        self.path_folders = set(map(Path, found.folders)) if found is not None else set()
         self.stats = CacheStats()
         self._fingerprint = settings.fingerprint()
         self._lock = threading.Lock()
@@ -206,31 +209,6 @@ def artifact_digest(data: bytes | mmap.mmap) -> str:
             for piece in pieces:
                 piece.release()  # before the caller closes its mmap
     return hashlib.sha256(b"".join(digests)).hexdigest()
-
-
-def lookup_folders(path: str | os.PathLike[str]) -> set[Path]:
-    """The real folders whose entries a lookup of `path` reads, through every symlink on the
-    way (as `os.path.realpath` walks it): whoever can write one of them can make `path` name
-    something else."""
-    folders: set[Path] = set()
-    current = Path(os.path.realpath(os.getcwd()))
-    pending = list(reversed(PurePath(os.fspath(path)).parts))
-    followed: set[Path] = set()
-    while pending:
-        part = pending.pop()
-        if os.path.isabs(part):  # "/" (or "//", which Linux reads as "/")
-            current = Path("/")
-        elif part == "..":
-            current = current.parent
-        elif part not in ("", "."):
-            folders.add(current)
-            entry = current / part
-            if entry.is_symlink() and entry not in followed:  # (a loop: as realpath, stop)
-                followed.add(entry)
-                pending.extend(reversed(PurePath(os.readlink(entry)).parts))
-            else:
-                current = entry
-    return folders
 
 
 def _ensure_private_dir(directory: Path) -> None:

@@ -18,12 +18,13 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
+from . import _grants
 from ._component_io import REPLY_MAX
 from ._engine import EpochTicker
 from ._errors import ErrorKind, WasmboxError
 from ._hostfuncs import HostFunction, HostReply, refusal
-from ._manifest import Limits, Manifest
-from ._output import Output
+from ._manifest import Limits, Manifest, Preopen
+from ._output import Output, sniff, views
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
 
@@ -225,18 +226,25 @@ def build_wasi(
     stderr: Output,
     extra_preopens: tuple[tuple[Path, str, bool], ...] = (),
 ) -> wasmtime.WasiConfig:
-    """The guest's whole world, from the manifest and the call: nothing is inherited."""
-    check_preopens(manifest)
+    """The guest's whole world, from the manifest and the call: nothing is inherited.
+
+    Each preopen is opened here (Wasmtime opens a preopen when it is added to the config) as
+    the directory its manifest resolved, never by following its path (`_grants.open_granted`);
+    `extra_preopens` are the Sandbox's own folders, which no guest can reach the path of."""
     wasi = wasmtime.WasiConfig()
     wasi.argv = [manifest.name, *manifest.args, *call.argv]
     if manifest.env:
         wasi.env = list(manifest.env.items())
     try:
         for preopen in manifest.preopens:
-            wasi.preopen_dir(str(preopen.host), preopen.guest, fs_mutable=preopen.writable)
+            fd = open_preopen(preopen)
+            try:  # Wasmtime opens its own descriptor of the directory `fd` is
+                wasi.preopen_dir(_grants.fd_path(fd), preopen.guest, fs_mutable=preopen.writable)
+            finally:
+                os.close(fd)
         for host, guest, writable in extra_preopens:
             wasi.preopen_dir(str(host), guest, fs_mutable=writable)
-    except wasmtime.WasmtimeError as exc:  # e.g. removed between the check and the open
+    except wasmtime.WasmtimeError as exc:
         raise Failure(ErrorKind.CAPABILITY_DENIED, f"a preopen could not be opened: {exc}") from None
     stdout.attach(wasi, "stdout")
     stderr.attach(wasi, "stderr")
@@ -248,18 +256,22 @@ def build_wasi(
     return wasi
 
 
+def open_preopen(preopen: Preopen) -> int:
+    """A descriptor of `preopen`'s directory (see `_grants.open_granted`); a `capability_denied`
+    Failure when it is gone or is no longer the directory granted (e.g. swapped for a symlink)."""
+    try:
+        return _grants.open_granted(preopen)
+    except OSError:
+        raise Failure(
+            ErrorKind.CAPABILITY_DENIED,
+            f"preopen {preopen.guest}: {preopen.host} is gone or no longer the directory granted",
+        ) from None
+
+
 def check_preopens(manifest: Manifest) -> None:
-    """Refuse the call if a granted directory was swapped (e.g. for a symlink) since load."""
+    """Refuse the call if a granted directory is gone or was swapped since it was resolved."""
     for preopen in manifest.preopens:
-        try:
-            unchanged = os.path.realpath(preopen.host, strict=True) == str(preopen.host)
-        except OSError:
-            unchanged = False
-        if not unchanged:
-            raise Failure(
-                ErrorKind.CAPABILITY_DENIED,
-                f"preopen {preopen.guest}: {preopen.host} is gone or no longer resolves to itself",
-            )
+        os.close(open_preopen(preopen))
 
 
 def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:
@@ -320,11 +332,13 @@ def finish(
     stderr: Output,
     peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
+    files: dict[str, bytes] | None = None,
 ) -> CallResult:
     """The CallResult of a finished call: the host's own verdicts first, then the guest's.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
-    call's Store in a reference cycle until the garbage collector runs."""
+    call's Store in a reference cycle until the garbage collector runs. `files` are the output
+    files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
     if state.abort is not None:
         error = state.abort
@@ -347,19 +361,49 @@ def finish(
     (close or close_store)(store)
     if state.reraise is not None:
         raise state.reraise
+    out, err = stdout.data(), stderr.data()
+    out_text, out_bytes = views(out) if out else _NO_OUTPUT
+    err_text, err_bytes = views(err) if err else _NO_OUTPUT
+    files = files if files and error is None else {}
     return construct_result(
         tool=state.manifest.name,
         ok=error is None,
         value=value if error is None else None,
         error=error,
-        stdout=stdout.text(),
-        stderr=stderr.text(),
+        stdout=out_text,
+        stderr=err_text,
+        stdout_bytes=out_bytes,
+        stderr_bytes=err_bytes,
+        files=files,
+        media_types=media_types(state.manifest, out, files) if out or files else {},
         truncated=truncated,
         fuel_used=limits.fuel - fuel,
         duration_s=time.perf_counter() - started,
         peak_memory=peak_memory,
         host_calls=state.records,
     )
+
+
+_NO_OUTPUT: tuple[str, bytes | None] = ("", None)
+
+
+def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> dict[str, str]:
+    """The media types a result knows: the manifest's (`command.stdout_media_type`, each output's
+    `media_type`), else sniffed from the bytes (`_output.sniff`); none for plain text."""
+    command = manifest.command
+    known: dict[str, str] = {}
+    declared = command.stdout_media_type if command is not None else None
+    found = declared or (sniff(stdout) if stdout else None)
+    if found:
+        known["stdout"] = found
+    if files:
+        assert command is not None
+        for output in command.outputs:
+            if output.path in files:
+                found = output.media_type or sniff(files[output.path])
+                if found:
+                    known[output.path] = found
+    return known
 
 
 def close_store(store: wasmtime.Store) -> None:

@@ -1,8 +1,9 @@
 """`wasmbox lint`: warnings about manifests that grant more than a tool plausibly needs.
 
-A valid manifest can still be too generous: a writable preopen of a big tree, an allow list
-of whole address ranges, limits far above what one tool call needs, grants the module never
-uses. Lint says so; loading is unaffected.
+A valid manifest can still be too generous: a writable preopen of a big tree, a grant of a
+system or home folder or the compile cache (read-only too), a grant given through a symlink,
+an allow list of whole address ranges, limits far above what one tool call needs, grants the
+module never uses. Lint says so; loading is unaffected (but see `Sandbox`'s refusals).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 from pathlib import Path
 
 from ._allowlist import AddressRule, forbidden_reason
+from ._cache import default_cache_dir
+from ._command import Template
 from ._files import read_regular_file
 from ._inspect import inspect_file
 from ._manifest import Manifest
@@ -29,12 +32,66 @@ def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
     warnings += _unused_grant_warnings(manifest)
+    return warnings + _command_warnings(manifest)
+
+
+def _command_warnings(manifest: Manifest) -> list[str]:
+    """argv items that begin with an arg's value, which may start with '-' (and be read as an
+    option), with no '--' before them and nothing in the schema that rules the dash out."""
+    command, schema = manifest.command, manifest.input_schema or {}
+    if command is None or command.argv is None:
+        return []
+    properties = schema.get("properties", {})
+    warnings = []
+    after_dashes = "--" in manifest.args
+    for item in command.argv:
+        if item == "--":
+            after_dashes = True
+        template = Template.parse(item, argv_item=True)
+        first = template.parts[0] if template.parts else None
+        if after_dashes or isinstance(first, str) or first is None:
+            continue
+        declared = properties.get(first.name, {})
+        if first.expand and isinstance(declared, dict):
+            declared = declared.get("items", {})
+        if not _dash_ruled_out(declared):
+            warnings.append(
+                f"command.argv item {item!r}: a value starting with '-' would be read as an option; "
+                "put a '--' item before it, give it a prefix, or constrain it (pattern, enum)"
+            )
     return warnings
+
+
+def _dash_ruled_out(schema: object) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if "enum" in schema or "const" in schema:
+        values = schema.get("enum", [schema.get("const")])
+        return not any(isinstance(v, str) and v.startswith("-") for v in values)
+    if "pattern" in schema:
+        return True  # the author said what is allowed
+    kind = schema.get("type")
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum"))
+        return isinstance(low, (int, float)) and low >= 0
+    return False
 
 
 def _preopen_warnings(manifest: Manifest) -> list[str]:
     warnings = []
     for preopen in manifest.preopens:
+        sensitive = _sensitive_folder(preopen.host)
+        if sensitive is not None:
+            warnings.append(f"preopen {preopen.guest}: grants {preopen.host}, {sensitive}")
+        resolved = preopen.resolved
+        if resolved is not None and resolved.lookup.links:
+            links = ", ".join(resolved.lookup.links)
+            warnings.append(
+                f"preopen {preopen.guest}: given through a symlink ({links}); whoever can write the "
+                f"folder holding it chooses what is granted: give the real path {preopen.host}"
+            )
         if not preopen.writable:
             continue
         if len(preopen.host.parts) <= 2 or preopen.host == Path.home():
@@ -48,6 +105,43 @@ def _preopen_warnings(manifest: Manifest) -> list[str]:
                 "grant a small folder, or use `scratch` for temporary files"
             )
     return warnings
+
+
+# Folders whose contents a guest should not read, even read-only, and why.
+_SYSTEM = {
+    Path("/proc"): "the kernel's and every process's state (e.g. the host's environment in /proc/self/environ)",
+    Path("/sys"): "the kernel's and the hardware's state",
+    Path("/dev"): "the host's devices",
+    Path("/etc"): "the host's configuration (and often its secrets)",
+}
+
+
+def _sensitive_folder(host: Path) -> str | None:
+    """Why a grant of `host` shows a guest more than a tool plausibly needs, or None: a system
+    folder or one in it, the root, a home folder or a folder holding one, the compile cache or
+    a folder holding it or in it."""
+    for folder, what in _SYSTEM.items():
+        if host == folder or folder in host.parents:
+            return what
+    if host == Path(host.anchor):
+        return "the whole host"
+    for home in _home_folders():
+        if host == home or host in home.parents:
+            return f"which is or holds the home folder {home} (keys, tokens, shell history)"
+    cache = Path(os.path.realpath(default_cache_dir()))
+    if host == cache or host in cache.parents or cache in host.parents:
+        return f"which reaches the compile cache {cache} (every cached tool's code and bytecode)"
+    return None
+
+
+def _home_folders() -> set[Path]:
+    """The caller's home folder, root's, and the folders in /home."""
+    homes = {Path(os.path.realpath(Path.home())), Path("/root")}
+    try:
+        homes.update(Path(os.path.realpath(entry.path)) for entry in os.scandir("/home") if entry.is_dir())
+    except OSError:
+        pass
+    return homes
 
 
 def _tree_size(top: Path) -> tuple[int, int]:

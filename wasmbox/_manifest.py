@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -23,11 +24,12 @@ from pydantic import (
     model_validator,
 )
 
-from . import _schema
+from . import _command, _grants, _schema
 from ._allowlist import FETCH, Rule, parse_rules
 from ._engine import MAX_MEMORY
 from ._errors import ManifestError
 from ._files import read_regular_file
+from ._grants import overlapping_preopens
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
@@ -70,7 +72,10 @@ class Limits(_Strict):
     )
     memory: Size = Field(64 * 1024**2, le=MAX_MEMORY, description="Linear memory cap.")
     timeout: Duration = Field(2.0, description="Wall-clock deadline, seconds or '500ms'.")
-    output: Size = Field(64 * 1024, description="Cap on stdout, stderr and the result, each.")
+    output: Size = Field(
+        64 * 1024,
+        description="Cap on stdout, stderr, the result, and a command's output files together: each.",
+    )
     host_calls: int = Field(100, ge=0, description="Host-function calls allowed per call.")
 
 
@@ -80,6 +85,7 @@ class Preopen(_Strict):
     host: Path = Field(description="Host directory, relative to the manifest's folder.")
     guest: str = Field(description="Absolute path inside the guest, e.g. /data.")
     writable: bool = False
+    _resolved: _grants.Resolved | None = PrivateAttr(None)
 
     @field_validator("host", mode="before")
     @classmethod
@@ -88,15 +94,26 @@ class Preopen(_Strict):
             return _resolve(value, info)
         return value
 
-    @field_validator("host")
-    @classmethod
-    def _host_is_dir(cls, value: Path) -> Path:
-        real = Path(os.path.realpath(value))
-        if not real.is_dir():
-            raise ValueError(f"not a directory: {value}")
-        if real == Path(real.anchor):
-            raise ValueError("the host's root directory cannot be granted")
-        return real
+    @model_validator(mode="after")
+    def _resolve_host(self) -> Preopen:
+        """`host` becomes the real directory, resolved once: what its path led to now, without
+        a symlink on the way, is what every call opens (see `_grants`)."""
+        try:
+            resolved = _grants.resolve(self.host)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ValueError(f"host: not a directory: {self.host}") from None
+        except OSError as exc:
+            raise ValueError(f"host: {self.host}: {exc.strerror or exc}") from None
+        if resolved.real == Path(resolved.real.anchor):
+            raise ValueError("host: the host's root directory cannot be granted")
+        object.__setattr__(self, "host", resolved.real)  # (frozen: set here, once, while validated)
+        self._resolved = resolved
+        return self
+
+    @property
+    def resolved(self) -> _grants.Resolved | None:
+        """How `host` was resolved (None for a Preopen made without validation)."""
+        return self._resolved
 
     @field_validator("guest")
     @classmethod
@@ -128,6 +145,61 @@ class Network(_Strict):
         return parse_rules(self.allow)
 
 
+MEDIA_TYPE = r"^[a-z]+/[A-Za-z0-9][A-Za-z0-9.+_-]*$"
+
+
+class OutputFile(_Strict):
+    """A file the command writes in its scratch /tmp, returned in `CallResult.files`."""
+
+    path: str = Field(description="Absolute guest path under /tmp, e.g. /tmp/out.png.")
+    media_type: str | None = Field(
+        None, pattern=MEDIA_TYPE, description="e.g. image/png; else sniffed from the bytes."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _under_scratch(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if (
+            not path.is_absolute() or ".." in path.parts or "\0" in value
+            or not _within(str(path), SCRATCH_GUEST_PATH) or str(path) == SCRATCH_GUEST_PATH
+        ):  # fmt: skip
+            raise ValueError(f"must be a file path under {SCRATCH_GUEST_PATH}, without '..'")
+        return str(path)
+
+
+def _output_file(value: object) -> object:
+    return {"path": value} if isinstance(value, str) else value
+
+
+class Command(_Strict):
+    """How a WASI command tool is called with args (see `_command`), and what it returns."""
+
+    argv: tuple[str, ...] | None = Field(
+        None, strict=False,
+        description="argv templates after `args`, e.g. [\"-T{format}\", \"{*files}\"]: "
+        "{name} is an input_schema property, {*name} repeats the item per array element.",
+    )  # fmt: skip
+    stdin: str | None = Field(None, description="stdin template, e.g. \"{graph}\".")
+    fail_on_exit_code: bool = Field(False, description="A nonzero exit code is a guest_error.")
+    stdout_media_type: str | None = Field(
+        None, pattern=MEDIA_TYPE, description="e.g. image/svg+xml; else sniffed from the bytes."
+    )
+    outputs: tuple[
+        Annotated[
+            OutputFile,
+            BeforeValidator(_output_file),
+            WithJsonSchema({"anyOf": [{"type": "string"}, OutputFile.model_json_schema()]}),
+        ],
+        ...,
+    ] = Field((), strict=False, description="Files to return from /tmp (needs `scratch`).")
+
+    @property
+    def mapped(self) -> bool:
+        """Whether argv/stdin come from the call's args (else from `Tool.call`'s keywords)."""
+        return self.argv is not None or self.stdin is not None
+
+
 class Manifest(_Strict):
     """A tool and its grants. Unknown keys are errors; relative paths follow the manifest file."""
 
@@ -149,6 +221,7 @@ class Manifest(_Strict):
     )
     network: Network | None = None
     input_schema: dict[str, Any] | None = None
+    command: Command | None = None
 
     @field_validator("module", "source", mode="before")
     @classmethod
@@ -214,7 +287,23 @@ class Manifest(_Strict):
                 raise ValueError(f"preopen {guest} would hide or nest in the scratch space at /tmp")
             if self.runtime == "python" and _within(guest, STDLIB_GUEST_PATH):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
+        if self.command is not None:
+            self._check_command(self.command)
         return self
+
+    def _check_command(self, command: Command) -> None:
+        if self.runtime is not None:
+            raise ValueError("[command] is for WASI command modules, not Python tools")
+        if command.mapped:
+            try:
+                _command.CommandMapping.parse(command.argv, command.stdin, self.input_schema)
+            except ValueError as exc:
+                raise ValueError(f"command: {exc}") from None
+        paths = [output.path for output in command.outputs]
+        if paths and self.scratch is None:
+            raise ValueError("command.outputs are files in /tmp: they need `scratch`")
+        if len(set(paths)) != len(paths):
+            raise ValueError("command.outputs lists a file more than once")
 
     def digest(self) -> str:
         """sha256 of the canonical JSON form: names this exact grant set. Not cached: a
@@ -261,20 +350,6 @@ ManifestSource = Manifest | Mapping[str, Any] | str | os.PathLike[str]
 def _within(guest: str, root: str) -> bool:
     """Whether guest path `guest` is `root` or below it."""
     return (guest + "/").startswith(root + "/")
-
-
-def overlapping_preopens(ours: tuple[Preopen, ...], theirs: tuple[Preopen, ...]) -> str | None:
-    """Why two sets of grants must not coexist, or None.
-
-    Preopens are opened by path at every call, so a guest with a writable directory that
-    contains another granted directory could replace that one with a symlink and widen the
-    other grant (its own, or another tool's) to anything on the host.
-    """
-    for a in (*ours, *theirs):
-        for b in (*ours, *theirs):
-            if a.writable and a.host in b.host.parents:
-                return f"writable preopen {a.host} contains another granted directory {b.host}"
-    return None
 
 
 def _resolve(value: str, info: ValidationInfo) -> Path:

@@ -47,6 +47,9 @@ class Output:
     def text(self) -> str:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
     def attach(self, wasi: wasmtime.WasiConfig, stream: Literal["stdout", "stderr"]) -> None:
         """Route the guest's `stream` into this Output until `detach`."""
         self._id = _live.add(self)
@@ -58,6 +61,37 @@ class Output:
 
     def detach(self) -> None:
         _live.discard(self._id)
+
+
+def views(data: bytes) -> tuple[str, bytes | None]:
+    """`data` as text, and as itself when the text is not exact (it is not UTF-8: each bad
+    sequence became U+FFFD); None when `text.encode()` gives `data` back."""
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace"), data
+
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+)
+
+
+def sniff(data: bytes) -> str | None:
+    """The media type of `data` by its first bytes: PNG, JPEG, GIF, WebP, PDF, SVG; else None."""
+    for magic, media_type in _MAGIC:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    head = data[:1024].lstrip()
+    if head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head):
+        return "image/svg+xml"
+    return None
 
 
 @_WriteCallback

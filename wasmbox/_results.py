@@ -40,7 +40,9 @@ class HostCallRecord:
 class CallResult(BaseModel):
     """The outcome of one tool call. `ok` is True exactly when `error` is None.
 
-    `model_dump_json()` is what a router forwards; bytes in `value` become URL-safe base64."""
+    `model_dump_json()` is what a router forwards. Bytes (in `value`, `stdout_bytes`,
+    `stderr_bytes` and `files`) travel in JSON as URL-safe base64 with padding (`-_` for
+    `+/`); `model_validate_json` reads them back as bytes."""
 
     model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
 
@@ -48,8 +50,19 @@ class CallResult(BaseModel):
     ok: bool
     value: Any = None
     error: CallError | None = None
-    stdout: str = ""
+    stdout: str = Field("", description="What the guest wrote, as UTF-8 text (U+FFFD where it is not).")
     stderr: str = ""
+    stdout_bytes: bytes | None = Field(
+        None, description="The exact bytes when `stdout` is not exact (not UTF-8); else None."
+    )
+    stderr_bytes: bytes | None = Field(None, description="The same for stderr.")
+    files: dict[str, bytes] = Field(
+        default_factory=dict, description="The manifest's `command.outputs` the call wrote, by guest path."
+    )
+    media_types: dict[str, str] = Field(
+        default_factory=dict,
+        description="Media types of 'stdout' and of files by path: declared, else sniffed.",
+    )
     truncated: bool = Field(False, description="stdout or stderr was cut at the output cap.")
     fuel_used: int = 0
     duration_s: float = 0.0

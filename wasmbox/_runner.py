@@ -18,7 +18,7 @@ from wasmtime import _ffi as ffi
 from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_files, _wasi_poll
 from ._call import CallInput, CallState, Failure
 from ._engine import EpochTicker
-from ._errors import CapabilityError, ErrorKind
+from ._errors import CapabilityError, ErrorKind, ManifestError
 from ._hostfuncs import HostFunction
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
@@ -58,6 +58,11 @@ class ModuleRunner:
         # A module that cannot reach WASI cannot use a scratch directory: none is made.
         self._scratch_cap = manifest.scratch if info.uses_wasi else None
         self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
+        command = manifest.command
+        if command is not None and self.kind is not ToolKind.COMMAND:
+            raise ManifestError(f"{manifest.module}: [command] is for WASI command modules (with _start)")
+        self._fail_on_exit = command is not None and command.fail_on_exit_code
+        self._outputs = tuple(o.path for o in command.outputs) if command is not None else ()
         linker = wasmtime.Linker(engine)
         if info.uses_wasi:
             linker.define_wasi()
@@ -115,6 +120,8 @@ class ModuleRunner:
                 memory = _memory(store, instance)
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
+                    if self._fail_on_exit and value["exit_code"] != 0:
+                        raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
                 else:
                     assert memory is not None  # checked at load
                     value = self._run_reactor(store, instance, memory, call)
@@ -129,8 +136,11 @@ class ModuleRunner:
             stderr.detach()
             if scratch is not None:
                 error = scratch.settle(error)
+        files = None
+        if self._outputs and scratch is not None and error is None:
+            files, error = scratch.collect(self._outputs, limits.output)
         peak = _rawcall.memory_view(store._context(), memory)[1] if memory is not None else None
-        return _call.finish(state, store, started, value, error, stdout, stderr, peak)
+        return _call.finish(state, store, started, value, error, stdout, stderr, peak, files=files)
 
     def _run_reactor(
         self,
@@ -172,6 +182,17 @@ def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_
     except wasmtime.WasmtimeError:  # a command module need not export it
         return None
     return item if item.kind == _rawcall.EXTERN_MEMORY else None
+
+
+def _exit_message(code: int, stderr: Output) -> str:
+    """A failed exit, with the end of what the command wrote to stderr (where tools say why)."""
+    tail = stderr.text().strip()
+    if len(tail) > _STDERR_TAIL:
+        tail = "…" + tail[-_STDERR_TAIL:]
+    return f"exited with code {code}: {tail}" if tail else f"exited with code {code}"
+
+
+_STDERR_TAIL = 1000
 
 
 def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:

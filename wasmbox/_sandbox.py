@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _abi, _call
+from . import _abi, _call, _grants
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
 from ._cache import ArtifactCache, CacheStats, default_cache_dir
@@ -34,8 +35,6 @@ from ._manifest import (
     Limits,
     Manifest,
     ManifestSource,
-    Preopen,
-    overlapping_preopens,
 )
 from ._pyruntime import (
     Progress,
@@ -116,6 +115,8 @@ class Sandbox:
     private folder in `scratch_dir` (default: the system's temporary directory). `audit` takes
     the sinks that get a record of every call: callables, `logging.Logger`s, `AuditLog`s.
     `resolver(host, port) -> [address, ...]` replaces the system resolver for `http.fetch`.
+    `allow_system_grants=True` lets manifests grant folders in `/proc` and `/sys` (kernel and
+    process state, the host's environment among it), which are refused otherwise.
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class Sandbox:
         scratch_dir: str | os.PathLike[str] | None = None,
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
         resolver: Resolver | None = None,
+        allow_system_grants: bool = False,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
@@ -147,7 +149,13 @@ class Sandbox:
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
         self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
-        self._python_grants: dict[str, tuple[Preopen, ...]] = {}  # run_python's, by digest
+        # The grants held in the process's registry (`_grants.reserve`), by tool name and by
+        # run_python grant set digest; all given back when the Sandbox is closed or collected.
+        self._owner = _grants.new_owner()
+        self._tool_grants: dict[str, int] = {}
+        self._python_grants: dict[str, int] = {}
+        self._release_grants = weakref.finalize(self, _grants.release_owner, self._owner)
+        self._allow_system_grants = allow_system_grants
         self._python_lock = threading.Lock()
         self._closed = False
         self._runtime_dir: str | None = None  # holds the Python runtime when there is no cache dir
@@ -178,14 +186,22 @@ class Sandbox:
 
         Raises ManifestError for a malformed manifest or module (or Python source),
         CapabilityError when the module imports anything its manifest does not grant or a grant
-        cannot be honoured, WasmboxError when a Python tool cannot be compiled for the
-        Sandbox's own reasons (e.g. every pool slot is busy: try again).
+        cannot be honoured (e.g. it overlaps a writable grant of a live Sandbox in the process,
+        or is in /proc or /sys), WasmboxError when the Sandbox is closed or a Python tool cannot
+        be compiled for the Sandbox's own reasons (e.g. every pool slot is busy: try again).
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
-        self._check_preopens(manifest, replacing=manifest.name if replace else None)
-        if manifest.runtime == "python":
-            return self._register(manifest, self._python_tool(manifest), replace)
+        reservation = self._reserve(manifest, replacing=manifest.name if replace else None)
+        try:  # compiled outside any lock: the reservation keeps overlapping grants out meanwhile
+            tool = self._python_tool(manifest) if manifest.runtime == "python" else self._module_tool(manifest)
+            self._register(manifest, tool, replace, reservation)
+        except BaseException:
+            _grants.release(reservation)
+            raise
+        return tool
+
+    def _module_tool(self, manifest: Manifest) -> Tool:
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
         code_digest = hashlib.sha256(wasm).hexdigest()
@@ -202,32 +218,70 @@ class Sandbox:
             self.engine, module, info, manifest, self._host_functions, self._ticker,
             self._scratch_space,
         )  # fmt: skip
-        tool = Tool(
+        return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
-        return self._register(manifest, tool, replace)
 
-    def _register(self, manifest: Manifest, tool: Tool, replace: bool) -> Tool:
+    def _register(self, manifest: Manifest, tool: Tool, replace: bool, reservation: int) -> None:
         with self._lock:
             if manifest.name in self._tools and not replace:
                 raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
             self._tools[manifest.name] = tool
-        return tool
+            replaced = self._tool_grants.get(manifest.name)
+            self._tool_grants[manifest.name] = reservation
+        _grants.release(replaced)
 
-    def _check_preopens(self, manifest: Manifest, replacing: str | None = None) -> None:
-        """Refuse grants that overlap a writable grant of any tool or any grant set run_python
-        has used (see `overlapping_preopens`)."""
-        with self._lock:
-            theirs = tuple(
-                preopen
-                for name, tool in self._tools.items()
-                if name != replacing
-                for preopen in tool.manifest.preopens
-            ) + tuple(p for grants in self._python_grants.values() for p in grants)
-        problem = overlapping_preopens(manifest.preopens, theirs) or self._private_dir_problem(manifest)
+    def _reserve(self, manifest: Manifest, replacing: str | None = None) -> int:
+        """Check `manifest`'s grants and hold them in the process's registry, in one step:
+        refused (CapabilityError) when they overlap a writable grant of any live Sandbox's tool
+        or run_python grant set (see `_grants.overlapping_preopens`; the tool `replacing` aside),
+        when a writable grant (these or those) holds a folder on the way to a tool's module or
+        source, or when they reach this Sandbox's own folders or the system's
+        (`_private_dir_problem`, `_system_grant_problem`). Returns the reservation
+        (`_grants.release` gives it back)."""
+        problem = self._system_grant_problem(manifest) or self._private_dir_problem(manifest)
         if problem:
             raise CapabilityError(f"{manifest.name}: {problem}")
+        for preopen in manifest.preopens:  # still the directory its manifest resolved
+            try:
+                os.close(_grants.open_granted(preopen))
+            except OSError:
+                raise CapabilityError(
+                    f"{manifest.name}: preopen {preopen.host} is gone or no longer the directory "
+                    "its manifest resolved (read the manifest again)"
+                ) from None
+        try:  # the tool's own files, read by path: no guest may choose what they are
+            files = tuple(_grants.lookup(path) for path in (manifest.module, manifest.source) if path is not None)
+        except OSError as exc:
+            raise ManifestError(f"{manifest.name}: {exc}") from None
+        with self._lock:
+            if self._closed:
+                raise WasmboxError("the Sandbox is closed")
+            besides = self._tool_grants.get(replacing) if replacing is not None else None
+            try:
+                return _grants.reserve(self._owner, manifest.preopens, besides, files)
+            except _grants.GrantConflict as exc:
+                raise CapabilityError(f"{manifest.name}: {exc}") from None
+
+    def _system_grant_problem(self, manifest: Manifest) -> str | None:
+        """Why a grant reaches into /proc or /sys (by path, or by being on one of their file
+        systems, e.g. a bind mount), unless the Sandbox allows it."""
+        if self._allow_system_grants:
+            return None
+        for preopen in manifest.preopens:
+            resolved = preopen.resolved
+            for system in _SYSTEM_FOLDERS:
+                try:
+                    device = os.stat(system).st_dev
+                except OSError:
+                    device = None
+                same_device = resolved is not None and resolved.identity[0] == device
+                if preopen.host == system or system in preopen.host.parents or same_device:
+                    return (f"preopen {preopen.host} is in {system} (kernel and process state, e.g. "
+                            "the host's environment in /proc/self/environ): refused unless the "
+                            "Sandbox is made with allow_system_grants=True")  # fmt: skip
+        return None
 
     def _private_dir_problem(self, manifest: Manifest) -> str | None:
         """Why a grant would reach the Sandbox's own folders, from around or inside them: the
@@ -368,10 +422,10 @@ class Sandbox:
             self._check_host_functions(grants)
             key = grants.digest()
             if grants.preopens:
-                if key not in self._python_grants:
-                    self._check_preopens(grants)
-                    with self._lock:  # later grant sets are checked against this one too
-                        self._python_grants[key] = grants.preopens
+                with self._lock:
+                    held = key in self._python_grants
+                if not held:
+                    self._reserve_python_grants(grants, key)
         if not isinstance(code, str):
             result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         else:
@@ -380,6 +434,16 @@ class Sandbox:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(result, key, digest, {}, grants.limits)
         return result
+
+    def _reserve_python_grants(self, grants: Manifest, key: str) -> None:
+        """Hold a run_python grant set for the Sandbox's lifetime (later grant sets and tools
+        are checked against it; see `_reserve`)."""
+        reservation = self._reserve(grants)
+        with self._lock:
+            if key not in self._python_grants:
+                self._python_grants[key] = reservation
+                return
+        _grants.release(reservation)  # another thread held the same set meanwhile
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """`run_python` on the Sandbox's worker threads."""
@@ -473,7 +537,7 @@ class Sandbox:
         then stop the epoch ticker and the worker threads. Calls after this raise."""
         if _call.inside_call():
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
-        with self._python_lock:
+        with self._python_lock, self._lock:
             self._closed = True
         idle = self._ticker.close()
         self._executor.shutdown(wait=True)
@@ -483,6 +547,7 @@ class Sandbox:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
         if idle:
             self._scratch_space.close()
+        self._release_grants()
         self._auditor.flush()
 
     def __enter__(self) -> Sandbox:
@@ -497,6 +562,9 @@ class Sandbox:
 _THE_SOURCES_FAULT = frozenset(
     {ErrorKind.GUEST_ERROR, ErrorKind.OUT_OF_FUEL, ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT}
 )
+
+
+_SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))
 
 
 def _importable(path: str) -> bool:

@@ -160,9 +160,53 @@ class CallScratch:
     def message(self) -> str:
         return f"scratch space {GUEST_PATH} exceeded its {format_size(self.cap)} cap"
 
+    def collect(self, paths: tuple[str, ...], cap: int) -> tuple[dict[str, bytes], CallError | None]:
+        """The regular files at guest `paths` (under /tmp) that the call left, by path, and
+        None; or no files and an `output_limit` error when together they hold more than `cap`
+        bytes. A path that is missing, or is not a regular file, is left out."""
+        files: dict[str, bytes] = {}
+        room = cap
+        for guest in paths:
+            data = read_file(self.path, guest[len(GUEST_PATH) + 1 :], room)
+            if data is None:
+                continue
+            if len(data) > room:
+                message = f"output files exceed the {format_size(cap)} output cap (at {guest})"
+                return {}, CallError(kind=ErrorKind.OUTPUT_LIMIT, message=message)
+            files[guest] = data
+            room -= len(data)
+        return files, None
+
     def remove(self) -> None:
         """Delete the directory and all in it (again is a no-op)."""
         remove(self.path)
+
+
+def read_file(root: Path, relative: str, cap: int) -> bytes | None:
+    """At most `cap` + 1 bytes of the regular file `relative` below `root`, opened one
+    component at a time without following symlinks; None if there is none such."""
+    names = relative.split("/")
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        for name in names[:-1]:
+            fds.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+        fds.append(os.open(names[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1]))
+        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+            return None
+        chunks, size = [], 0
+        while size <= cap:
+            chunk = os.read(fds[-1], min(cap + 1 - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError:  # missing, a symlink, not a directory on the way
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 _watches: _rawcall.Handles[CallScratch] = _rawcall.Handles()  # armed ones, for their stores' callback

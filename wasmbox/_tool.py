@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from . import _abi, _schema
 from ._audit import Auditor
 from ._call import CallInput
+from ._command import CommandMapping
 from ._errors import ErrorKind
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
@@ -53,6 +54,13 @@ class Tool:
         self._runner = runner
         self._executor = executor
         self._auditor = auditor
+        command = manifest.command
+        self._mapping = (
+            CommandMapping.parse(command.argv, command.stdin, manifest.input_schema)
+            if command is not None and command.mapped else None
+        )  # fmt: skip
+        # a command tool without a mapping takes argv/stdin, and args would go nowhere
+        self._refuses_args = self._mapping is None and runner.kind is ToolKind.COMMAND
 
     @property
     def name(self) -> str:
@@ -95,11 +103,17 @@ class Tool:
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
-        `args` go to ABI v1 tools (checked against `input_schema`); `argv` (appended to the
-        manifest's `args`) and `stdin` go to WASI command tools.
+        `args` go to ABI v1 and Python tools, and to command tools whose manifest maps them to
+        argv and stdin (`[command]`); they are checked against `input_schema`. Other command
+        tools take `argv` (appended to the manifest's `args`) and `stdin` instead.
         """
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
+        if problem is None and self._mapping is not None:
+            try:
+                argv, stdin = self._mapping.render(args or {})
+            except (TypeError, ValueError) as exc:
+                problem = f"args cannot be passed to the command: {exc}"
         if problem is not None:
             result = CallResult.failed(
                 self.name, ErrorKind.INVALID_ARGUMENTS, problem, time.perf_counter() - start
@@ -143,6 +157,10 @@ class Tool:
             return "stdin must be bytes or str"
         if (argv or stdin) and self.kind is not ToolKind.COMMAND:
             return "argv and stdin are for WASI command tools"
+        if (argv or stdin) and self._mapping is not None:
+            return "this tool builds its argv and stdin from args: pass args only"
+        if args and self._refuses_args:
+            return "this command tool takes argv and stdin, not args (its manifest maps none)"
         if args and not all(isinstance(k, str) for k in args):
             return "args keys must be strings"
         schema = self.manifest.input_schema

@@ -22,10 +22,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wasmbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="call a tool once and print the result as JSON")
+    run = commands.add_parser(
+        "run", help="call a tool once and print the result as JSON",
+        usage="wasmbox run MANIFEST [options] [-- ARGV...]",
+        epilog="Everything after the first -- is the command tool's extra argv, as is "
+        "(e.g. -- -Tsvg -p 'read x; synth').",
+    )  # fmt: skip
     run.add_argument("manifest", type=Path)
     run.add_argument("--args", default="{}", help="the call's args as a JSON object")
-    run.add_argument("--argv", nargs="*", default=[], help="extra argv (WASI command tools)")
+    run.add_argument(
+        "--arg", action="append", default=[], metavar="KEY=TEXT|KEY:=JSON",
+        help="one arg, a string (KEY=TEXT) or any JSON value (KEY:=JSON); over --args",
+    )  # fmt: skip
+    run.add_argument(
+        "--argv", nargs="*", action="extend", default=[],
+        help="extra argv (WASI command tools); --argv=-x for one that starts with a dash",
+    )
     run.add_argument("--stdin", type=Path, help="a file whose bytes are the guest's stdin")
     run.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
 
@@ -56,7 +68,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("file", type=Path)
     check.add_argument("--head", help="the hash the log must end at (catches lines cut from the end)")
 
-    options = parser.parse_args(argv)
+    mcp = commands.add_parser("mcp", help="serve tools over the Model Context Protocol")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True)
+    serve = mcp_commands.add_parser(
+        "serve", help="serve the manifests' tools (needs the extra: pip install 'wasmbox[mcp]')"
+    )
+    serve.add_argument("manifests", type=Path, nargs="*", help="the tools' manifests")
+    serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
+    serve.add_argument(
+        "--python-grants", type=Path, metavar="MANIFEST",
+        help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
+    )  # fmt: skip
+    serve.add_argument(
+        "--transport", choices=("stdio", "http"), default="stdio",
+        help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
+    )  # fmt: skip
+    serve.add_argument(
+        "--host", default="127.0.0.1",
+        help="HTTP: the address to bind (default 127.0.0.1). The server has no authentication: "
+        "an address other than loopback is refused without --allow-remote",
+    )  # fmt: skip
+    serve.add_argument("--port", type=int, default=8000, help="HTTP: the port (0: a free one)")
+    serve.add_argument(
+        "--allow-remote", action="store_true",
+        help="HTTP: allow --host to be a non-loopback address (reachable from the network)",
+    )  # fmt: skip
+    serve.add_argument("--max-workers", type=int, help="calls run at once (default: CPU count)")
+    serve.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if "--" in words:  # split here, not by argparse: what follows may look like options
+        at = words.index("--")
+        words, tail = words[:at], words[at + 1 :]
+    options = parser.parse_args(words)
+    if tail and options.command != "run":
+        parser.error("only `run` takes argv after --")
+    options.command_argv = tail
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning  # e.g. a Python tool's SyntaxWarnings, at load
         return _dispatch(options)
@@ -76,6 +124,8 @@ def _dispatch(options: argparse.Namespace) -> int:
             return _lint(options)
         if options.command == "audit":
             return _audit_verify(options)
+        if options.command == "mcp":
+            return _mcp_serve(options)
         if options.command == "bench":
             from . import _bench
 
@@ -92,17 +142,39 @@ def _run(options: argparse.Namespace) -> int:
     from ._sandbox import Sandbox
 
     try:
-        args = json.loads(options.args)
+        args = _call_args(options.args, options.arg)
     except ValueError as exc:
-        print(f"wasmbox: --args is not JSON: {_escape(str(exc))}", file=sys.stderr)
+        print(f"wasmbox: {_escape(str(exc))}", file=sys.stderr)
         return 2
     stdin = options.stdin.read_bytes() if options.stdin else b""
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
     with Sandbox(**kwargs) as box:
         tool = box.load(options.manifest)
-        result = tool.call(args, argv=options.argv, stdin=stdin)
+        result = tool.call(args, argv=[*options.argv, *options.command_argv], stdin=stdin)
     _print_json(result.model_dump(mode="json"))
     return 0 if result.ok else 1
+
+
+def _call_args(text: str, items: list[str]) -> Any:
+    """`--args` JSON with each `--arg` set over it. Raises ValueError saying which is wrong."""
+    try:
+        args = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--args is not JSON: {exc}") from None
+    if items and not isinstance(args, dict):
+        raise ValueError("--arg needs --args to be a JSON object")
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not equals or not key or key == ":":
+            raise ValueError(f"--arg {item!r}: write KEY=TEXT or KEY:=JSON")
+        if key.endswith(":"):
+            try:
+                args[key[:-1]] = json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"--arg {item!r}: not JSON after ':=': {exc}") from None
+        else:
+            args[key] = value
+    return args
 
 
 def _python(options: argparse.Namespace) -> int:
@@ -158,6 +230,56 @@ def _audit_verify(options: argparse.Namespace) -> int:
         print(f"{shown}: BROKEN after {outcome.records} good records: {outcome.problem}")
         return 1
     print(f"{shown}: ok, {outcome.records} records, head {outcome.head}")
+    return 0
+
+
+def _mcp_serve(options: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        from .integrations import mcp
+    except ImportError as exc:
+        print(f"wasmbox: {exc}", file=sys.stderr)
+        return 2
+    from ._manifest import Manifest
+    from ._sandbox import Sandbox
+
+    if not options.manifests and not (options.python or options.python_grants):
+        print("wasmbox: nothing to serve: give manifests, or --python", file=sys.stderr)
+        return 2
+    if options.transport == "http" and not mcp.is_loopback(options.host):
+        if not options.allow_remote:
+            print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
+                  "add --allow-remote to serve the network", file=sys.stderr)  # fmt: skip
+            return 2
+        print(f"wasmbox: warning: serving {options.host} without authentication", file=sys.stderr)
+    kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
+    with Sandbox(max_workers=options.max_workers, **kwargs) as box:
+        for path in options.manifests:
+            box.load(path)
+        python: bool | Manifest = options.python
+        if options.python_grants is not None:
+            python = Manifest.load(options.python_grants)
+            # a grant set run_python refuses (a tool manifest, an unregistered host function)
+            # fails here, not at every call
+            box.run_python("None", python)
+        elif python:
+            box.python_runtime()  # built (or loaded) now, not during the first call
+
+        def listening(url: str) -> None:
+            print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)
+
+        if options.transport == "stdio":
+            serve = mcp.serve_stdio(box, python=python)
+        else:
+            serve = mcp.serve_http(
+                box, python=python, host=options.host, port=options.port,
+                allow_remote=options.allow_remote, on_listening=listening,
+            )  # fmt: skip
+        try:
+            asyncio.run(serve)
+        except KeyboardInterrupt:  # Ctrl-C is how a stdio server is stopped by hand
+            pass
     return 0
 
 

@@ -43,12 +43,12 @@ import collections.abc  # noqa: F401
 import contextlib  # noqa: F401
 import copy  # noqa: F401
 import csv  # noqa: F401
-import dataclasses  # noqa: F401
-import datetime  # noqa: F401
-import decimal  # noqa: F401
+import dataclasses
+import datetime
+import decimal
 import difflib  # noqa: F401
-import enum  # noqa: F401
-import fractions  # noqa: F401
+import enum
+import fractions
 import functools
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
@@ -63,7 +63,7 @@ import math  # noqa: F401
 import numbers  # noqa: F401
 import operator  # noqa: F401
 import os  # noqa: F401
-import pathlib  # noqa: F401
+import pathlib
 import pprint  # noqa: F401
 import random
 import re  # noqa: F401
@@ -84,7 +84,7 @@ import types
 import typing  # noqa: F401
 import unicodedata  # noqa: F401
 import urllib.parse  # noqa: F401
-import uuid  # noqa: F401
+import uuid
 import zlib  # noqa: F401
 
 import annotationlib  # stdlib since 3.14 (the linter, on the host's 3.11, sorts it here)
@@ -321,19 +321,36 @@ def _remember_source(filename: str, source: str) -> None:
 
 
 def _reply(value: object, strict: bool) -> bytes:
-    """The ok response, encoded once, or its size when it is too big to send. A value
-    MessagePack cannot carry is an error for a tool (`strict`); a snippet's becomes its repr."""
+    """The ok response, encoded once (see `_encode`), or its size when it is too big to send.
+    A value that cannot be sent is an error for a tool (`strict`) that names what is wrong; a
+    snippet's becomes its repr."""
     try:
         reply = _pack({"ok": value})
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError) as exc:
         if strict:
-            raise _Refusal(
-                "guest_error", f"the tool returned a {type(value).__name__}, which cannot be sent"
-            ) from None
+            raise _Refusal("guest_error", _unsendable(exc)) from None
         reply = _pack({"ok": repr(value)})
     if len(reply) > _output_cap:  # the host would refuse it: say how big, send nothing
         return _pack({"too_big": len(reply)})
     return reply
+
+
+def _unsendable(exc: BaseException) -> str:
+    if isinstance(exc, _Unsendable):
+        return (
+            f"the tool's result contains a value of type {exc.type_name}, which cannot be sent: return "
+            "dict, list, str, int, float, bool, None, bytes, or a value wasmbox converts "
+            "(dates and times, sets, Decimal, Fraction, UUID, paths, enums, dataclasses)"
+        )
+    if isinstance(exc, OverflowError):
+        return "the tool's result contains an integer outside the 64-bit range, which cannot be sent"
+    return f"the tool's result cannot be sent: {exc}"
+
+
+class _Unsendable(TypeError):
+    def __init__(self, value: object) -> None:
+        super().__init__(f"cannot serialize {type(value).__name__}")
+        self.type_name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
 
 
 def _pack(value: object) -> bytes:
@@ -341,9 +358,30 @@ def _pack(value: object) -> bytes:
 
 
 def _encode(value: object) -> object:
+    """What a value MessagePack has no type for is sent as (the README's table): ISO 8601 text
+    for dates and times, seconds for a timedelta, a sorted list for a set (in iteration order
+    when its items do not sort), the exact text of a Decimal, Fraction ("1/3"), UUID or path,
+    an enum member's value, a dataclass instance's fields as a map."""
     if isinstance(value, (set, frozenset)):
-        return list(value)
-    raise TypeError(f"cannot serialize {type(value).__name__}")
+        items = list(value)
+        try:
+            items.sort()
+        except TypeError:  # e.g. ints and strs mixed
+            pass
+        return items
+    if isinstance(value, (datetime.date, datetime.time)):  # (a datetime is a date)
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (decimal.Decimal, fractions.Fraction, uuid.UUID, pathlib.PurePath)):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if isinstance(value, int):  # msgpack's pure-Python packer asks about ints it cannot carry
+        raise OverflowError("integer out of range")
+    raise _Unsendable(value)
 
 
 def _error(kind: str, message: str, trace: str) -> bytes:
@@ -398,7 +436,7 @@ def _warm_up() -> None:
     # as `_serve` decodes a request, from a memoryview: a call then costs ~58k less fuel (measured
     # with bench/compare.py --suite output, its "call fuel")
     msgpack.unpackb(memoryview(_pack({"mode": "code"}))[0:], raw=False)
-    msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x"}), raw=False)
+    msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x", "d": datetime.date(2024, 1, 1)}), raw=False)
     linecache.cache.clear()
     sys.modules["__main__"] = main  # no call meets the warm-up's modules
     sys.modules.pop("__wasmbox_tool__", None)

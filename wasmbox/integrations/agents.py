@@ -1,0 +1,49 @@
+"""OpenAI Agents SDK tools for a Sandbox's tools (`pip install wasmbox[agents]`).
+
+    agent = agents.Agent(name="a", tools=wasmbox.integrations.agents.tools(box, python=True))
+
+Each is a `FunctionTool` with the tool's schema, strict where it has a strict form
+(`strict="auto"`, see `Tool.spec`). Each call runs as `Sandbox.dispatch` runs one (the nulls
+strict mode makes the model send for omitted properties are removed first); the model gets
+`result_content`'s text, failures included (the SDK has no error flag for a function's output).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from agents import FunctionTool
+    from agents.tool_context import ToolContext
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "wasmbox.integrations.agents needs the OpenAI Agents SDK: pip install 'wasmbox[agents]'"
+    ) from exc
+
+from .._manifest import ManifestSource
+from .._sandbox import Sandbox
+from . import _single
+from ._content import result_content
+from ._formats import StrictMode
+
+
+def tools(
+    box: Sandbox, *, python: bool | ManifestSource = False, strict: StrictMode = "auto"
+) -> list[FunctionTool]:
+    """One tool per tool loaded in `box` now, in load order, and `run_python` with `python`
+    (True, or the grants manifest `Sandbox.run_python` takes)."""
+    made = []
+    for spec in box.specs("openai-responses", strict=strict, python=python is not False):
+        invoke = _invoker(box, spec["name"], python)
+        made.append(FunctionTool(
+            name=spec["name"], description=spec["description"], params_json_schema=spec["parameters"],
+            on_invoke_tool=invoke, strict_json_schema=spec["strict"],
+        ))  # fmt: skip
+    return made
+
+
+def _invoker(box: Sandbox, name: str, python: bool | ManifestSource) -> Any:
+    async def invoke(context: ToolContext[Any], arguments: str) -> str:
+        return result_content(await _single.acall(box, name, arguments, python=python)).text
+
+    return invoke

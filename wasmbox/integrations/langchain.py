@@ -1,0 +1,72 @@
+"""LangChain tools for a Sandbox's tools (`pip install wasmbox[langchain]`).
+
+    tools = wasmbox.integrations.langchain.tools(box, python=True)
+    model.bind_tools(tools); tools_by_name[call["name"]].invoke(call)  # a ToolCall -> ToolMessage
+
+Each is a `StructuredTool` whose name is fixed when it is made: the model's arguments reach
+the tool as one dict, never as keywords, so no argument ("name", "config", "run_manager", ...)
+can pick another tool or reach LangChain's own parameters. Each call runs as
+`Sandbox.dispatch` runs one; the ToolMessage's content is `result_content`'s text, with
+`status="error"` when the call failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from langchain_core.tools import StructuredTool, ToolException
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "wasmbox.integrations.langchain needs langchain-core: pip install 'wasmbox[langchain]'"
+    ) from exc
+
+from .._manifest import ManifestSource
+from .._results import CallResult
+from .._sandbox import Sandbox
+from . import _single
+from ._content import result_content
+
+
+class WasmboxTool(StructuredTool):
+    """A StructuredTool that hands the call's input to its function whole, as `arguments`."""
+
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # StructuredTool would spread the dict into keywords, beside LangChain's own `config`
+        # and `run_manager`; a JSON string (a ToolCall's args may be one) is parsed by dispatch.
+        return (), {"arguments": tool_input}
+
+
+def tools(box: Sandbox, *, python: bool | ManifestSource = False) -> list[StructuredTool]:
+    """One tool per tool loaded in `box` now, in load order, and `run_python` with `python`
+    (True, or the grants manifest `Sandbox.run_python` takes)."""
+    return [
+        _tool(box, spec["name"], spec["description"], spec["parameters"], python)
+        for spec in box.specs("generic", python=python is not False)
+    ]
+
+
+def _tool(
+    box: Sandbox, name: str, description: str, parameters: dict[str, Any], python: bool | ManifestSource
+) -> StructuredTool:
+    """The tool that calls `name` in `box`, and nothing else: `name` is bound here."""
+
+    def run(arguments: Any) -> str:
+        return _answer(_single.call(box, name, arguments, python=python))
+
+    async def arun(arguments: Any) -> str:
+        return _answer(await _single.acall(box, name, arguments, python=python))
+
+    return WasmboxTool(
+        name=name, description=description, args_schema=parameters, func=run, coroutine=arun,
+        handle_tool_error=True,
+    )  # fmt: skip
+
+
+def _answer(result: CallResult) -> str:
+    content = result_content(result)
+    if content.is_error:
+        raise ToolException(content.text)  # handle_tool_error: a ToolMessage with status="error"
+    return content.text

@@ -1,0 +1,168 @@
+"""A Model Context Protocol server for a Sandbox's tools (`pip install wasmbox[mcp]`).
+
+    server = wasmbox.integrations.mcp.build_server(box, python=True)
+    await wasmbox.integrations.mcp.serve_stdio(box)            # or serve_http(box, port=8000)
+
+Built on the official `mcp` SDK's low-level `Server`: the manifests carry their own JSON
+Schema, which is listed as is and checked by wasmbox at call time. A failed call, bad
+arguments included, is a result with `isError: true` (the model reads why and may retry); a
+name that is no tool is a protocol error (`-32602`). Each call is run as `Sandbox.dispatch`
+runs one (the same argument handling, `run_python` routing, limits and audit records) on the
+Sandbox's worker threads, so calls are served concurrently, up to its `max_workers`.
+Results are text content (`result_content`); sessions and binary content are not served.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    import mcp_types as types
+    from mcp.server import Server, ServerRequestContext
+    from mcp.server.stdio import stdio_server
+    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.shared.exceptions import MCPError
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("wasmbox.integrations.mcp needs the mcp SDK: pip install 'wasmbox[mcp]'") from exc
+
+from .._manifest import ManifestSource
+from .._results import CallResult
+from .._sandbox import Sandbox
+from . import _single
+from ._content import result_content
+from ._formats import RUN_PYTHON
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def build_server(box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox") -> Server[Any]:
+    """An MCP `Server` that lists `box`'s loaded tools and calls them; `python` (True, or a
+    grants manifest as `Sandbox.run_python` takes) adds `run_python`. Tools loaded later are
+    listed from then on. ValueError when `python` is given and a loaded tool is itself named
+    "run_python"."""
+    if python is not False and RUN_PYTHON in box.tools:
+        raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be served beside run_python")
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[types.Tool.model_validate(spec) for spec in box.specs("mcp", python=python is not False)]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        result = await _call(box, params.name, params.arguments or {}, python)
+        content = result_content(result)
+        return types.CallToolResult(
+            content=[types.TextContent(text=content.text)], is_error=content.is_error
+        )
+
+    return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def _call(
+    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource
+) -> CallResult:
+    if name not in box.tools and not (python is not False and name == RUN_PYTHON):
+        # the client asked for something never listed: a protocol error, not the model's result
+        raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
+    return await _single.acall(box, name, arguments, python=python)
+
+
+async def serve_stdio(box: Sandbox, *, python: bool | ManifestSource = False) -> None:
+    """Serve `build_server(box, python=python)` over this process's stdin and stdout until
+    stdin closes."""
+    server = build_server(box, python=python)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(
+    box: Sandbox,
+    *,
+    python: bool | ManifestSource = False,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    allow_remote: bool = False,
+    on_listening: Callable[[str], None] | None = None,
+) -> None:
+    """Serve `build_server(box, python=python)` over streamable HTTP at `http://host:port/mcp`
+    until the process gets SIGINT or SIGTERM, then return. `port=0` takes a free port;
+    `on_listening(url)` is called once the socket listens. The server has no authentication:
+    a `host` other than loopback raises ValueError unless `allow_remote` says it is meant."""
+    import uvicorn  # a dependency of the mcp SDK
+
+    if not allow_remote and not is_loopback(host):
+        raise ValueError(
+            f"{host!r} is not a loopback address: the MCP server has no authentication, so "
+            "binding it to a network is refused unless allow_remote=True"
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    security = None  # (off the loopback, the Host a client uses is not known here)
+    if is_loopback(host):  # DNS rebinding: refuse a Host or Origin that is not this machine
+        hosts = sorted({"127.0.0.1:*", "localhost:*", "[::1]:*", f"{shown}:*"})
+        security = TransportSecuritySettings(
+            allowed_hosts=hosts, allowed_origins=[f"http://{name}" for name in hosts]
+        )
+    server = build_server(box, python=python)
+    app = server.streamable_http_app(host=host, transport_security=security)
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(128)
+        bound = listener.getsockname()[1]
+        if on_listening is not None:
+            on_listening(f"http://{shown}:{bound}/mcp")
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        await _uvicorn_server()(config).serve(sockets=[listener])
+    finally:
+        listener.close()
+
+
+def _uvicorn_server() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, but a SIGINT or SIGTERM stops it and `serve` returns, so the caller
+        closes its Sandbox (flushing the audit log); uvicorn's own raises the signal again once
+        it has stopped, which kills the process first."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    return Server
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1, "localhost")."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

@@ -1,0 +1,76 @@
+"""A pydantic-ai toolset of a Sandbox's tools (`pip install wasmbox[pydantic-ai]`).
+
+    agent = pydantic_ai.Agent(model, toolsets=[WasmboxToolset(box, python=True)])
+
+Each call runs as `Sandbox.dispatch` runs one. The model gets `result_content`'s text; a call
+refused for its arguments (`invalid_arguments`) raises `ModelRetry`, so the model is asked to
+correct them (within the toolset's `max_retries`); any other failed call raises `ToolFailed`,
+which the model sees as a failed result without being asked to retry it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from pydantic_ai import ModelRetry, RunContext, ToolFailed
+    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "wasmbox.integrations.pydantic_ai needs pydantic-ai: pip install 'wasmbox[pydantic-ai]'"
+    ) from exc
+from pydantic_core import SchemaValidator, core_schema
+
+from .._errors import ErrorKind
+from .._manifest import ManifestSource
+from .._sandbox import Sandbox
+from . import _single
+from ._content import result_content
+
+# The args arrive as the model's JSON object; wasmbox checks them against the tool's schema.
+_ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
+
+
+class WasmboxToolset(AbstractToolset[Any]):
+    """The tools loaded in `box` (and `run_python` with `python`: True, or the grants manifest
+    `Sandbox.run_python` takes), listed afresh at each run step, so tools loaded later appear."""
+
+    def __init__(
+        self,
+        box: Sandbox,
+        *,
+        python: bool | ManifestSource = False,
+        max_retries: int = 1,
+        id: str | None = None,
+    ) -> None:
+        self._box = box
+        self._python = python
+        self._max_retries = max_retries
+        self._id = id
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = {}
+        for spec in self._box.specs("generic", python=self._python is not False):
+            definition = ToolDefinition(
+                name=spec["name"], description=spec["description"], parameters_json_schema=spec["parameters"]
+            )
+            tools[spec["name"]] = ToolsetTool(
+                toolset=self, tool_def=definition, max_retries=self._max_retries, args_validator=_ARGS
+            )
+        return tools
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> str:
+        result = await _single.acall(self._box, name, tool_args, python=self._python)
+        content = result_content(result)
+        if result.error is None:
+            return content.text
+        if result.error.kind is ErrorKind.INVALID_ARGUMENTS:
+            raise ModelRetry(content.text)
+        raise ToolFailed(content.text)
