@@ -16,6 +16,14 @@ BUILD = ROOT / "runtimes" / "examples" / "build"
 CAPABILITIES = ROOT / "capabilities"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--under-load", action="store_true",
+        help="tests/security: other threads make valid core and Python calls on the Sandbox during "
+        "every hostile case, and each of their results is checked (.ci/run runs the suite so once)",
+    )  # fmt: skip
+
+
 def wat(name: str) -> str:
     return str(WAT / f"{name}.wat")
 

@@ -77,6 +77,43 @@ def test_a_failing_sink_does_not_fail_the_call(cache_dir: Path, caplog: pytest.L
     assert "disk on fire" in caplog.text
 
 
+def _nested(depth: int) -> list[object]:
+    outer: list[object] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]  # type: ignore[assignment]
+    return outer
+
+
+class _NoRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"deep": _nested(5000)}, {"n": 10**5000}, {"x": _NoRepr()}, {"deep": _nested(5000), "n": 10**5000}],
+    ids=["nested-5000", "int-past-digit-limit", "raising-repr", "both"],
+)
+def test_args_that_cannot_be_encoded_still_get_a_result_and_a_record(
+    cache_dir: Path, tmp_path: Path, args: dict[str, object]
+) -> None:
+    records: list[wasmbox.AuditRecord] = []
+    source = tmp_path / "takes.py"
+    source.write_text("def main(**args):\n    return len(args)\n")
+    with wasmbox.Sandbox(cache_dir=cache_dir, audit=records.append) as box:
+        core = box.load(manifest("echo"))
+        python = box.load({"name": "takes", "runtime": "python", "source": str(source)})
+        results = [core.call(args), python.call(args), box.run_python(args)]  # type: ignore[arg-type]
+        assert core.call({"still": "serving"}).unwrap() == {"still": "serving"}
+    for result in results:
+        assert result.error is not None and result.error.kind is wasmbox.ErrorKind.INVALID_ARGUMENTS, result
+    assert [r.tool for r in records] == ["echo", "takes", "python", "echo"]
+    assert [r.error_kind for r in records[:3]] == ["invalid_arguments"] * 3
+    assert all(len(r.args_digest) == 64 for r in records)
+
+
 def test_not_a_sink_is_refused() -> None:
     with pytest.raises(TypeError, match="not an audit sink"):
         wasmbox.Sandbox(cache_dir=None, audit=["audit.jsonl"])  # type: ignore[list-item]

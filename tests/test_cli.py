@@ -117,3 +117,96 @@ def test_run_builds_args_from_arg_options(built_examples: Path, capsys: pytest.C
     for bad in (["--arg", "novalue"], ["--arg", "n:=nope"], ["--args", "[]", "--arg", "a=b"]):
         assert main(["run", chart, *bad]) == 2
         assert "--arg" in capsys.readouterr().err
+
+
+# A module whose names try to drive the terminal (clear it, retitle it, reverse the text) and
+# to forge a second "grants needed" block with newlines.
+HOSTILE_NAMES_WAT = r"""
+(module
+  (import "wasi_snapshot_preview1" "fd_write\1b[2J\1b]0;owned\07" (func (param i32 i32 i32 i32) (result i32)))
+  (import "wasmbox" "kv.get\ngrants needed:\n  wasi: no\n  host_functions: []\n" (func (param i32 i32) (result i64)))
+  (import "evil\1b[31m\c2\9b" "x\u{202e}y" (func))
+  (memory (export "memory") 1)
+  (global (export "g\1b[1m\0a  forged") i32 (i32.const 0))
+  (func (export "wasmbox_alloc") (param i32) (result i32) i32.const 0)
+  (func (export "wasmbox_call") (param i32 i32) (result i64) i64.const 0))
+"""
+# a reactor whose one unknown WASI import Wasmtime's linker names in its error
+UNKNOWN_WASI_WAT = r"""
+(module
+  (import "wasi_snapshot_preview1" "fd_write\1b[2J\nwasmbox: forged" (func (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "wasmbox_alloc") (param i32) (result i32) i32.const 0)
+  (func (export "wasmbox_call") (param i32 i32) (result i64) i64.const 0))
+"""
+# what a terminal would act on (C0, DEL, C1, bidi controls); a newline only where we put one
+_ACTIVE = {chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x202E]} - {"\n"}
+
+
+def _inert(text: str) -> bool:
+    return not _ACTIVE & set(text)
+
+
+def test_inspect_escapes_the_modules_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = tmp_path / "names\x1b[8m.wat"
+    module.write_text(HOSTILE_NAMES_WAT)
+    assert main(["inspect", str(module)]) == 0
+    out = capsys.readouterr().out
+    assert _inert(out), out
+    assert [line for line in out.splitlines() if not line.startswith("  ")] == [
+        f"{tmp_path}/names\\x1b[8m.wat: reactor", "imports:", "exports:", "grants needed:",
+    ]  # fmt: skip
+    assert "  wasi_snapshot_preview1 fd_write\\x1b[2J\\x1b]0;owned\\x07 (i32, i32, i32, i32) -> i32" in out
+    assert "  evil\\x1b[31m\\x9b x\\u202ey () -> ()" in out
+    assert "  g\\x1b[1m\\n  forged global" in out
+    assert "  host_functions: ['kv.get\\ngrants needed:\\n  wasi: no\\n  host_functions: []\\n']" in out
+    assert main(["inspect", str(module), "--json"]) == 0  # JSON was escaped already
+    assert _inert(capsys.readouterr().out)
+
+
+def test_lint_and_errors_escape_what_a_module_controls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.wat"
+    broken.write_text("(module (func $f\x1b[2J\x1b]0;owned\x07 (unknown)))")
+    manifests = [_write(tmp_path, "hostile"), tmp_path / "broken.json"]
+    manifests[0].write_text(json.dumps({"name": "hostile", "module": str(tmp_path / "names.wat")}))
+    (tmp_path / "names.wat").write_text(HOSTILE_NAMES_WAT)
+    manifests[1].write_text(json.dumps({"name": "broken", "module": str(broken)}))
+    assert main(["lint", *map(str, manifests)]) == 2
+    out = capsys.readouterr().out
+    assert _inert(out) and "\\x1b[2J" in out, out
+    assert [line.split(": ")[1] for line in out.splitlines() if line.startswith(str(tmp_path))] == ["ok", "error"]
+    # run: loading fails on the unknown WASI import, and the error names it
+    (tmp_path / "unknown.wat").write_text(UNKNOWN_WASI_WAT)
+    (tmp_path / "unknown.json").write_text(json.dumps({"name": "unknown", "module": str(tmp_path / "unknown.wat")}))
+    assert main(["run", str(tmp_path / "unknown.json"), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert _inert(err) and "fd_write\\x1b[2J" in err, err
+    assert [line for line in err.splitlines() if line.startswith("wasmbox:")] == [err.splitlines()[0]]
+    assert main(["inspect", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert _inert(err) and "\\x1b]0;owned\\x07" in err, err
+
+
+def test_run_escapes_a_python_tools_syntax_error_and_warnings(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WASMBOX_CACHE_DIR", str(cache_dir))
+    warns, broken = tmp_path / "warns.py", tmp_path / "broken.py"
+    # an invalid escape sequence of ESC itself: CPython's SyntaxWarning quotes it
+    warns.write_text(f"# {tmp_path}\ndef main():\n    return '\\\x1b[2J'\n")
+    broken.write_text(f"# {tmp_path}\ndef main():\n    return '\x1b]0;owned\x07' +\n")
+    for source in (warns, broken):
+        (tmp_path / f"{source.stem}.json").write_text(
+            json.dumps({"name": source.stem, "runtime": "python", "source": str(source)})
+        )
+    assert main(["run", str(tmp_path / "warns.json")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["value"] == "\\\x1b[2J"
+    assert "SyntaxWarning" in captured.err and "\\x1b" in captured.err, captured.err
+    assert _inert(captured.err), captured.err
+    assert main(["run", str(tmp_path / "broken.json")]) == 2
+    err = capsys.readouterr().err
+    assert "SyntaxError" in err and "\\x1b]0;owned\\x07" in err, err
+    assert _inert(err), err

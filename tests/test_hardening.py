@@ -9,14 +9,16 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import wasmtime
 
 import wasmbox
-from wasmbox import ErrorKind
+from wasmbox import ErrorKind, _component_io, _hostcall
 from wasmbox._output import Output
 
 from .conftest import CAPABILITIES, manifest
@@ -159,10 +161,8 @@ def test_closed_sandbox_refuses_calls(cache_dir: Path) -> None:
 
 
 def test_poll_oneoff_refuses_huge_subscription_counts(box: wasmbox.Sandbox) -> None:
-    started = time.perf_counter()
     result = box.load(manifest("poll_bomb", limits={"memory": "32MiB"})).call({})
-    assert result.unwrap() == 28  # EINVAL, at once
-    assert time.perf_counter() - started < 2
+    assert result.unwrap() == 28  # EINVAL, before the deadline could cut a poll of them all
 
 
 def test_close_waits_for_calls_in_flight(cache_dir: Path) -> None:
@@ -177,6 +177,50 @@ def test_close_waits_for_calls_in_flight(cache_dir: Path) -> None:
     assert not thread.is_alive()
     assert results[0].error is not None and results[0].error.kind is ErrorKind.TIMEOUT
 
+
+
+class _Tenant:
+    """What a host function closes over: a tenant's state, and (as a host function that calls
+    back into its Sandbox does) the Sandbox itself, a cycle that only the GC frees."""
+
+    def __init__(self, box: wasmbox.Sandbox) -> None:
+        self.box = box
+
+    def serve(self, **args: Any) -> Any:
+        return {"served": args}
+
+
+@pytest.mark.parametrize("kind", ["core", "python"])
+def test_closed_or_dropped_sandboxes_leave_no_host_function_behind(
+    cache_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    """A Sandbox per tenant: each registers a host function over the tenant's state and loads
+    a tool that calls it. Once each Sandbox is closed (or only dropped), nothing of it stays
+    reachable from the module-level registries of callbacks."""
+    source = tmp_path / "asks.py"
+    source.write_text("import wasmbox_guest\n\ndef main(**args):\n    return wasmbox_guest.call_host('host.fn', **args)\n")
+    registries = {"host functions": _hostcall._functions, "call-host handlers": _component_io._handlers}
+    gc.collect()
+    before = {name: len(registry._items) for name, registry in registries.items()}
+    tenants, boxes = [], []
+    for n in range(20):
+        box = wasmbox.Sandbox(cache_dir=cache_dir)
+        tenant = _Tenant(box)
+        box.register_host_function("host.fn", tenant.serve)
+        if kind == "core":
+            tool = box.load(manifest("forward", host_functions=["host.fn"]))
+        else:
+            tool = box.load({"name": "asks", "runtime": "python", "source": str(source), "host_functions": ["host.fn"]})
+        assert tool.call({"n": n}).unwrap() == {"served": {"n": n}}
+        if n % 2 == 0:
+            box.close()  # the other half are only dropped
+        tenants.append(weakref.ref(tenant))
+        boxes.append(weakref.ref(box))
+        del box, tenant, tool
+    gc.collect()
+    assert [n for n, ref in enumerate(tenants) if ref() is not None] == []
+    assert [n for n, ref in enumerate(boxes) if ref() is not None] == []
+    assert {name: len(registry._items) for name, registry in registries.items()} == before
 
 
 def _nested_grants(tmp_path: Path) -> tuple[list[dict[str, object]], list[dict[str, object]]]:

@@ -142,10 +142,12 @@ def test_pooled_slots_do_not_leak_memory_between_calls(box: wasmbox.Sandbox) -> 
 @pytest.mark.parametrize("where", ["export", "start"])
 def test_guest_code_runs_without_the_gil(box: wasmbox.Sandbox, where: str) -> None:
     """ctypes lets go of the GIL while wasm runs: while one thread's guest spins, in its export
-    or while it is instantiated, other threads' calls go on, and the spinning call still meets
-    its deadline (the epoch ticker needs the GIL too)."""
+    or while it is instantiated, other threads' calls go on, and the spinning call then ends
+    at its deadline."""
     module = wat("spin") if where == "export" else str(SECURITY_WAT / "start_loop.wat")
-    limits = {"fuel": 10**10, "timeout": "1.5s"}  # fuel for several seconds of spinning
+    # it spins until the test moves the engine's clock past its deadline (far, so that no
+    # machine is too slow for the calls below to finish first), and fuel would last ~1000 s
+    limits = {"fuel": 10**12, "timeout": "60s"}
     spinner = box.load({"name": f"spinner_{where}", "module": module, "limits": limits})
     echo = box.load(manifest("echo"), replace=True)
     outcome: list[wasmbox.CallResult] = []
@@ -157,5 +159,7 @@ def test_guest_code_runs_without_the_gil(box: wasmbox.Sandbox, where: str) -> No
             assert echo.call({"n": n}).unwrap() == {"n": n}
         assert spinning.is_alive(), "other calls waited for the spinning guest"
     finally:
+        for _ in range(box._ticker.ticks(60) + 1):
+            box.engine.increment_epoch()
         spinning.join()
     assert outcome[0].error is not None and outcome[0].error.kind is wasmbox.ErrorKind.TIMEOUT

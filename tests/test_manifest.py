@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import wasmbox
 from wasmbox import Manifest, ManifestError
 from wasmbox._manifest import json_schema
 from wasmbox._units import format_size, parse_duration, parse_size
+from wasmbox.cli import main as cli
 
 from .conftest import CAPABILITIES, wat
 
@@ -127,6 +132,60 @@ def test_sandbox_load_raises_manifest_error_for_bad_module(folder: Path, box: wa
         box.load({"name": "junk", "module": str(folder / "junk.wasm")})
     with pytest.raises(ManifestError, match="exports neither"):
         box.load({"name": "no_abi", "module": wat("no_abi")})
+
+
+def _until_done(fifo: Path, job: Callable[[], object]) -> BaseException | None:
+    """Run `job` on a thread, and what it raised. While it runs, any reader the FIFO has is
+    let go with an end of file, so a reader that blocks on it ends too (and the test with it)."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            job()
+            raised.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        with contextlib.suppress(OSError):  # ENXIO: no reader has it open
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(0.01)
+    return raised[0]
+
+
+@pytest.mark.parametrize("what", ["manifest", "module", "source", "inspect", "directory"])
+def test_files_that_are_not_regular_are_refused_without_blocking(
+    folder: Path, box: wasmbox.Sandbox, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    """A FIFO where a manifest, module or source should be is refused, not read: reading one
+    blocks until something writes to it. Modules and sources are swapped for the FIFO after the
+    manifest was checked, as a racing process could."""
+    fifo = folder / "fifo"
+    if what == "directory":
+        fifo.mkdir()
+        with pytest.raises(ManifestError, match=r"cannot read manifest: not a regular file \(a directory\)"):
+            Manifest.load(fifo)
+        return
+    os.mkfifo(fifo)
+    if what == "manifest":
+        raised = _until_done(fifo, lambda: Manifest.load(fifo))
+    elif what == "inspect":
+        raised = _until_done(fifo, lambda: cli(["inspect", str(fifo)]))
+        assert raised is None and "not a regular file (a FIFO)" in capsys.readouterr().err
+        return
+    else:
+        code = folder / ("tool.py" if what == "source" else "tool.wat")
+        code.write_text("def main():\n    return 1\n" if what == "source" else Path(wat("echo")).read_text())
+        fields = {"runtime": "python", "source": str(code)} if what == "source" else {"module": str(code)}
+        loaded = Manifest.load({"name": "swapped", **fields})
+        code.unlink()
+        fifo.rename(code)
+        raised = _until_done(code, lambda: box.load(loaded))
+    assert isinstance(raised, ManifestError), raised
+    assert "not a regular file (a FIFO)" in str(raised)
+    assert box.load({"name": "still", "module": wat("echo")}).call({"a": 1}).unwrap() == {"a": 1}
 
 
 def test_schema_file_is_current() -> None:

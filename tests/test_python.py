@@ -549,7 +549,8 @@ def test_host_call_cap_applies_to_python(echo_box: wasmbox.Sandbox) -> None:
 
 
 def test_infinite_loop_runs_out_of_fuel(box: wasmbox.Sandbox) -> None:
-    assert kind(box.run_python("while True:\n    pass")) == "out_of_fuel"
+    # the default fuel; a deadline far beyond it, so that fuel, not the machine's speed, decides
+    assert kind(box.run_python("while True:\n    pass", grants(limits={"timeout": "60s"}))) == "out_of_fuel"
 
 
 def test_infinite_loop_times_out(box: wasmbox.Sandbox) -> None:
@@ -671,10 +672,18 @@ def test_spare_instances_keep_grants_apart(box: wasmbox.Sandbox, data: Path) -> 
 def test_spare_instances_get_full_fuel_and_a_fresh_deadline(box: wasmbox.Sandbox) -> None:
     import time
 
-    manifest = wasmbox.Manifest.load(grants(limits={"fuel": 3_000_000, "timeout": "300ms"}))
+    manifest = wasmbox.Manifest.load(grants(limits={"fuel": 3_000_000, "timeout": "60s"}))
+    spares = box.python_runtime()._spares
     for _ in range(3):
-        box.run_python("1", manifest)
-        time.sleep(0.4)  # longer than the timeout: a spare's deadline must start at its call
+        box.run_python("1", manifest)  # a spare for the next call under these grants is made
+        stop = time.monotonic() + 30  # (only so that a broken run cannot hang)
+        while spares.wanted(manifest.digest()):
+            assert time.monotonic() < stop, "no spare was made"
+            time.sleep(0.01)
+        # the engine's clock moves past the spare's first deadline: its call must get a fresh
+        # one (epochs, not wall time, so that a slow machine cannot decide this)
+        for _ in range(box._ticker.ticks(60) + 1):
+            box.engine.increment_epoch()
         result = box.run_python("sum(range(1000))", manifest)
         assert result.ok, result.error
         assert result.fuel_used < 3_000_000

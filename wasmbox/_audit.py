@@ -154,11 +154,16 @@ def _utf8_size(text: str) -> int:
 
 
 def args_digest(args: object) -> str:
-    """sha256 of the args' MessagePack (of their repr, for args that cannot be encoded)."""
+    """sha256 of the args' MessagePack; for args that cannot be encoded, of their repr; for
+    args that have none either (nested past the recursion limit, an int past the digit limit,
+    a raising `__repr__`), of a line naming their type. Never raises: every call is recorded."""
     try:
         data = _abi.pack(dict(args) if isinstance(args, Mapping) else args)
-    except (TypeError, ValueError, OverflowError):
-        data = repr(args).encode()
+    except Exception:  # noqa: BLE001 - whatever the caller passed, the call gets its record
+        try:
+            data = repr(args).encode("utf-8", "surrogatepass")
+        except Exception as exc:  # noqa: BLE001 - RecursionError, ValueError, a hostile __repr__
+            data = f"<{type(args).__name__} args without an encoding or a repr: {type(exc).__name__}>".encode()
     return hashlib.sha256(data).hexdigest()
 
 

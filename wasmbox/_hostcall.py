@@ -10,6 +10,7 @@ why in the call state (`_call.abort`) and returns a trap.
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -18,29 +19,46 @@ from . import _abi, _call, _rawcall
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction, HostReply
 
-# Host functions by handle; a handle per HostFunction object, so this grows with the number
-# of registered functions, not with loads.
-_functions: _rawcall.Handles[HostFunction] = _rawcall.Handles()
-_handles: dict[HostFunction, int] = {}
+# The host functions that linkers define, by handle: one handle per definition, held weakly
+# (the runner that owns the linker's InstancePre holds its functions; a host function often
+# holds its Sandbox, which a strong registry would keep alive forever). Wasmtime calls
+# `_forget` with the handle once the last linker, InstancePre and store that can call it are
+# freed, so the registry holds only what is still callable.
+_functions: _rawcall.Handles[weakref.ref[HostFunction]] = _rawcall.Handles()
+
+
+@_rawcall.Finalizer
+def _forget(handle: int | None) -> None:
+    try:
+        _functions.discard(handle or 0)
+    except BaseException:  # noqa: BLE001, S110 - never unwind into Wasmtime (nor at exit, when globals may be gone)
+        pass
 
 
 def define(linker: wasmtime.Linker, function: HostFunction) -> None:
-    """Link `function` as import `wasmbox` `<name>` of type (i32, i32) -> i64."""
-    handle = _handles.get(function)
-    if handle is None:
-        handle = _handles[function] = _functions.add(function)
+    """Link `function` as import `wasmbox` `<name>` of type (i32, i32) -> i64. The caller
+    keeps `function` alive for as long as the linker, or what it instantiates, may call it."""
+    handle = _functions.add(weakref.ref(function))
     i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
     functype = wasmtime.FuncType([i32, i32], [i64])  # a FuncType is bound to its first engine
-    _rawcall.define_func(linker, _abi.ABI_MODULE, function.name, functype, _trampoline, handle)
+    try:
+        _rawcall.define_func(linker, _abi.ABI_MODULE, function.name, functype, _trampoline, handle, _forget)
+    except BaseException:
+        _functions.discard(handle)  # (Wasmtime may or may not have called `_forget` already)
+        raise
 
 
 @ffi.wasmtime_func_unchecked_callback_t
 def _trampoline(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
-    function = _functions.get(handle)
-    assert function is not None  # registered before any module could call it
     context = None
+    name = "host function"
     try:
         context = ffi.wasmtime_caller_context(caller)
+        ref = _functions.get(handle)
+        function = ref() if ref is not None else None
+        if function is None:  # its runner holds it while a call runs: a bug of ours
+            raise RuntimeError(f"no host function for handle {handle}")
+        name = function.name
         state = _call.current()
         values[0].i64 = _serve(function, state, caller, context,
                                values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
@@ -48,7 +66,7 @@ def _trampoline(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Va
         # that the fuel taken by the abort would only stop at its next check)
         return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        return _rawcall.trap_pointer(_call.callback_failed(context, function.name, exc))
+        return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
 
 
 def _serve(

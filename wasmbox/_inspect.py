@@ -11,6 +11,7 @@ import wasmtime
 
 from . import _abi
 from ._errors import CapabilityError, ManifestError
+from ._files import read_regular_file
 
 _HOST_CALL_TYPE = "(i32, i32) -> i64"
 _VOID = "() -> ()"
@@ -55,8 +56,12 @@ class ModuleInfo:
 
 
 def read_wasm(path: Path) -> bytes:
-    """The binary module at `path`; `.wat` text is translated first."""
-    data = path.read_bytes()
+    """The binary module at `path`; `.wat` text is translated first. Raises ManifestError
+    when it cannot be read (or is not a regular file) or is neither wasm nor WAT."""
+    try:
+        data = read_regular_file(path)
+    except OSError as exc:
+        raise ManifestError(f"{path}: module: cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".wat" or not data.startswith(b"\0asm"):
         try:
             return bytes(wasmtime.wat2wasm(data.decode("utf-8")))

@@ -15,6 +15,7 @@ from pathlib import Path
 from ._allowlist import AddressRule, forbidden_reason
 from ._cache import default_cache_dir
 from ._command import Template
+from ._files import read_regular_file
 from ._inspect import inspect_file
 from ._manifest import Manifest
 from ._units import format_size
@@ -207,7 +208,7 @@ def _unused_grant_warnings(manifest: Manifest) -> list[str]:
                     warnings.append(f"{what} is granted but the module does not import WASI, so cannot use it")
         return warnings
     if manifest.source is not None:  # a Python tool: names its host functions in its source
-        source = manifest.source.read_text(encoding="utf-8", errors="replace")
+        source = read_regular_file(manifest.source).decode("utf-8", errors="replace")
         return [
             f"host function {name} is granted but the source never names it"
             for name in manifest.host_functions

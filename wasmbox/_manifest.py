@@ -28,6 +28,7 @@ from . import _command, _grants, _schema
 from ._allowlist import FETCH, Rule, parse_rules
 from ._engine import MAX_MEMORY
 from ._errors import ManifestError
+from ._files import read_regular_file
 from ._grants import overlapping_preopens
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
@@ -319,7 +320,7 @@ class Manifest(_Strict):
             return cls._validate(dict(source), Path.cwd(), "<dict>")
         path = Path(source)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_regular_file(path).decode("utf-8")
         except OSError as exc:
             raise ManifestError(f"{path}: cannot read manifest: {exc.strerror or exc}") from None
         except ValueError as exc:  # not UTF-8, or a NUL byte in the path

@@ -72,7 +72,9 @@ class Handles(Generic[T]):
         self._items.pop(handle, None)
 
 
-NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()  # for callbacks whose data we own
+# What Wasmtime calls with a callback's data once nothing can call the callback any more.
+Finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+NO_FINALIZER = Finalizer()  # for callbacks whose data we own
 
 
 def define_func(
@@ -82,13 +84,15 @@ def define_func(
     functype: wasmtime.FuncType,
     callback: Any,  # a ffi.wasmtime_func_unchecked_callback_t
     handle: int = 0,
+    finalizer: Any = NO_FINALIZER,  # a Finalizer
 ) -> None:
     """Define import `module` `name` on `linker` as a raw host callback
-    (`wasmtime_func_unchecked_callback_t`), which gets `handle` as its data."""
+    (`wasmtime_func_unchecked_callback_t`), which gets `handle` as its data; `finalizer` gets
+    it once the linker and everything made from it (InstancePres, instances) are freed."""
     module_bytes, name_bytes = module.encode(), name.encode()
     error = ffi.wasmtime_linker_define_func_unchecked(
         linker.ptr(), module_bytes, len(module_bytes), name_bytes, len(name_bytes), functype.ptr(),
-        callback, handle, NO_FINALIZER,
+        callback, handle, finalizer,
     )  # fmt: skip
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)

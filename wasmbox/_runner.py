@@ -71,8 +71,10 @@ class ModuleRunner:
             self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
             self._files.define(linker)
             linker.allow_shadowing = False
-        for name in sorted(set(info.host_functions)):
-            _hostcall.define(linker, host_functions[name])
+        # held here, as long as the InstancePre that calls them (the registry holds them weakly)
+        self._host_functions = tuple(host_functions[name] for name in sorted(set(info.host_functions)))
+        for function in self._host_functions:
+            _hostcall.define(linker, function)
         try:
             self._pre = linker.instantiate_pre(module)
         except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have

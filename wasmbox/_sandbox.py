@@ -27,6 +27,7 @@ from ._cache import ArtifactCache, CacheStats, default_cache_dir
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._fetch import Fetcher, Resolver
+from ._files import read_regular_file
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
 from ._manifest import (
@@ -317,7 +318,7 @@ class Sandbox:
                 "(a manifest without it is a grant set for run_python)"
             )
         try:
-            source = manifest.source.read_text(encoding="utf-8")
+            source = read_regular_file(manifest.source).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self.python_runtime()

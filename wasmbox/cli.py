@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tail and options.command != "run":
         parser.error("only `run` takes argv after --")
     options.command_argv = tail
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning  # e.g. a Python tool's SyntaxWarnings, at load
+        return _dispatch(options)
+
+
+def _dispatch(options: argparse.Namespace) -> int:
     try:
         if options.command == "run":
             return _run(options)
@@ -127,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_json(json_schema())
         return 0
     except WasmboxError as exc:
-        print(f"wasmbox: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"wasmbox: {type(exc).__name__}: {_escape(str(exc), lines=True)}", file=sys.stderr)
         return 2
 
 
@@ -137,7 +144,7 @@ def _run(options: argparse.Namespace) -> int:
     try:
         args = _call_args(options.args, options.arg)
     except ValueError as exc:
-        print(f"wasmbox: {exc}", file=sys.stderr)
+        print(f"wasmbox: {_escape(str(exc))}", file=sys.stderr)
         return 2
     stdin = options.stdin.read_bytes() if options.stdin else b""
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
@@ -194,33 +201,35 @@ def _lint(options: argparse.Namespace) -> int:
 
     worst = 0
     for path in options.manifests:
+        shown = _escape(str(path))
         try:
-            warnings = lint(Manifest.load(path))
-        except (WasmboxError, wasmtime.WasmtimeError) as exc:
-            print(f"{path}: error: {exc}")
+            found = lint(Manifest.load(path))
+        except (WasmboxError, wasmtime.WasmtimeError, OSError) as exc:
+            print(f"{shown}: error: {_escape(str(exc), lines=True)}")
             worst = 2
             continue
-        for warning in warnings:
-            print(f"{path}: warning: {warning}")
-        if warnings:
+        for warning in found:
+            print(f"{shown}: warning: {_escape(warning)}")
+        if found:
             worst = max(worst, 1)
         else:
-            print(f"{path}: ok")
+            print(f"{shown}: ok")
     return worst
 
 
 def _audit_verify(options: argparse.Namespace) -> int:
     from ._audit import verify_audit_log
 
+    shown = _escape(str(options.file))
     try:
         outcome = verify_audit_log(options.file, options.head)
     except OSError as exc:
-        print(f"wasmbox: cannot read {options.file}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"wasmbox: cannot read {shown}: {_escape(str(exc.strerror or exc))}", file=sys.stderr)
         return 2
     if not outcome.ok:
-        print(f"{options.file}: BROKEN after {outcome.records} good records: {outcome.problem}")
+        print(f"{shown}: BROKEN after {outcome.records} good records: {outcome.problem}")
         return 1
-    print(f"{options.file}: ok, {outcome.records} records, head {outcome.head}")
+    print(f"{shown}: ok, {outcome.records} records, head {outcome.head}")
     return 0
 
 
@@ -278,7 +287,8 @@ def _inspect(options: argparse.Namespace) -> int:
     try:
         info = inspect_file(options.module)
     except (OSError, wasmtime.WasmtimeError) as exc:
-        print(f"wasmbox: cannot read {options.module}: {exc}", file=sys.stderr)
+        shown = _escape(str(options.module))
+        print(f"wasmbox: cannot read {shown}: {_escape(str(exc), lines=True)}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
         "module": str(options.module),
@@ -298,20 +308,49 @@ def _inspect(options: argparse.Namespace) -> int:
     if options.json:
         _print_json(report)
         return 0
-    print(f"{report['module']}: {report['kind'] or 'not a wasmbox tool'}")
+    # every name below is the module's to choose: escaped, so none can move the cursor or
+    # start a line of its own
+    print(f"{_escape(report['module'])}: {report['kind'] or 'not a wasmbox tool'}")
     print("imports:")
     for i in info.imports:
-        print(f"  {i.module} {i.name} {i.type}")
+        print(f"  {_escape(i.module)} {_escape(i.name)} {i.type}")
     print("exports:")
     for name, ty in info.exports:
-        print(f"  {name} {ty}")
+        print(f"  {_escape(name)} {ty}")
     grants = report["grants_needed"]
     print("grants needed:")
     print(f"  wasi: {'yes' if grants['wasi'] else 'no'}")
-    print(f"  host_functions: {grants['host_functions']}")
+    print(f"  host_functions: {_names(grants['host_functions'])}")
     if grants["refused_imports"]:
-        print(f"  never granted (load will refuse): {grants['refused_imports']}")
+        print(f"  never granted (load will refuse): {_names(grants['refused_imports'])}")
     return 0
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ", ".join(f"'{_escape(name)}'" for name in names) + "]"
+
+
+def _escape(text: str, *, lines: bool = False) -> str:
+    """`text` as the terminal may show it: each character that is not printable (control
+    characters, C1 included, and format characters such as bidi overrides) written as its
+    escape, e.g. `\\x1b`. With `lines`, newlines are kept and each line after the first is
+    indented, so the text cannot pass a line of its own off as one of ours."""
+    if text.isprintable():
+        return text
+    if lines:
+        return "\n  ".join(_escape(line) for line in text.split("\n"))
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    print(f"wasmbox: {category.__name__}: {_escape(str(message), lines=True)}", file=file or sys.stderr)
 
 
 def _print_json(data: Any) -> None:

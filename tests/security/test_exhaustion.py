@@ -4,6 +4,7 @@ a host that is untouched and still serving."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -53,8 +54,10 @@ def test_core_module_cannot_exhaust_the_host(
 
 
 def test_stderr_flood_is_cut_at_the_cap(guarded: Guarded) -> None:
-    limits = {**FOREVER, "output": "4KiB"}
-    result = guarded.box.load({"name": "flood", "module": security_wat("stderr_flood"), "limits": limits}).call({})
+    limits = {**FOREVER, "timeout": "30s", "output": "4KiB"}
+    tool = guarded.box.load({"name": "flood", "module": security_wat("stderr_flood"), "limits": limits})
+    result = guarded.end_once_cut(partial(tool.call, {}))
+    del tool
     assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
     assert result.truncated and result.stderr == "E" * 4096 and result.stdout == ""
     guarded.assert_untouched()
@@ -70,15 +73,20 @@ COMMAND_CASES = [
 @pytest.mark.parametrize(("argv", "stdin", "kind"), named(COMMAND_CASES))
 def test_command_cannot_exhaust_the_host(guarded: Guarded, argv: list[str], stdin: bytes, kind: ErrorKind) -> None:
     module = HOSTILE_CMD.with_name("fsprobe.wasm" if argv[0] == "cat" else "hostile_cmd.wasm")
-    manifest = {"name": "cmd", "module": str(module), "limits": {**FOREVER, "output": "8KiB"},
+    manifest = {"name": "cmd", "module": str(module), "limits": {**FOREVER, "timeout": "30s", "output": "8KiB"},
                 "preopens": guarded.preopen()}  # fmt: skip
-    result = guarded.box.load(manifest).call(argv=argv, stdin=stdin)
+    tool = guarded.box.load(manifest)
+    if kind is ErrorKind.TIMEOUT:  # it goes on past the cap: cut, then ended at its deadline
+        result = guarded.end_once_cut(partial(tool.call, argv=argv, stdin=stdin))
+    else:
+        result = tool.call(argv=argv, stdin=stdin)
+    del tool
     assert result.error is not None and result.error.kind is kind, result.error
     assert result.truncated and len(result.stdout) == 8192
     guarded.assert_untouched()
 
 
-PY_BIG = {"fuel": 10**9, "timeout": "500ms"}
+PY_BIG = {"fuel": 10**9, "timeout": "60s"}  # (the deadline only a backstop, as in QUICK)
 # (id, code, limits, kind, words in the message)
 PYTHON_CASES: list[tuple[str, str, dict[str, Any], ErrorKind, str]] = [
     ("while-true-fuel", "while True:\n    pass", QUICK, ErrorKind.OUT_OF_FUEL, "fuel"),
