@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -10,44 +11,112 @@ import pydantic_core
 
 from .._results import CallResult
 
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""Raster images the providers take as image content (Anthropic, MCP, OpenAI Responses)."""
+PDF = "application/pdf"
+INLINE_BASE64 = 4096
+"""Binary outputs up to this many bytes, other than images, are also written into the text as
+standard base64, so a text-only channel (OpenAI Chat) carries them whole."""
+_OCTETS = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """An output that is not text: `name` ("stdout", "stderr", or the file's guest path),
+    its `media_type` (declared, sniffed, else application/octet-stream) and exact `data`."""
+
+    name: str
+    media_type: str
+    data: bytes
+
+    @property
+    def is_image(self) -> bool:
+        """A raster image (PNG, JPEG, GIF, WebP) that image content blocks carry."""
+        return self.media_type in IMAGE_TYPES
+
+    def base64(self) -> str:
+        """`data` as standard base64 (`+/`, padded), as provider content blocks take it."""
+        return base64.b64encode(self.data).decode("ascii")
+
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.base64()}"
+
 
 @dataclass(frozen=True, slots=True)
 class Content:
-    """A tool result as a model reads it: `text`, and whether it reports a failure."""
+    """A tool result as a model reads it: `text`, whether it reports a failure, and the
+    outputs that are not text (`parts`), which the text lists by name, media type and size."""
 
     text: str
     is_error: bool
+    parts: tuple[Attachment, ...] = ()
 
 
 def result_content(result: CallResult) -> Content:
-    """The text a model gets for `result`, and `is_error` (True exactly when the call failed).
+    """The text a model gets for `result`, `is_error` (True exactly when the call failed), and
+    its binary outputs as `parts` for the channels that carry them.
 
-    - Success, nothing printed: the value; a string as is, anything else as JSON (bytes as
-      base64, as in `CallResult.model_dump_json`).
-    - Success with output: `{"value": v, "stdout": "...", "stderr": "..."}`, each stream only
-      when not empty (a WASI command's output is its stdout; its value is `{"exit_code": n}`).
-    - Failure: `{"error": {"kind": k, "message": m}}`, with `"stdout"`/`"stderr"` beside
-      `"error"` when the guest printed anything before it failed.
+    - Success, nothing printed, no files: the value; a string as is, anything else as JSON
+      (bytes as base64, as in `CallResult.model_dump_json`).
+    - Success with output: `{"value": v, "stdout": "...", "stderr": "...", "files": {...},
+      "attachments": [...]}`, each key only when not empty (a WASI command's output is its
+      stdout; its value is `{"exit_code": n}`).
+    - Failure: `{"error": {"kind": k, "message": m}}`, with the same keys beside `"error"`
+      when the guest printed anything before it failed.
+    - `"files"`: output files that are UTF-8 text (SVG, CSV, ...) by guest path, whole.
+    - `"attachments"`: one `{"name", "media_type", "size"}` per `parts` item: a stream that
+      is not UTF-8 (then absent from `"stdout"`/`"stderr"`, whose text view would be lossy),
+      or a file that is not UTF-8 text or is declared an image or PDF. A part of at most
+      `INLINE_BASE64` bytes that is not an image also has `"base64"` (standard alphabet).
     - `"truncated": true` is added to either object when stdout or stderr was cut at the
-      tool's output cap (`limits.output`, which also bounds the text's size).
+      tool's output cap (`limits.output`, which bounds streams and files together).
 
     JSON is compact, non-ASCII kept as is. Never raises for any `CallResult`.
     """
-    streams: dict[str, Any] = {}
-    if result.stdout:
-        streams["stdout"] = result.stdout
-    if result.stderr:
-        streams["stderr"] = result.stderr
+    parts: list[Attachment] = []
+    extra: dict[str, Any] = {}
+    streams = (("stdout", result.stdout, result.stdout_bytes), ("stderr", result.stderr, result.stderr_bytes))
+    for stream, text, raw in streams:
+        if raw is not None:
+            parts.append(Attachment(stream, result.media_types.get(stream) or _OCTETS, raw))
+        elif text:
+            extra[stream] = text
+    files: dict[str, str] = {}
+    for path, data in result.files.items():
+        media_type = result.media_types.get(path)
+        decoded = _utf8(data) if media_type not in IMAGE_TYPES and media_type != PDF else None
+        if decoded is None:
+            parts.append(Attachment(path, media_type or _OCTETS, data))
+        else:
+            files[path] = decoded
+    if files:
+        extra["files"] = files
+    if parts:
+        extra["attachments"] = [_note(part) for part in parts]
     if result.truncated:
-        streams["truncated"] = True
+        extra["truncated"] = True
     if result.error is not None:
         error = {"kind": result.error.kind.value, "message": result.error.message}
-        return Content(_json({"error": error, **streams}), True)
-    if streams:
-        return Content(_json({"value": result.value, **streams}), False)
+        return Content(_json({"error": error, **extra}), True, tuple(parts))
+    if extra:
+        return Content(_json({"value": result.value, **extra}), False, tuple(parts))
     if isinstance(result.value, str):
         return Content(result.value, False)
     return Content(_json(result.value), False)
+
+
+def _utf8(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _note(part: Attachment) -> dict[str, Any]:
+    note: dict[str, Any] = {"name": part.name, "media_type": part.media_type, "size": len(part.data)}
+    if not part.is_image and len(part.data) <= INLINE_BASE64:
+        note["base64"] = part.base64()
+    return note
 
 
 def _json(value: Any) -> str:
