@@ -269,7 +269,7 @@ def test_langchain_tool_message_has_an_image_block(media_box: wasmbox.Sandbox) -
     assert text["type"] == "text" and "/tmp/chart.png" in text["text"]
     assert image == {"type": "image", "base64": image["base64"], "mime_type": "image/png"}
     assert base64.b64decode(image["base64"]) == _png(media_box)
-    blob = by_name["blob"].invoke(ToolCall(name="blob", args={}, id="call-2", type="tool_call"))  # type: ignore[typeddict-item]
+    blob = by_name["blob"].invoke(ToolCall(name="blob", args={}, id="call-2", type="tool_call"))
     assert base64.b64decode(_note(blob.content, "stdout")["base64"]) == ALL_BYTES
 
 
