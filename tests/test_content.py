@@ -99,6 +99,40 @@ def test_large_binaries_are_named_not_inlined(box: wasmbox.Sandbox, built_exampl
     assert len(content.text) < 500
 
 
+def _reader(box: wasmbox.Sandbox, built_examples: Path, folder: Path, data: bytes, **fields: Any) -> wasmbox.Tool:
+    """A tool whose stdout is `data` (fsprobe reads it from a file)."""
+    (folder / "out").write_bytes(data)
+    return box.load({"name": "reader", "module": str(built_examples / "fsprobe.wasm"), "args": ["read", "/d/out"],
+                     "preopens": [{"host": str(folder), "guest": "/d"}], **fields})  # fmt: skip
+
+
+def test_mostly_text_that_is_not_utf8_stays_text(box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path) -> None:
+    latin1 = "café au lait, crème brûlée\n".encode("latin-1") * 20
+    result = _reader(box, built_examples, tmp_path, latin1).call()
+    assert result.stdout_bytes == latin1  # (the exact bytes stay in the CallResult)
+    content = result_content(result)
+    assert content.parts == () and json.loads(content.text)["stdout"] == result.stdout  # lossy, but readable
+
+
+def test_a_stream_cut_mid_character_at_the_cap_stays_text(
+    box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path
+) -> None:
+    result = _reader(box, built_examples, tmp_path, "é".encode() * 600, limits={"output": "1001"}).call()
+    assert result.truncated and result.stdout_bytes is not None and result.stdout.endswith("\ufffd")
+    body = json.loads(result_content(result).text)
+    assert body["stdout"] == "é" * 500 + "\ufffd" and body["truncated"] is True and "attachments" not in body
+
+
+def test_an_ascii_pdf_on_stdout_is_a_part(box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path) -> None:
+    result = _reader(box, built_examples, tmp_path, b"%PDF-1.4 ascii only").call()
+    assert result.stdout_bytes is None and result.media_types == {"stdout": "application/pdf"}
+    content = result_content(result)
+    assert [(p.name, p.media_type, p.data) for p in content.parts] == [
+        ("stdout", "application/pdf", b"%PDF-1.4 ascii only")
+    ]
+    assert "stdout" not in json.loads(content.text)
+
+
 # -- Anthropic ----------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ INLINE_BASE64 = 4096
 """Binary outputs up to this many bytes, other than images, are also written into the text as
 standard base64, so a text-only channel (OpenAI Chat) carries them whole."""
 _OCTETS = "application/octet-stream"
+_BLOCKS = IMAGE_TYPES | {PDF}  # (never sent as text, even when their bytes are UTF-8)
+_NOT_TEXT = re.compile("[\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\ufffd]")  # U+FFFD, and C0 controls but \t\n\f\r\b ESC
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +66,12 @@ def result_content(result: CallResult) -> Content:
       stdout; its value is `{"exit_code": n}`).
     - Failure: `{"error": {"kind": k, "message": m}}`, with the same keys beside `"error"`
       when the guest printed anything before it failed.
-    - `"files"`: output files that are UTF-8 text (SVG, CSV, ...) by guest path, whole.
-    - `"attachments"`: one `{"name", "media_type", "size"}` per `parts` item: a stream that
-      is not UTF-8 (then absent from `"stdout"`/`"stderr"`, whose text view would be lossy),
-      or a file that is not UTF-8 text or is declared an image or PDF. A part of at most
-      `INLINE_BASE64` bytes that is not an image also has `"base64"` (standard alphabet).
+    - `"files"`: output files that are text (SVG, CSV, ...) by guest path, whole.
+    - `"attachments"`: one `{"name", "media_type", "size"}` per `parts` item: an image or PDF
+      (declared or sniffed), or a stream or file that is binary (not UTF-8, and not mostly
+      text: see `_text_view`); such a stream is then absent from `"stdout"`/`"stderr"`. A part
+      of at most `INLINE_BASE64` bytes that is not an image also has `"base64"` (standard
+      alphabet).
     - `"truncated": true` is added to either object when stdout or stderr was cut at the
       tool's output cap (`limits.output`, which bounds streams and files together).
 
@@ -77,18 +81,25 @@ def result_content(result: CallResult) -> Content:
     extra: dict[str, Any] = {}
     streams = (("stdout", result.stdout, result.stdout_bytes), ("stderr", result.stderr, result.stderr_bytes))
     for stream, text, raw in streams:
-        if raw is not None:
-            parts.append(Attachment(stream, result.media_types.get(stream) or _OCTETS, raw))
-        elif text:
-            extra[stream] = text
+        media_type = result.media_types.get(stream)
+        if raw is None and media_type not in _BLOCKS:  # exact text, the common case
+            if text:
+                extra[stream] = text
+            continue
+        data = text.encode() if raw is None else raw
+        view = _text_view(data, media_type)
+        if view is None:
+            parts.append(Attachment(stream, media_type or _OCTETS, data))
+        else:
+            extra[stream] = view
     files: dict[str, str] = {}
     for path, data in result.files.items():
         media_type = result.media_types.get(path)
-        decoded = _utf8(data) if media_type not in IMAGE_TYPES and media_type != PDF else None
-        if decoded is None:
+        view = _text_view(data, media_type)
+        if view is None:
             parts.append(Attachment(path, media_type or _OCTETS, data))
         else:
-            files[path] = decoded
+            files[path] = view
     if files:
         extra["files"] = files
     if parts:
@@ -105,11 +116,28 @@ def result_content(result: CallResult) -> Content:
     return Content(_json(result.value), False)
 
 
-def _utf8(data: bytes) -> str | None:
+def _text_view(data: bytes, media_type: str | None) -> str | None:
+    """What a model reads of an output as text, or None when it is sent as a part: UTF-8 is
+    text unless it is declared or sniffed an image or PDF; other bytes are text (U+FFFD where
+    not UTF-8) when their media type is textual, or when it is unknown and at most a quarter of
+    the characters are U+FFFD or control characters (Latin-1 text, a stream cut mid-character
+    at the output cap); else a part."""
+    if media_type in _BLOCKS:
+        return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
+        pass
+    if media_type is not None and not _textual(media_type):
         return None
+    text = data.decode("utf-8", "replace")
+    if media_type is not None or len(_NOT_TEXT.findall(text)) * 4 <= len(text):
+        return text
+    return None
+
+
+def _textual(media_type: str) -> bool:
+    return media_type.startswith("text/") or media_type.endswith(("+xml", "+json", "/xml", "/json"))
 
 
 def _note(part: Attachment) -> dict[str, Any]:
