@@ -77,12 +77,35 @@ def result_content(result: CallResult) -> Content:
 
     JSON is compact, non-ASCII kept as is. Never raises for any `CallResult`.
     """
-    parts: list[Attachment] = []
     extra: dict[str, Any] = {}
+    parts: tuple[Attachment, ...] = ()
+    if result.media_types or result.files or result.stdout_bytes is not None or result.stderr_bytes is not None:
+        parts = _outputs(result, extra)
+    else:  # text streams only, the common case
+        if result.stdout:
+            extra["stdout"] = result.stdout
+        if result.stderr:
+            extra["stderr"] = result.stderr
+    if result.truncated:
+        extra["truncated"] = True
+    if result.error is not None:
+        error = {"kind": result.error.kind.value, "message": result.error.message}
+        return Content(_json({"error": error, **extra}), True, parts)
+    if extra:
+        return Content(_json({"value": result.value, **extra}), False, parts)
+    if isinstance(result.value, str):
+        return Content(result.value, False)
+    return Content(_json(result.value), False)
+
+
+def _outputs(result: CallResult, extra: dict[str, Any]) -> tuple[Attachment, ...]:
+    """Sort the streams and files into `extra` (text) and the parts (binary, returned), and
+    note the parts in `extra`."""
+    parts: list[Attachment] = []
     streams = (("stdout", result.stdout, result.stdout_bytes), ("stderr", result.stderr, result.stderr_bytes))
     for stream, text, raw in streams:
         media_type = result.media_types.get(stream)
-        if raw is None and media_type not in _BLOCKS:  # exact text, the common case
+        if raw is None and media_type not in _BLOCKS:  # exact text
             if text:
                 extra[stream] = text
             continue
@@ -104,16 +127,7 @@ def result_content(result: CallResult) -> Content:
         extra["files"] = files
     if parts:
         extra["attachments"] = [_note(part) for part in parts]
-    if result.truncated:
-        extra["truncated"] = True
-    if result.error is not None:
-        error = {"kind": result.error.kind.value, "message": result.error.message}
-        return Content(_json({"error": error, **extra}), True, tuple(parts))
-    if extra:
-        return Content(_json({"value": result.value, **extra}), False, tuple(parts))
-    if isinstance(result.value, str):
-        return Content(result.value, False)
-    return Content(_json(result.value), False)
+    return tuple(parts)
 
 
 def _text_view(data: bytes, media_type: str | None) -> str | None:
