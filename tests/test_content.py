@@ -305,6 +305,9 @@ def test_langchain_tool_message_has_an_image_block(media_box: wasmbox.Sandbox) -
     assert base64.b64decode(image["base64"]) == _png(media_box)
     blob = by_name["blob"].invoke(ToolCall(name="blob", args={}, id="call-2", type="tool_call"))
     assert base64.b64decode(_note(blob.content, "stdout")["base64"]) == ALL_BYTES
+    _, document = by_name["pdf"].invoke(ToolCall(name="pdf", args={}, id="call-3", type="tool_call")).content
+    assert document["type"] == "file" and document["mime_type"] == "application/pdf"
+    assert base64.b64decode(document["base64"]) == PDF_TEXT.encode()
 
 
 def test_pydantic_ai_returns_binary_content(media_box: wasmbox.Sandbox) -> None:
@@ -325,7 +328,8 @@ def test_pydantic_ai_returns_binary_content(media_box: wasmbox.Sandbox) -> None:
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("bar_chart", PNG_ARGS, tool_call_id="c1")])
+            return ModelResponse(parts=[ToolCallPart("bar_chart", PNG_ARGS, tool_call_id="c1"),
+                                        ToolCallPart("pdf", {}, tool_call_id="c2")])  # fmt: skip
         for message in messages[1:]:
             if isinstance(message, ModelRequest):
                 for part in message.parts:
@@ -336,7 +340,9 @@ def test_pydantic_ai_returns_binary_content(media_box: wasmbox.Sandbox) -> None:
     run = Agent(FunctionModel(model), toolsets=[WasmboxToolset(media_box)]).run_sync("chart")
     assert run.output == "done"
     images = [item for item in received if isinstance(item, BinaryContent)]
-    assert [(i.media_type, i.data) for i in images] == [("image/png", _png(media_box))]
+    assert sorted((i.media_type, i.data) for i in images) == [
+        ("application/pdf", PDF_TEXT.encode()), ("image/png", _png(media_box))
+    ]
     assert any(isinstance(item, str) and "/tmp/chart.png" in item for item in received)
 
 

@@ -37,11 +37,22 @@ class Attachment:
         """A raster image (PNG, JPEG, GIF, WebP) that image content blocks carry."""
         return self.media_type in IMAGE_TYPES
 
+    @property
+    def is_pdf(self) -> bool:
+        """A PDF, which Anthropic, OpenAI Responses and the frameworks take as a document."""
+        return self.media_type == PDF
+
+    @property
+    def filename(self) -> str:
+        """The last part of `name` ("chart.png" for "/tmp/chart.png")."""
+        return self.name.rsplit("/", 1)[-1] or self.name
+
     def base64(self) -> str:
         """`data` as standard base64 (`+/`, padded), as provider content blocks take it."""
         return base64.b64encode(self.data).decode("ascii")
 
     def data_url(self) -> str:
+        """`data:<media type>;base64,<data>`, as OpenAI's image and file inputs take it."""
         return f"data:{self.media_type};base64,{self.base64()}"
 
 

@@ -14,7 +14,7 @@ from .. import _call, _schema
 from .._errors import ErrorKind
 from .._manifest import ManifestSource
 from .._results import CallResult
-from ._content import PDF, Content, result_content
+from ._content import Content, result_content
 from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ def _anthropic_content(content: Content) -> str | list[dict[str, Any]]:
         source = {"type": "base64", "media_type": part.media_type, "data": part.base64()}
         if part.is_image:
             blocks.append({"type": "image", "source": source})
-        elif part.media_type == PDF:
+        elif part.is_pdf:
             blocks.append({"type": "document", "source": source, "title": part.name})
     return [{"type": "text", "text": content.text}, *blocks] if blocks else content.text
 
@@ -276,7 +276,6 @@ def _responses_output(content: Content) -> str | list[dict[str, Any]]:
     for part in content.parts:
         if part.is_image:
             items.append({"type": "input_image", "image_url": part.data_url()})
-        elif part.media_type == PDF:
-            filename = part.name.rsplit("/", 1)[-1] or part.name
-            items.append({"type": "input_file", "filename": filename, "file_data": part.data_url()})
+        elif part.is_pdf:
+            items.append({"type": "input_file", "filename": part.filename, "file_data": part.data_url()})
     return [{"type": "input_text", "text": content.text}, *items] if items else content.text

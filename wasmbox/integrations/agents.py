@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from .._manifest import ManifestSource
 from .._sandbox import Sandbox
 from . import _single
-from ._content import PDF, result_content
+from ._content import result_content
 from ._formats import StrictMode
 
 
@@ -55,8 +55,8 @@ def _invoker(box: Sandbox, name: str, python: bool | ManifestSource) -> Any:
         for part in content.parts:  # images and PDFs as the SDK's own outputs; the rest is in the text
             if part.is_image:
                 outputs.append(ToolOutputImage(image_url=part.data_url()))
-            elif part.media_type == PDF:
-                outputs.append(ToolOutputFileContent(file_data=part.data_url(), filename=part.name.rsplit("/", 1)[-1]))
+            elif part.is_pdf:
+                outputs.append(ToolOutputFileContent(file_data=part.data_url(), filename=part.filename))
         return [ToolOutputText(text=content.text), *outputs] if outputs else content.text
 
     return invoke

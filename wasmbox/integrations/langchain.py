@@ -26,7 +26,7 @@ from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
 from . import _single
-from ._content import PDF, result_content
+from ._content import result_content
 
 
 class WasmboxTool(StructuredTool):
@@ -74,6 +74,6 @@ def _answer(result: CallResult) -> str | list[Any]:
     for part in content.parts:  # standard content blocks; other parts are in the text
         if part.is_image:
             blocks.append({"type": "image", "base64": part.base64(), "mime_type": part.media_type})
-        elif part.media_type == PDF:
-            blocks.append({"type": "file", "base64": part.base64(), "mime_type": PDF})
+        elif part.is_pdf:
+            blocks.append({"type": "file", "base64": part.base64(), "mime_type": part.media_type})
     return [{"type": "text", "text": content.text}, *blocks] if blocks else content.text

@@ -27,7 +27,7 @@ from .._errors import ErrorKind
 from .._manifest import ManifestSource
 from .._sandbox import Sandbox
 from . import _single
-from ._content import PDF, result_content
+from ._content import result_content
 
 # The args arrive as the model's JSON object; wasmbox checks them against the tool's schema.
 _ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
@@ -73,7 +73,7 @@ class WasmboxToolset(AbstractToolset[Any]):
         if result.error is None:
             binaries = [
                 BinaryContent(data=part.data, media_type=part.media_type)
-                for part in content.parts if part.is_image or part.media_type == PDF
+                for part in content.parts if part.is_image or part.is_pdf
             ]  # fmt: skip
             return [content.text, *binaries] if binaries else content.text
         if result.error.kind is ErrorKind.INVALID_ARGUMENTS:
