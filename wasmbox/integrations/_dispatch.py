@@ -14,7 +14,7 @@ from .. import _call, _schema
 from .._errors import ErrorKind
 from .._manifest import ManifestSource
 from .._results import CallResult
-from ._content import result_content
+from ._content import Content, result_content
 from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 
 if TYPE_CHECKING:
@@ -246,8 +246,36 @@ def _get(obj: Any, name: str) -> Any:
 def _reply(job: _Job, format: str) -> dict[str, Any]:
     assert job.result is not None
     content = result_content(job.result)
-    if format == "openai":
+    if format == "openai":  # (a tool message's content is text parts only)
         return {"role": "tool", "tool_call_id": job.call_id, "content": content.text}
     if format == "openai-responses":
-        return {"type": "function_call_output", "call_id": job.call_id, "output": content.text}
-    return {"type": "tool_result", "tool_use_id": job.call_id, "content": content.text, "is_error": content.is_error}
+        return {"type": "function_call_output", "call_id": job.call_id, "output": _responses_output(content)}
+    return {
+        "type": "tool_result", "tool_use_id": job.call_id, "content": _anthropic_content(content),
+        "is_error": content.is_error,
+    }  # fmt: skip
+
+
+def _anthropic_content(content: Content) -> str | list[dict[str, Any]]:
+    """The text, or, with images or PDFs among the parts, a text block and one image or
+    document block each (base64); other parts are in the text (`result_content`)."""
+    blocks: list[dict[str, Any]] = []
+    for part in content.parts:
+        source = {"type": "base64", "media_type": part.media_type, "data": part.base64()}
+        if part.is_image:
+            blocks.append({"type": "image", "source": source})
+        elif part.is_pdf:
+            blocks.append({"type": "document", "source": source, "title": part.name})
+    return [{"type": "text", "text": content.text}, *blocks] if blocks else content.text
+
+
+def _responses_output(content: Content) -> str | list[dict[str, Any]]:
+    """The text, or, with images or PDFs among the parts, an `input_text` item and one
+    `input_image` or `input_file` item each (data URLs)."""
+    items: list[dict[str, Any]] = []
+    for part in content.parts:
+        if part.is_image:
+            items.append({"type": "input_image", "image_url": part.data_url()})
+        elif part.is_pdf:
+            items.append({"type": "input_file", "filename": part.filename, "file_data": part.data_url()})
+    return [{"type": "input_text", "text": content.text}, *items] if items else content.text

@@ -5,7 +5,8 @@
 Each is a `FunctionTool` with the tool's schema, strict where it has a strict form
 (`strict="auto"`, see `Tool.spec`). Each call runs as `Sandbox.dispatch` runs one (the nulls
 strict mode makes the model send for omitted properties are removed first); the model gets
-`result_content`'s text, failures included (the SDK has no error flag for a function's output).
+`result_content`'s text, failures included (the SDK has no error flag for a function's output),
+then a `ToolOutputImage` per image and a `ToolOutputFileContent` per PDF the call returned.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from agents import FunctionTool
+    from agents import (
+        FunctionTool,
+        ToolOutputFileContent,
+        ToolOutputImage,
+        ToolOutputText,
+    )
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
@@ -43,7 +49,14 @@ def tools(
 
 
 def _invoker(box: Sandbox, name: str, python: bool | ManifestSource) -> Any:
-    async def invoke(context: ToolContext[Any], arguments: str) -> str:
-        return result_content(await _single.acall(box, name, arguments, python=python)).text
+    async def invoke(context: ToolContext[Any], arguments: str) -> str | list[Any]:
+        content = result_content(await _single.acall(box, name, arguments, python=python))
+        outputs: list[Any] = []
+        for part in content.parts:  # images and PDFs as the SDK's own outputs; the rest is in the text
+            if part.is_image:
+                outputs.append(ToolOutputImage(image_url=part.data_url()))
+            elif part.is_pdf:
+                outputs.append(ToolOutputFileContent(file_data=part.data_url(), filename=part.filename))
+        return [ToolOutputText(text=content.text), *outputs] if outputs else content.text
 
     return invoke

@@ -7,7 +7,8 @@ Each is a `StructuredTool` whose name is fixed when it is made: the model's argu
 the tool as one dict, never as keywords, so no argument ("name", "config", "run_manager", ...)
 can pick another tool or reach LangChain's own parameters. Each call runs as
 `Sandbox.dispatch` runs one; the ToolMessage's content is `result_content`'s text, with
-`status="error"` when the call failed.
+`status="error"` when the call failed; with images or PDFs, it is a list of standard content
+blocks: the text, then an `image` or `file` block (base64) each.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ def _tool(
 ) -> StructuredTool:
     """The tool that calls `name` in `box`, and nothing else: `name` is bound here."""
 
-    def run(arguments: Any) -> str:
+    def run(arguments: Any) -> str | list[Any]:
         return _answer(_single.call(box, name, arguments, python=python))
 
-    async def arun(arguments: Any) -> str:
+    async def arun(arguments: Any) -> str | list[Any]:
         return _answer(await _single.acall(box, name, arguments, python=python))
 
     return WasmboxTool(
@@ -65,8 +66,14 @@ def _tool(
     )  # fmt: skip
 
 
-def _answer(result: CallResult) -> str:
+def _answer(result: CallResult) -> str | list[Any]:
     content = result_content(result)
     if content.is_error:
         raise ToolException(content.text)  # handle_tool_error: a ToolMessage with status="error"
-    return content.text
+    blocks: list[dict[str, Any]] = []
+    for part in content.parts:  # standard content blocks; other parts are in the text
+        if part.is_image:
+            blocks.append({"type": "image", "base64": part.base64(), "mime_type": part.media_type})
+        elif part.is_pdf:
+            blocks.append({"type": "file", "base64": part.base64(), "mime_type": part.media_type})
+    return [{"type": "text", "text": content.text}, *blocks] if blocks else content.text

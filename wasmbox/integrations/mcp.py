@@ -9,7 +9,8 @@ arguments included, is a result with `isError: true` (the model reads why and ma
 name that is no tool is a protocol error (`-32602`). Each call is run as `Sandbox.dispatch`
 runs one (the same argument handling, `run_python` routing, limits and audit records) on the
 Sandbox's worker threads, so calls are served concurrently, up to its `max_workers`.
-Results are text content (`result_content`); sessions and binary content are not served.
+Results are `result_content`'s text, then its binary parts: an `ImageContent` per PNG, JPEG,
+GIF or WebP, an `EmbeddedResource` blob per other binary output. Sessions are not served.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 try:
     import mcp_types as types
@@ -35,7 +37,7 @@ from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
 from . import _single
-from ._content import result_content
+from ._content import Content, result_content
 from ._formats import RUN_PYTHON
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -61,11 +63,23 @@ def build_server(box: Sandbox, *, python: bool | ManifestSource = False, name: s
     ) -> types.CallToolResult:
         result = await _call(box, params.name, params.arguments or {}, python)
         content = result_content(result)
-        return types.CallToolResult(
-            content=[types.TextContent(text=content.text)], is_error=content.is_error
-        )
+        return types.CallToolResult(content=_blocks(content), is_error=content.is_error)
 
     return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _blocks(content: Content) -> list[types.ContentBlock]:
+    """The text, then an image per raster image part and an embedded blob resource per other
+    part (`wasmbox:<name>`, e.g. `wasmbox:/tmp/out.pdf`, `wasmbox:stdout`), standard base64."""
+    blocks: list[types.ContentBlock] = [types.TextContent(text=content.text)]
+    for part in content.parts:
+        if part.is_image:
+            blocks.append(types.ImageContent(data=part.base64(), mime_type=part.media_type))
+        else:
+            uri = "wasmbox:" + quote(part.name, safe="/")
+            blob = types.BlobResourceContents(uri=uri, mime_type=part.media_type, blob=part.base64())
+            blocks.append(types.EmbeddedResource(resource=blob))
+    return blocks
 
 
 async def _call(

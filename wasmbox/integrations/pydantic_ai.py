@@ -2,7 +2,8 @@
 
     agent = pydantic_ai.Agent(model, toolsets=[WasmboxToolset(box, python=True)])
 
-Each call runs as `Sandbox.dispatch` runs one. The model gets `result_content`'s text; a call
+Each call runs as `Sandbox.dispatch` runs one. The model gets `result_content`'s text (and a
+`BinaryContent` per image or PDF the call returned, after the text); a call
 refused for its arguments (`invalid_arguments`) raises `ModelRetry`, so the model is asked to
 correct them (within the toolset's `max_retries`); any other failed call raises `ToolFailed`,
 which the model sees as a failed result without being asked to retry it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from pydantic_ai import ModelRetry, RunContext, ToolFailed
+    from pydantic_ai import BinaryContent, ModelRetry, RunContext, ToolFailed
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 except ImportError as exc:  # pragma: no cover - the extra is missing
@@ -66,11 +67,15 @@ class WasmboxToolset(AbstractToolset[Any]):
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
-    ) -> str:
+    ) -> str | list[Any]:
         result = await _single.acall(self._box, name, tool_args, python=self._python)
         content = result_content(result)
         if result.error is None:
-            return content.text
+            binaries = [
+                BinaryContent(data=part.data, media_type=part.media_type)
+                for part in content.parts if part.is_image or part.is_pdf
+            ]  # fmt: skip
+            return [content.text, *binaries] if binaries else content.text
         if result.error.kind is ErrorKind.INVALID_ARGUMENTS:
             raise ModelRetry(content.text)
         raise ToolFailed(content.text)
