@@ -103,6 +103,26 @@ async def adispatch(
     return [_reply(job, format) for job in jobs]
 
 
+def call_one(box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False) -> CallResult:
+    """One model tool call by name, with `dispatch`'s rules (the adapters' path: MCP,
+    pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
+    text, or None. Never raises for the call's own faults."""
+    job = _Job("", name)
+    _plan(job, args, "openai", box.tools, box, python)  # ("openai": JSON text is parsed)
+    if job.result is not None:
+        return job.result
+    assert job.run is not None
+    return job.run()
+
+
+async def acall_one(box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False) -> CallResult:
+    """`call_one` on the Sandbox's worker threads."""
+    import asyncio  # lazily, as in Tool.acall
+
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(box._executor, partial(call_one, box, name, args, python=python))
+
+
 def _deadline(deadline_s: float | None) -> float | None:
     if deadline_s is None:
         return None

@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from .._manifest import ManifestSource
 from .._sandbox import Sandbox
-from . import _single
+from . import _dispatch
 from ._content import result_content
 from ._formats import StrictMode
 
@@ -50,7 +50,7 @@ def tools(
 
 def _invoker(box: Sandbox, name: str, python: bool | ManifestSource) -> Any:
     async def invoke(context: ToolContext[Any], arguments: str) -> str | list[Any]:
-        content = result_content(await _single.acall(box, name, arguments, python=python))
+        content = result_content(await _dispatch.acall_one(box, name, arguments, python=python))
         outputs: list[Any] = []
         for part in content.parts:  # images and PDFs as the SDK's own outputs; the rest is in the text
             if part.is_image:

@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
-from . import _single
+from . import _dispatch
 from ._content import result_content
 
 
@@ -55,10 +55,10 @@ def _tool(
     """The tool that calls `name` in `box`, and nothing else: `name` is bound here."""
 
     def run(arguments: Any) -> str | list[Any]:
-        return _answer(_single.call(box, name, arguments, python=python))
+        return _answer(_dispatch.call_one(box, name, arguments, python=python))
 
     async def arun(arguments: Any) -> str | list[Any]:
-        return _answer(await _single.acall(box, name, arguments, python=python))
+        return _answer(await _dispatch.acall_one(box, name, arguments, python=python))
 
     return WasmboxTool(
         name=name, description=description, args_schema=parameters, func=run, coroutine=arun,

@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
-from . import _single
+from . import _dispatch
 from ._content import Content, result_content
 from ._formats import RUN_PYTHON
 
@@ -88,7 +88,7 @@ async def _call(
     if name not in box.tools and not (python is not False and name == RUN_PYTHON):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
-    return await _single.acall(box, name, arguments, python=python)
+    return await _dispatch.acall_one(box, name, arguments, python=python)
 
 
 async def serve_stdio(box: Sandbox, *, python: bool | ManifestSource = False) -> None:

@@ -26,7 +26,7 @@ from pydantic_core import SchemaValidator, core_schema
 from .._errors import ErrorKind
 from .._manifest import ManifestSource
 from .._sandbox import Sandbox
-from . import _single
+from . import _dispatch
 from ._content import result_content
 
 # The args arrive as the model's JSON object; wasmbox checks them against the tool's schema.
@@ -68,7 +68,7 @@ class WasmboxToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> str | list[Any]:
-        result = await _single.acall(self._box, name, tool_args, python=self._python)
+        result = await _dispatch.acall_one(self._box, name, tool_args, python=self._python)
         content = result_content(result)
         if result.error is None:
             binaries = [
