@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -198,3 +200,37 @@ def test_an_undeclared_package_fails_saying_how_to_add_it(box: wasmbox.Sandbox) 
     assert 'packages = ["name==version"]' in result.error.message
     stdlib = box.run_python("import json.nothere")  # a stdlib package's: no package would help
     assert stdlib.error is not None and "packages = [" not in stdlib.error.message
+
+
+RACE = """
+import sys, wasmbox
+with wasmbox.Sandbox(cache_dir=sys.argv[1], package_wheels=sys.argv[2]) as box:
+    box.python_runtime()
+    print("ready", flush=True)
+    sys.stdin.readline()  # both start installing at the same moment
+    print(box.run_python("import racepkg; racepkg.N", {"name": "r", "runtime": "python",
+          "packages": ["racepkg==3.0", "tinydep==2.0"], "limits": {"timeout": 30}}).value)
+"""
+
+
+def test_two_processes_install_a_set_once(cache_dir: Path, wheels: Path) -> None:
+    # a set no other test installs, in the shared cache (the runtime is built there already)
+    build_wheel(wheels, "racepkg", "3.0", {"racepkg.py": "N = 3\n"})
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        box.python_runtime()
+    processes = [
+        subprocess.Popen([sys.executable, "-c", RACE, str(cache_dir), str(wheels)], text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]  # fmt: skip
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    outputs = [process.communicate(timeout=300) for process in processes]
+    assert [out for out, _ in outputs] == ["3\n", "3\n"], outputs
+    installs = sum(err.count("wasmbox: installing packages racepkg==3.0, tinydep==2.0") for _, err in outputs)
+    assert installs == 1, outputs  # the other waited on the lock, then reused the set
+    assert len([p for p in package_sets(cache_dir) if "racepkg" in (p / "wasmbox-packages.json").read_text()]) == 1

@@ -92,7 +92,8 @@ class PackageSet:
 
 
 class PackageInstaller:
-    """Installs package sets into `root` (the cache directory) with pip, once per set."""
+    """Installs package sets into `root()` (the cache directory) with pip, once per set. Raises
+    ValueError when `wheels` is not a directory."""
 
     def __init__(
         self,
@@ -102,6 +103,8 @@ class PackageInstaller:
         wheels: Path | None = None,
         timeout: float = PIP_TIMEOUT,
     ) -> None:
+        if wheels is not None and not wheels.is_dir():
+            raise ValueError(f"package_wheels: not a directory: {wheels}")
         self._root = root
         self._index_url = index_url
         self._wheels = wheels.resolve() if wheels is not None else None
