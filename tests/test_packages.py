@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import socket
 import subprocess
 import sys
 import time
@@ -234,3 +235,14 @@ def test_two_processes_install_a_set_once(cache_dir: Path, wheels: Path) -> None
     installs = sum(err.count("wasmbox: installing packages racepkg==3.0, tinydep==2.0") for _, err in outputs)
     assert installs == 1, outputs  # the other waited on the lock, then reused the set
     assert len([p for p in package_sets(cache_dir) if "racepkg" in (p / "wasmbox-packages.json").read_text()]) == 1
+
+
+def test_an_unreachable_index_is_a_quick_clear_error(cache_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as unused:  # a loopback port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        index = f"http://127.0.0.1:{unused.getsockname()[1]}/simple"
+    with wasmbox.Sandbox(cache_dir=cache_dir, package_index=index) as box:
+        started = time.monotonic()
+        with pytest.raises(ManifestError, match=r"tinypkg==1\.0: the index http://127\.0\.0\.1:\d+/simple could not be reached"):
+            box.load(tool(tmp_path, "offline", USES_TINYPKG, packages=["tinypkg==1.0"]))
+        assert time.monotonic() - started < 120

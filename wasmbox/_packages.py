@@ -211,7 +211,10 @@ class PackageInstaller:
                 native.append(skipped[1])
             if re.search(rf"No binaries permitted for {re.escape(name)}\b", line, re.IGNORECASE):
                 sdists = True
-        if native:
+        unreachable = re.search(r"Could not fetch URL (\S+?):? (?:connection error: )?(.*?)(?: - skipping)?$", log, re.MULTILINE)
+        if unreachable:
+            why = f"{self._source()} could not be reached ({unreachable[1]}: {unreachable[2]})"
+        elif native:
             why = (f"only wheels with native code were found ({', '.join(sorted(set(native))[:4])}): "
                    "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any)")  # fmt: skip
         elif sdists:
