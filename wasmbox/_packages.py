@@ -124,6 +124,9 @@ class PackageInstaller:
         """The installed set for `pins`, built first when the cache has none (`precompile`
         byte-compiles a fresh `site` folder). Raises ManifestError when a package cannot be
         found or installed, or is not pure Python."""
+        found = self._sets.get(pins)  # installed sets are served without waiting on a build
+        if found is not None:
+            return found
         with self._lock:  # one build at a time in this process; the file lock for others
             found = self._sets.get(pins)
             if found is None:
@@ -204,8 +207,10 @@ class PackageInstaller:
             return f"{message}: {detail}"[:2000]
         wanted = missing[1]
         name = canonical_name(re.split(r"[<>=!~\[;]", wanted)[0])
-        native, sdists = [], False
+        native, sdists, other_python = [], False, False
         for line in log.splitlines():
+            if "Link requires a different Python" in line and _file_project(line.rsplit(" ", 1)[-1]) == name:
+                other_python = True
             skipped = re.match(r"\s*Skipping link: none of the wheel's tags \((.*?)\) are compatible.*?(\S+)$", line)
             if skipped and _file_project(skipped[2]) == name:
                 native.append(skipped[1])
@@ -217,6 +222,8 @@ class PackageInstaller:
         elif native:
             why = (f"only wheels with native code were found ({', '.join(sorted(set(native))[:4])}): "
                    "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any)")  # fmt: skip
+        elif other_python:
+            why = f"its wheels require another Python than the runtime's {GUEST_PYTHON} (Requires-Python)"
         elif sdists:
             why = "only a source distribution was found: wasmbox installs wheels and builds nothing"
         else:
