@@ -246,3 +246,15 @@ def test_an_unreachable_index_is_a_quick_clear_error(cache_dir: Path, tmp_path: 
         with pytest.raises(ManifestError, match=r"tinypkg==1\.0: the index http://127\.0\.0\.1:\d+/simple could not be reached"):
             box.load(tool(tmp_path, "offline", USES_TINYPKG, packages=["tinypkg==1.0"]))
         assert time.monotonic() - started < 120
+
+
+def test_a_set_whose_record_is_missing_is_installed_again(cache_dir: Path, wheels: Path, tmp_path: Path) -> None:
+    build_wheel(wheels, "redo", "1.0", {"redo.py": "V = 'fresh'\n"})
+    manifest = tool(tmp_path, "redo", "import redo\n\ndef main():\n    return redo.V\n", packages=["redo==1.0"])
+    with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
+        box.load(manifest)
+    (built,) = [p for p in package_sets(cache_dir) if "redo==1.0" in (p / "wasmbox-packages.json").read_text()]
+    (built / "wasmbox-packages.json").unlink()  # as if a build had stopped before its last step
+    (built / "site" / "redo.py").write_text("V = 'stale'\n")
+    with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
+        assert box.load(manifest).call({}).unwrap() == "fresh"

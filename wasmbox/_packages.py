@@ -154,6 +154,8 @@ class PackageInstaller:
                     precompile(stage / "site")
                     record = {"pins": list(pins), "installed": list(installed)}
                     (stage / _RECORD).write_text(json.dumps(record))
+                    if target.exists():  # without its record (written last): not a set to keep
+                        shutil.rmtree(target)
                     os.replace(stage, target)
                 finally:
                     shutil.rmtree(stage, ignore_errors=True)
