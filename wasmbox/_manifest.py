@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import _command, _grants, _schema
+from . import _command, _grants, _packages, _schema
 from ._allowlist import FETCH, Rule, parse_rules
 from ._engine import MAX_MEMORY
 from ._errors import ManifestError
@@ -34,6 +34,7 @@ from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
 STDLIB_GUEST_PATH = "/python"  # the Python runtime's stdlib (where its build saw it, too)
+PACKAGES_GUEST_PATH = "/packages"  # a Python manifest's third-party packages, read-only
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 HOST_FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
@@ -222,15 +223,23 @@ class Manifest(_Strict):
     network: Network | None = None
     input_schema: dict[str, Any] | None = None
     command: Command | None = None
+    packages: tuple[str, ...] = Field(
+        (), strict=False,
+        description="Pure-Python packages a Python tool or grant set imports, pinned: "
+        "[\"idna==3.10\"]; their dependencies are installed too (README: \"Third-party packages\").",
+    )  # fmt: skip
+    requirements: Path | None = Field(
+        None, description="A requirements file of pinned packages, added to `packages`."
+    )
 
-    @field_validator("module", "source", mode="before")
+    @field_validator("module", "source", "requirements", mode="before")
     @classmethod
     def _relative_path(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, str):
             return _resolve(value, info)
         return value
 
-    @field_validator("module", "source")
+    @field_validator("module", "source", "requirements")
     @classmethod
     def _file_exists(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():
@@ -259,6 +268,11 @@ class Manifest(_Strict):
             raise ValueError("an argument contains a NUL byte")
         return value
 
+    @field_validator("packages")
+    @classmethod
+    def _pinned(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _packages.check_pins(value)
+
     @field_validator("input_schema")
     @classmethod
     def _input_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -285,11 +299,23 @@ class Manifest(_Strict):
         for guest in guests:
             if self.scratch is not None and _within(guest, SCRATCH_GUEST_PATH):
                 raise ValueError(f"preopen {guest} would hide or nest in the scratch space at /tmp")
-            if self.runtime == "python" and _within(guest, STDLIB_GUEST_PATH):
+            if self.runtime == "python" and (
+                _within(guest, STDLIB_GUEST_PATH) or _within(guest, PACKAGES_GUEST_PATH)
+            ):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
+        self._check_packages()
         if self.command is not None:
             self._check_command(self.command)
         return self
+
+    def _check_packages(self) -> None:
+        """`packages` (checked and sorted by `_pinned`) takes in the pins of `requirements`."""
+        if (self.packages or self.requirements is not None) and self.runtime != "python":
+            raise ValueError("`packages` and `requirements` are for Python tools (runtime = \"python\")")
+        if self.requirements is not None:
+            listed = _packages.check_pins(_packages.read_requirements(self.requirements), str(self.requirements))
+            merged = _packages.check_pins((*self.packages, *listed), "packages and requirements")
+            object.__setattr__(self, "packages", merged)  # (frozen: set here, once, while validated)
 
     def _check_command(self, command: Command) -> None:
         if self.runtime is not None:

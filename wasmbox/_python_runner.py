@@ -27,7 +27,7 @@ from ._engine import EpochTicker
 from ._errors import ErrorKind
 from ._hostfuncs import HostFunction
 from ._inspect import ToolKind
-from ._manifest import STDLIB_GUEST_PATH, Limits, Manifest
+from ._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
 from ._output import Output
 from ._pyruntime import PythonRuntime
 from ._results import CallError, CallResult
@@ -74,6 +74,7 @@ class PythonRuntimeRunner:
             raise RuntimeError("the Python runtime component exports no `run`")
         self._run = run
         self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
+        self._packages: dict[tuple[str, ...], tuple[Path, bool]] = {}  # by `Manifest.packages`
         self._spares = _Spares(spares)
         self._keeper = _Housekeeper(self._spares, weakref.WeakMethod(self._prepare))
         # Released when closed, or when the Sandbox is dropped without closing it: nothing
@@ -91,6 +92,18 @@ class PythonRuntimeRunner:
     def component_path(self) -> str:
         """Where the built component lives (its compiled form is in the artifact cache)."""
         return str(self._runtime.component)
+
+    def sibling(self) -> PythonRuntimeRunner:
+        """A runner of the same component with no host functions and no spares, for a build
+        step's grants (close it after use)."""
+        return PythonRuntimeRunner(
+            self._engine, self._component, self._runtime, {}, self._ticker, self._scratch, spares=0
+        )
+
+    def add_packages(self, packages: tuple[str, ...], site: Path, *, writable: bool = False) -> None:
+        """Calls under a manifest whose `packages` are `packages` see `site` at /packages (on
+        their `sys.path`); read-only unless `writable` (the byte-compiling step's)."""
+        self._packages[packages] = (site, writable)
 
     def call(
         self, manifest: Manifest, key: str, request: dict[str, Any], *, prepare_next: bool = True
@@ -120,6 +133,8 @@ class PythonRuntimeRunner:
     def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
+        if manifest.packages:
+            request = {**request, "path": PACKAGES_GUEST_PATH}
         try:
             payload = encode_request(request, limits.output)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -173,6 +188,11 @@ class PythonRuntimeRunner:
         spare = _Spare(manifest, store, stdout, stderr)
         try:
             extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
+            if manifest.packages:
+                site = self._packages.get(manifest.packages)
+                if site is None:
+                    raise Failure(ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox")
+                extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
             if manifest.scratch is not None:
                 spare.scratch = self._scratch.create(manifest.scratch)
                 extra = (*extra, spare.scratch.preopen)

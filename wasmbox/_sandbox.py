@@ -31,11 +31,13 @@ from ._files import read_regular_file
 from ._hostfuncs import HostFunction
 from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
 from ._manifest import (
+    PACKAGES_GUEST_PATH,
     STDLIB_GUEST_PATH,
     Limits,
     Manifest,
     ManifestSource,
 )
+from ._packages import PackageInstaller
 from ._pyruntime import (
     Progress,
     PythonRuntime,
@@ -72,8 +74,11 @@ _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
 # changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
 # os.write that it refuses to see cut short, so every module whose .pyc is bigger (pickle,
 # argparse, typing, ...) was left to compile at each import: ~300M fuel for pickle. Writing
-# in a loop fixes that. The value: the modules still without bytecode (none, or the build fails).
-_PRECOMPILE = f"""
+# in a loop fixes that. The same step byte-compiles a package set (`_precompile_packages`).
+def _precompile_code(root: str) -> str:
+    """Byte-compiles the folder the guest sees at `root`; the value: the .py files left
+    without bytecode."""
+    return f"""
 import compileall, os, importlib._bootstrap_external as bootstrap
 
 def write_atomic(path, data, mode=0o666):
@@ -95,15 +100,18 @@ def write_atomic(path, data, mode=0o666):
         raise
 
 bootstrap._write_atomic = write_atomic
-compileall.compile_dir({STDLIB_GUEST_PATH!r}, quiet=1, workers=1)
+compileall.compile_dir({root!r}, quiet=1, workers=1)
 [
     os.path.join(folder, name)
-    for folder, _, names in os.walk({STDLIB_GUEST_PATH!r})
+    for folder, _, names in os.walk({root!r})
     for name in names
     if name.endswith(".py")
     and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
 ]
 """
+
+
+_PRECOMPILE = _precompile_code(STDLIB_GUEST_PATH)
 
 
 class Sandbox:
@@ -117,6 +125,8 @@ class Sandbox:
     `resolver(host, port) -> [address, ...]` replaces the system resolver for `http.fetch`.
     `allow_system_grants=True` lets manifests grant folders in `/proc` and `/sys` (kernel and
     process state, the host's environment among it), which are refused otherwise.
+    Manifests' `packages` are installed by pip from PyPI, or from `package_index` (an index
+    URL) and/or `package_wheels` (a folder of wheels; alone, the only source: offline).
     """
 
     def __init__(
@@ -129,6 +139,8 @@ class Sandbox:
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
         resolver: Resolver | None = None,
         allow_system_grants: bool = False,
+        package_index: str | None = None,
+        package_wheels: str | os.PathLike[str] | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
@@ -159,6 +171,11 @@ class Sandbox:
         self._python_lock = threading.Lock()
         self._closed = False
         self._runtime_dir: str | None = None  # holds the Python runtime when there is no cache dir
+        self._packages_dir: str | None = None  # and the package sets
+        self._packages = PackageInstaller(
+            self._packages_root, index_url=package_index,
+            wheels=Path(package_wheels) if package_wheels is not None else None,
+        )  # fmt: skip
 
     # -- host functions -------------------------------------------------------------------
 
@@ -322,6 +339,7 @@ class Sandbox:
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self.python_runtime()
+        self._install_packages(manifest)
 
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
@@ -405,6 +423,42 @@ class Sandbox:
         count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
         progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
 
+    def _install_packages(self, manifest: Manifest) -> None:
+        """Install `manifest.packages` (once per cache) and let the runtime's calls see them.
+        Raises ManifestError when they cannot be installed or are not pure Python."""
+        if not manifest.packages:
+            return
+        runtime = self.python_runtime()
+        try:
+            installed = self._packages.install(
+                manifest.packages, partial(self._precompile_packages, manifest.packages), stderr_progress
+            )
+        except ManifestError as exc:
+            raise ManifestError(f"{manifest.name}: {exc}") from None
+        runtime.add_packages(manifest.packages, installed.site)
+
+    def _packages_root(self) -> Path:
+        if self._cache.directory is not None:
+            return self._cache.directory
+        with self._python_lock:
+            if self._packages_dir is None:  # under the scratch root, which no grant may reach
+                self._packages_dir = tempfile.mkdtemp(prefix="packages-", dir=self._scratch_space.root)
+            return Path(self._packages_dir)
+
+    def _precompile_packages(self, packages: tuple[str, ...], site: Path) -> None:
+        """Byte-compile a freshly installed package set with the runtime (as the stdlib is),
+        so an import reads bytecode instead of compiling the package in every call."""
+        runner = self.python_runtime().sibling()
+        runner.add_packages(packages, site, writable=True)
+        grants = Manifest(
+            name="precompile", runtime="python", packages=packages,
+            limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
+        )  # fmt: skip
+        result = runner.call(grants, grants.digest(), {"mode": "code", "code": _precompile_code(PACKAGES_GUEST_PATH)})
+        runner.close()
+        if not result.ok:
+            raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
+
     def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
@@ -420,6 +474,7 @@ class Sandbox:
                     "and no source"
                 )
             self._check_host_functions(grants)
+            self._install_packages(grants)
             key = grants.digest()
             if grants.preopens:
                 with self._lock:
@@ -543,8 +598,9 @@ class Sandbox:
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()
-        if self._runtime_dir is not None:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+        for folder in (self._runtime_dir, self._packages_dir):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         if idle:
             self._scratch_space.close()
         self._release_grants()

@@ -10,6 +10,7 @@ entry of a map costs ~40k fuel to decode with msgpack's pure-Python codec), then
       (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
+    any of them + "path": str   a folder appended to sys.path for this call (its packages)
 Response (MessagePack map):
     {"ok": value}
     {"error": message, "kind": "guest_error" | "invalid_arguments" | "memory_limit"
@@ -138,9 +139,22 @@ class WitWorld(wit_world.WitWorld):
         except MemoryError:
             return _error("memory_limit", "MemoryError: out of memory", "")
         except BaseException as exc:  # noqa: BLE001 - everything becomes a response
+            _explain_missing_module(exc)
             return _error("guest_error", _describe(exc), _traceback(exc))
         finally:
             _flush()
+
+
+def _explain_missing_module(exc: BaseException) -> None:
+    """A failed import of a module that is not in the stdlib says how to get it."""
+    name = getattr(exc, "name", None)
+    if isinstance(exc, ModuleNotFoundError) and isinstance(name, str) and name:
+        if name.partition(".")[0] not in sys.stdlib_module_names:
+            exc.add_note(
+                f"wasmbox: {name!r} is not in the sandbox's Python; a pure-Python package can be added by "
+                "declaring it, pinned, in the tool's or grant set's manifest: packages = [\"name==version\"] "
+                "(README: \"Third-party packages\")"
+            )
 
 
 def _raised_here(exc: BaseException) -> bool:
@@ -161,6 +175,8 @@ def _serve(request: bytes) -> tuple[object, bool]:
         message = msgpack.unpackb(memoryview(request)[8:], raw=False)
     except Exception as exc:
         raise _Refusal("bad_response", f"driver: bad request: {exc}") from None
+    if isinstance(message.get("path"), str):
+        sys.path.append(message["path"])  # after the stdlib: a package cannot shadow it
     mode = message.get("mode")
     if mode == "tool":
         return _run_tool(message)

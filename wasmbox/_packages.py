@@ -1,0 +1,298 @@
+"""Third-party pure-Python packages for Python tools and run_python grant sets.
+
+A manifest's `packages` (pinned `name==version`, plus a `requirements` file's) are installed
+by pip, as wheels only, for any platform (`--platform any --implementation py --abi none
+--python-version 3.14`), with their dependencies, into `packages-<key>/site` under the cache
+directory. The key is the sha256 of the sorted pins and the Sandbox's index options, so one
+set is built once per cache, however many manifests name it. Every installed distribution
+must be pure Python (its WHEEL says `Root-Is-Purelib: true` and only `py*-none-any` tags; no
+`.so`/`.pyd`/`.dll`/`.dylib` file anywhere); else the load fails naming it. The set is built
+in a temporary folder, byte-compiled by the runtime (`precompile`), and renamed into place
+under a lock, so a second process waits for the first and then reuses its build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import ManifestError
+from ._files import read_regular_file
+from ._pyruntime import Progress, _locked
+
+GUEST_PYTHON = "3.14"  # the runtime's CPython, whose wheels pip is asked for
+PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
+    r"(?P<extras>\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?"
+    r"==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)$"
+)
+_NOT_NAME = r"[<>=!~;@ \[]"
+NATIVE_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
+PIP_TIMEOUT = 300.0  # seconds for one pip run, downloads included
+_RECORD = "wasmbox-packages.json"
+
+
+def canonical_name(name: str) -> str:
+    """The PEP 503 form of a project name: lower case, runs of -_. as one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_pins(items: Iterable[str], origin: str | None = None) -> tuple[str, ...]:
+    """`items` as a sorted tuple of `name==version` pins (names in their PEP 503 form, spaces
+    removed), so one set has one spelling. Raises ValueError (its message starting `origin: `)
+    naming the first requirement that is not pinned with `==`, and a project listed twice."""
+    pins: dict[str, str] = {}
+    where = f"{origin}: " if origin else ""
+    for item in items:
+        text = re.sub(r"\s+", "", item)
+        match = PIN.match(text)
+        if match is None:
+            name = re.split(_NOT_NAME, item.strip())[0] or "name"
+            raise ValueError(
+                f"{where}{item!r} is not pinned: give an exact version, e.g. "
+                f"'{name}==1.2.3' (the set must be "
+                "reproducible; markers, URLs and pip options are not taken)"
+            )
+        name = canonical_name(match["name"])
+        pin = f"{name}{(match['extras'] or '').lower()}=={match['version']}"
+        if name in pins and pins[name] != pin:
+            raise ValueError(f"{where}{match['name']} is listed twice: {pins[name]!r} and {pin!r}")
+        pins[name] = pin
+    return tuple(sorted(pins.values()))
+
+
+def read_requirements(path: Path) -> list[str]:
+    """The requirements in a requirements file: one pin a line, `#` comments and blank lines
+    ignored. Raises ValueError when the file cannot be read."""
+    try:
+        text = read_regular_file(path).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+@dataclass(frozen=True)
+class PackageSet:
+    """An installed set: `site` is the folder the guest sees at /packages."""
+
+    site: Path
+    installed: tuple[str, ...]  # every distribution, "name==version", dependencies included
+
+
+class PackageInstaller:
+    """Installs package sets into `root()` (the cache directory) with pip, once per set. Raises
+    ValueError when `wheels` is not a directory."""
+
+    def __init__(
+        self,
+        root: Callable[[], Path],
+        *,
+        index_url: str | None = None,
+        wheels: Path | None = None,
+        timeout: float = PIP_TIMEOUT,
+    ) -> None:
+        if wheels is not None and not wheels.is_dir():
+            raise ValueError(f"package_wheels: not a directory: {wheels}")
+        self._root = root
+        self._index_url = index_url
+        self._wheels = wheels.resolve() if wheels is not None else None
+        self._timeout = timeout
+        self._sets: dict[tuple[str, ...], PackageSet] = {}
+        self._lock = threading.Lock()
+
+    def key(self, pins: tuple[str, ...]) -> str:
+        """The digest naming `pins` installed from this installer's index options."""
+        options = {"pins": list(pins), "index_url": self._index_url, "python": GUEST_PYTHON,
+                   "wheels": str(self._wheels) if self._wheels is not None else None}  # fmt: skip
+        return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
+
+    def install(
+        self, pins: tuple[str, ...], precompile: Callable[[Path], None], progress: Progress
+    ) -> PackageSet:
+        """The installed set for `pins`, built first when the cache has none (`precompile`
+        byte-compiles a fresh `site` folder). Raises ManifestError when a package cannot be
+        found or installed, or is not pure Python."""
+        found = self._sets.get(pins)  # installed sets are served without waiting on a build
+        if found is not None:
+            return found
+        with self._lock:  # one build at a time in this process; the file lock for others
+            found = self._sets.get(pins)
+            if found is None:
+                found = self._install(pins, precompile, progress)
+                self._sets[pins] = found
+            return found
+
+    def _install(self, pins: tuple[str, ...], precompile: Callable[[Path], None], progress: Progress) -> PackageSet:
+        root = self._root()
+        key = self.key(pins)[:32]
+        target = root / f"packages-{key}"
+        done = _read_record(target)
+        if done is not None:
+            return done
+        try:
+            with _locked(root / f".packages-{key}.lock"):
+                done = _read_record(target)  # another process built it while we waited
+                if done is not None:
+                    return done
+                stage = Path(tempfile.mkdtemp(dir=root, prefix=".build-packages-"))
+                try:
+                    progress(f"installing packages {', '.join(pins)} ...")
+                    self._pip(pins, stage / "site")
+                    installed = check_pure(stage / "site")
+                    precompile(stage / "site")
+                    record = {"pins": list(pins), "installed": list(installed)}
+                    (stage / _RECORD).write_text(json.dumps(record))
+                    if target.exists():  # without its record (written last): not a set to keep
+                        shutil.rmtree(target)
+                    os.replace(stage, target)
+                finally:
+                    shutil.rmtree(stage, ignore_errors=True)
+        except OSError as exc:
+            raise ManifestError(f"packages: cannot install into {root}: {exc}") from None
+        progress(f"installed {len(installed)} distributions: {', '.join(installed)}")
+        return PackageSet(target / "site", installed)
+
+    def _pip(self, pins: tuple[str, ...], site: Path) -> None:
+        if importlib.util.find_spec("pip") is None:
+            raise ManifestError(f"packages: installing {', '.join(pins)} needs pip in {sys.executable}'s environment")
+        command = [
+            sys.executable, "-m", "pip", "install", "-vv", "--isolated", "--no-input",
+            "--disable-pip-version-check", "--no-warn-script-location", "--target", str(site),
+            "--only-binary=:all:", "--no-compile", "--platform", "any", "--implementation", "py",
+            "--abi", "none", "--python-version", GUEST_PYTHON, "--timeout", "15", "--retries", "1",
+        ]  # fmt: skip
+        if self._index_url is not None:
+            command += ["--index-url", self._index_url]
+        elif self._wheels is not None:
+            command += ["--no-index"]
+        if self._wheels is not None:
+            command += ["--find-links", str(self._wheels)]
+        command += ["--", *pins]
+        try:
+            done = subprocess.run(
+                command, check=False, capture_output=True, text=True, timeout=self._timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise ManifestError(
+                f"packages: pip did not finish installing {', '.join(pins)} in {self._timeout:.0f} s "
+                f"(is {self._source()} reachable?)"
+            ) from None
+        if done.returncode != 0:
+            raise ManifestError(self._describe_failure(pins, done.stdout + done.stderr))
+
+    def _source(self) -> str:
+        if self._index_url is not None:
+            return f"the index {self._index_url}"
+        if self._wheels is not None:
+            return f"the wheel folder {self._wheels}"
+        return "PyPI"
+
+    def _describe_failure(self, pins: tuple[str, ...], log: str) -> str:
+        errors = [line.removeprefix("ERROR: ") for line in log.splitlines() if line.startswith("ERROR: ")]
+        missing = re.search(r"No matching distribution found for (\S+)", log)
+        message = f"packages: pip could not install {', '.join(pins)} from {self._source()}"
+        if missing is None:
+            detail = "; ".join(errors[-3:]) or log.strip()[-600:]
+            return f"{message}: {detail}"[:2000]
+        wanted = missing[1]
+        name = canonical_name(re.split(r"[<>=!~\[;]", wanted)[0])
+        native, sdists, other_python = [], False, False
+        for line in log.splitlines():
+            if "Link requires a different Python" in line and _file_project(line.rsplit(" ", 1)[-1]) == name:
+                other_python = True
+            skipped = re.match(r"\s*Skipping link: none of the wheel's tags \((.*?)\) are compatible.*?(\S+)$", line)
+            if skipped and _file_project(skipped[2]) == name:
+                native.append(skipped[1])
+            if re.search(rf"No binaries permitted for {re.escape(name)}\b", line, re.IGNORECASE):
+                sdists = True
+        unreachable = re.search(r"Could not fetch URL (\S+?):? (?:connection error: )?(.*?)(?: - skipping)?$", log, re.MULTILINE)
+        if unreachable:
+            why = f"{self._source()} could not be reached ({unreachable[1]}: {unreachable[2]})"
+        elif native:
+            why = (f"only wheels with native code were found ({', '.join(sorted(set(native))[:4])}): "
+                   "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any)")  # fmt: skip
+        elif other_python:
+            why = f"its wheels require another Python than the runtime's {GUEST_PYTHON} (Requires-Python)"
+        elif sdists:
+            why = "only a source distribution was found: wasmbox installs wheels and builds nothing"
+        else:
+            why = f"it is not in {self._source()}"
+        return (f"{message}: no pure-Python wheel of {wanted}: {why} "
+                "(give wheels with Sandbox(package_wheels=...) or an index with package_index=...)")  # fmt: skip
+
+
+def _file_project(url: str) -> str:
+    filename = url.rsplit("/", 1)[-1].split("#", 1)[0]
+    return canonical_name(filename.split("-", 1)[0])
+
+
+def check_pure(site: Path) -> tuple[str, ...]:
+    """Every distribution installed in `site` as "name==version", sorted. Raises ManifestError
+    naming one that is not pure Python, and why."""
+    owners: dict[str, str] = {}
+    installed = []
+    for info in sorted(site.glob("*.dist-info")):
+        metadata = _headers(info / "METADATA")
+        project = f"{metadata.get('Name', [info.name])[0]}=={metadata.get('Version', ['?'])[0]}"
+        installed.append(project)
+        wheel = _headers(info / "WHEEL")
+        tags = wheel.get("Tag", [])
+        impure = [tag for tag in tags if not (tag.startswith("py") and tag.endswith("-none-any"))]
+        if impure or not tags:
+            _refuse(project, f"its wheel is tagged {', '.join(impure) or '(no tag)'}, not py3-none-any")
+        if [value.lower() for value in wheel.get("Root-Is-Purelib", [])] != ["true"]:
+            _refuse(project, "its wheel is not a purelib wheel (Root-Is-Purelib is not true)")
+        try:
+            record = (info / "RECORD").read_text("utf-8")
+        except OSError:
+            record = ""
+        for line in record.splitlines():
+            owners[os.path.normpath(line.rsplit(",", 2)[0])] = project
+    for folder, _, names in os.walk(site):
+        for name in names:
+            if name.endswith(NATIVE_SUFFIXES) or ".so." in name:
+                path = os.path.relpath(os.path.join(folder, name), site)
+                _refuse(owners.get(path, path), f"it contains native code ({path})")
+    return tuple(sorted(installed, key=str.lower))
+
+
+def _refuse(project: str, why: str) -> None:
+    raise ManifestError(
+        f"packages: {project} is not pure Python: {why}. The Python runtime is WebAssembly and "
+        "cannot load native extensions: use a pure-Python package (or its pure-Python wheel)"
+    )
+
+
+def _headers(path: Path) -> dict[str, list[str]]:
+    """The `Key: value` header lines of a METADATA or WHEEL file (values by key)."""
+    found: dict[str, list[str]] = {}
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except OSError:
+        return found
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, colon, value = line.partition(":")
+        if colon and not key.startswith((" ", "\t")):
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def _read_record(target: Path) -> PackageSet | None:
+    try:
+        record = json.loads((target / _RECORD).read_text())
+        return PackageSet(target / "site", tuple(record["installed"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
