@@ -225,6 +225,7 @@ class ArtifactCache:
         if loaded is not None:
             with self._lock:
                 self.stats.hits += 1
+                self._stored.discard(key)  # used again: no longer only this process's compile
             _touch(meta)
             return loaded
         done = on_compile() if on_compile is not None else None
