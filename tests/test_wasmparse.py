@@ -112,3 +112,12 @@ def test_reader_on_mutated_modules(seed: bytes, edits: list[tuple[int, int]], cu
         except wasmtime.WasmtimeError:
             return
         assert info == inspect_module(module)
+
+
+def test_reference_types_the_reader_does_not_name_matter_only_where_used() -> None:
+    # type 0: () -> exnref, as a C++ program built with wasm exceptions has among its types
+    header = b"\0asm\x01\x00\x00\x00" + bytes([1, 5, 1, 0x60, 0, 1, 0x69])
+    info = read_module_info(header, "m.wasm")
+    assert info is not None and info.imports == () and info.exports == ()
+    imported = header + bytes([2, 7, 1, 1]) + b"m" + bytes([1]) + b"f" + bytes([0, 0])
+    assert read_module_info(imported, "m.wasm") is None  # left to Wasmtime

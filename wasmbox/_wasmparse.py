@@ -3,7 +3,8 @@
 Reads the type (1), import (2), function (3), memory (5) and export (7) sections; every other
 section is skipped by its length. Every read is bounds-checked and every count is bounded by the
 bytes left, so any input ends in a result or a ManifestError, in time linear in its size.
-Encodings this reader does not know (GC or typed-reference types, custom page sizes, tags) make
+Encodings this reader does not describe (GC type definitions, an import or export whose type
+has a reference type other than funcref and externref, custom page sizes, tags) make
 `read_surface` return None: the caller then asks Wasmtime, which compiles the module.
 """
 
@@ -20,6 +21,7 @@ _VALTYPES = {
     0x70: "funcref", 0x6F: "anyref",  # externref, as wasmtime-py names it
 }  # fmt: skip
 _SECTIONS_READ = {1, 2, 3, 5, 7}
+_UNNAMED = "?"
 
 
 class _Unsupported(Exception):
@@ -163,12 +165,23 @@ def _functype(body: _Reader) -> str:
 
 
 def _valtype(body: _Reader) -> str:
+    """The type's name, or "?" for a reference type this reader does not name (exnref, a typed
+    reference): such a type makes the module unsupported only where an import or export uses it."""
     code = body.byte()
     described = _VALTYPES.get(code)
-    if described is None:
-        if 0x60 <= code <= 0x74 or code in (0x63, 0x64):  # typed references and GC types
-            raise _Unsupported
-        raise _Malformed(f"bad value type 0x{code:02x}")
+    if described is not None:
+        return described
+    if 0x69 <= code <= 0x74:  # the other abstract reference types' short forms
+        return _UNNAMED
+    if code in (0x63, 0x64):  # (ref null? heaptype), the heap type a signed LEB128
+        body.uleb(33)
+        return _UNNAMED
+    raise _Malformed(f"bad value type 0x{code:02x}")
+
+
+def _named(described: str) -> str:
+    if _UNNAMED in described:
+        raise _Unsupported
     return described
 
 
@@ -184,7 +197,7 @@ def _import_type(body: _Reader, types: list[str], funcs: list[int], memories: li
     if kind == 0x00:
         index = _type_index(body, types)
         funcs.append(index)
-        return types[index]
+        return _named(types[index])
     if kind == 0x01:
         _tabletype(body)
         return "table"
@@ -208,7 +221,7 @@ def _export_type(body: _Reader, types: list[str], funcs: list[int], memories: li
     if kind == 0x00:
         if index >= len(funcs):
             raise _Malformed(f"exported function {index} out of range")
-        return types[funcs[index]]
+        return _named(types[funcs[index]])
     if kind == 0x01:
         return "table"
     if kind == 0x02:
@@ -223,11 +236,10 @@ def _export_type(body: _Reader, types: list[str], funcs: list[int], memories: li
 
 
 def _tabletype(body: _Reader) -> None:
-    code = body.byte()
-    if code == 0x40:  # a table with an initial value expression
+    if body.pos < body.end and body.data[body.pos] == 0x40:  # a table with an initial value
         raise _Unsupported
-    if code not in (0x70, 0x6F):
-        raise _Unsupported if code in (0x63, 0x64) or 0x69 <= code <= 0x74 else _Malformed("bad table type")
+    if _valtype(body) not in ("funcref", "anyref", _UNNAMED):
+        raise _Malformed("a table of a value type that is not a reference")
     _limits(body)
 
 
