@@ -177,3 +177,22 @@ def test_a_big_modules_compile_is_announced(tmp_path: Path) -> None:
     with wasmbox.Sandbox(cache_dir=tmp_path / "cache", progress=messages.append) as box:
         box.load({"name": "echo", "module": _big(tmp_path, "echo")})
         assert len(messages) == 2  # a cache hit compiles nothing, and says nothing
+
+
+def test_a_module_whose_reading_disagrees_with_wasmtime_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # defence in depth for the pre-compile reader: were it to describe a module otherwise than
+    # Wasmtime does (here: it is made to claim no_abi has the ABI's exports), load refuses it
+    import wasmbox._sandbox
+    from wasmbox._inspect import read_module_info, read_wasm
+
+    from .conftest import wat
+
+    echo = read_module_info(read_wasm(Path(wat("echo"))), "echo")
+    monkeypatch.setattr(wasmbox._sandbox, "read_module_info", lambda wasm, origin: echo)
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        with pytest.raises(wasmbox.ManifestError, match="differ from Wasmtime's"):
+            box.load(manifest("no_abi"))
+        assert not list(cache.glob("module-*"))

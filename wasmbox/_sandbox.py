@@ -241,7 +241,17 @@ class Sandbox:
         except wasmtime.WasmtimeError as exc:
             raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
         try:
-            info = read if read is not None else self._check_module(manifest, inspect_module(module))
+            if read is None:
+                info = self._check_module(manifest, inspect_module(module))
+            else:
+                info = read
+                # the runner calls the ABI exports without per-call type checks: Wasmtime's view
+                # must agree (wasmtime-py aborts the process when asked to describe a v128)
+                if "v128" not in repr(read) and inspect_module(module) != read:
+                    raise ManifestError(
+                        f"{manifest.module}: module: its imports and exports as read from the binary "
+                        "differ from Wasmtime's (a wasmbox bug: please report it)"
+                    )
             runner = ModuleRunner(
                 self.engine, module, info, manifest, self._host_functions, self._ticker,
                 self._scratch_space,
