@@ -158,8 +158,11 @@ def test_cache_cap_evicts_the_least_recently_used_entry(tmp_path: Path) -> None:
         assert box.cache_stats.evicted == 1
         assert box.call("echo", {"still": "served"}).unwrap() == {"still": "served"}
     with wasmbox.Sandbox(cache_dir=cache, cache_max_bytes="1KiB") as box:
+        box.load(manifest("echo"))  # a hit: Wasmtime maps the entry's file
         box.load(manifest("state"))  # every entry is bigger than the cap: none is kept
         assert _keys(cache) == set() and box.cache_stats.evicted == 3
+        # an evicted entry's file, mapped by a loaded tool, goes on serving it
+        assert box.call("echo", {"mapped": True}).unwrap() == {"mapped": True}
 
 
 def test_cache_cap_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
