@@ -59,7 +59,7 @@ def download() -> list[Path]:
         if not target.exists():
             done = subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(DOWNLOADS), requirement],
-                capture_output=True, text=True,
+                check=False, capture_output=True, text=True,
             )  # fmt: skip
             wheels = sorted(DOWNLOADS.glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
             if done.returncode != 0 or not wheels:
