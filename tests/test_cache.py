@@ -124,3 +124,79 @@ def test_big_artifacts_are_digested_piece_by_piece_and_every_piece_counts() -> N
         flipped = bytearray(data)
         flipped[at] ^= 1
         assert artifact_digest(bytes(flipped)) != expected
+
+
+def _keys(cache: Path, kind: str = "module") -> set[str]:
+    return {p.stem for p in cache.glob(f"{kind}-*.json")}
+
+
+def _entry_size(cache: Path, key: str) -> int:
+    return (cache / f"{key}.json").stat().st_size + (cache / f"{key}.cwasm").stat().st_size
+
+
+def test_cache_cap_evicts_the_least_recently_used_entry(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache, cache_max_bytes=None) as box:
+        box.load(manifest("echo"))
+        (echo,) = _keys(cache)
+        box.load(manifest("state"))
+        (state,) = _keys(cache) - {echo}
+        box.load(manifest("reflect"))
+        (reflect,) = _keys(cache) - {echo, state}
+    sizes = {key: _entry_size(cache, key) for key in (echo, state, reflect)}
+    (cache / f"{reflect}.json").unlink()  # reflect is compiled again below
+    (cache / f"{reflect}.cwasm").unlink()
+    os.utime(cache / f"{echo}.json", (1_000_000, 1_000_000))  # echo is the least recently used,
+    os.utime(cache / f"{state}.json", (2_000_000, 2_000_000))  # then state
+    cap = sum(sizes.values()) - 1  # room for two of the three
+    with wasmbox.Sandbox(cache_dir=cache, cache_max_bytes=cap) as box:
+        box.load(manifest("echo"))  # a hit: echo becomes the most recently used
+        assert box.cache_stats.hits == 1 and _keys(cache) == {echo, state}
+        box.load(manifest("reflect"))  # stored, and over the cap: state goes
+        assert _keys(cache) == {echo, reflect}
+        assert not (cache / f"{state}.cwasm").exists()
+        assert box.cache_stats.evicted == 1
+        assert box.call("echo", {"still": "served"}).unwrap() == {"still": "served"}
+    with wasmbox.Sandbox(cache_dir=cache, cache_max_bytes="1KiB") as box:
+        box.load(manifest("echo"))  # a hit: Wasmtime maps the entry's file
+        box.load(manifest("state"))  # every entry is bigger than the cap: none is kept
+        assert _keys(cache) == set() and box.cache_stats.evicted == 3
+        # an evicted entry's file, mapped by a loaded tool, goes on serving it
+        assert box.call("echo", {"mapped": True}).unwrap() == {"mapped": True}
+
+
+def test_cache_cap_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wasmbox._cache import DEFAULT_MAX_BYTES, default_max_bytes
+
+    monkeypatch.delenv("WASMBOX_CACHE_MAX", raising=False)
+    assert default_max_bytes() == DEFAULT_MAX_BYTES == 2 * 1024**3
+    monkeypatch.setenv("WASMBOX_CACHE_MAX", "500MiB")
+    assert default_max_bytes() == 500 * 1024**2
+    monkeypatch.setenv("WASMBOX_CACHE_MAX", "lots")
+    with pytest.raises(ValueError):
+        default_max_bytes()
+    with pytest.raises(ValueError, match="not a size"):
+        wasmbox.Sandbox(cache_dir=None, cache_max_bytes=-1)
+
+
+def test_a_module_refused_after_its_compile_leaves_no_entry(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        # WASI preview1 has no such function: Wasmtime's linker refuses it, after the compile
+        with pytest.raises(wasmbox.CapabilityError, match="no_such_fn"):
+            box.load(manifest("unknown_wasi"))
+        assert box.cache_stats.compiles == 1 and box.cache_stats.discarded == 1
+        assert _keys(cache) == set() and not list(cache.glob("*.cwasm"))
+        box.load(manifest("echo"))  # and the Sandbox keeps serving
+        assert len(_keys(cache)) == 1
+
+
+def test_a_hit_refused_by_another_manifest_keeps_its_entry(tmp_path: Path) -> None:
+    # the entry was compiled for a load that succeeded; a manifest refusing it (here: a
+    # [command] table for a reactor) does not take it from the cache
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        box.load(manifest("echo"))
+        with pytest.raises(wasmbox.ManifestError, match="command"):
+            box.load(manifest("echo", name="echo2", command={}))
+        assert len(_keys(cache)) == 1 and box.cache_stats.discarded == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,78 @@ def test_no_noise_at_interpreter_exit(built_examples: Path) -> None:
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
         assert out.returncode == 0 and "sample.txt\n" in out.stdout
         assert out.stderr == ""
+
+
+def _big(tmp_path: Path, module: str, size: int = 9 * 1024**2) -> str:
+    """The WAT module `module` as a binary of `size` bytes and more (a custom section pads it)."""
+    import wasmtime
+
+    from wasmbox._inspect import read_wasm
+
+    from .conftest import wat
+
+    payload = b"\0" * size
+    name = b"\x07padding"
+    body = name + payload
+    length, leb = len(body), bytearray()
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        leb.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    path = tmp_path / f"big_{module}.wasm"
+    path.write_bytes(read_wasm(Path(wat(module))) + b"\0" + bytes(leb) + body)
+    assert wasmtime.Module.validate(wasmtime.Engine(), path.read_bytes()) is None
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("module", "error", "match"),
+    [
+        ("asks_secret", wasmbox.CapabilityError, "not granted"),
+        ("foreign_import", wasmbox.CapabilityError, "'env' 'system'"),
+        ("no_abi", wasmbox.ManifestError, "exports neither"),
+    ],
+)
+def test_a_big_module_that_will_be_refused_is_refused_before_compiling(
+    tmp_path: Path, module: str, error: type[Exception], match: str
+) -> None:
+    messages: list[str] = []
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache, progress=messages.append) as box:
+        with pytest.raises(error, match=match):
+            box.load({"name": module, "module": _big(tmp_path, module)})
+        assert box.cache_stats.compiles == 0 and messages == []  # no compile began
+        assert not list(cache.glob("module-*"))  # and nothing was stored
+
+
+def test_a_big_modules_compile_is_announced(tmp_path: Path) -> None:
+    messages: list[str] = []
+    with wasmbox.Sandbox(cache_dir=tmp_path / "cache", progress=messages.append) as box:
+        box.load({"name": "echo", "module": _big(tmp_path, "echo")})
+        assert box.call("echo", {"a": 1}).unwrap() == {"a": 1}
+        assert len(messages) == 2
+        assert messages[0].startswith("compiling big_echo.wasm (9 MiB, once per cache; about ")
+        assert re.fullmatch(r"compiled big_echo\.wasm in [0-9.]+ s", messages[1])
+    with wasmbox.Sandbox(cache_dir=tmp_path / "cache", progress=messages.append) as box:
+        box.load({"name": "echo", "module": _big(tmp_path, "echo")})
+        assert len(messages) == 2  # a cache hit compiles nothing, and says nothing
+
+
+def test_a_module_whose_reading_disagrees_with_wasmtime_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # defence in depth for the pre-compile reader: were it to describe a module otherwise than
+    # Wasmtime does (here: it is made to claim no_abi has the ABI's exports), load refuses it
+    import wasmbox._sandbox
+    from wasmbox._inspect import read_module_info, read_wasm
+
+    from .conftest import wat
+
+    echo = read_module_info(read_wasm(Path(wat("echo"))), "echo")
+    monkeypatch.setattr(wasmbox._sandbox, "read_module_info", lambda wasm, origin: echo)
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        with pytest.raises(wasmbox.ManifestError, match="differ from Wasmtime's"):
+            box.load(manifest("no_abi"))
+        assert not list(cache.glob("module-*"))

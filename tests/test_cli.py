@@ -210,3 +210,44 @@ def test_run_escapes_a_python_tools_syntax_error_and_warnings(
     err = capsys.readouterr().err
     assert "SyntaxError" in err and "\\x1b]0;owned\\x07" in err, err
     assert _inert(err), err
+
+
+def test_inspect_and_lint_read_the_module_without_compiling_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import wasmbox._inspect
+
+    def no_compile(*_: object) -> None:
+        raise AssertionError("compiled")
+
+    monkeypatch.setattr(wasmbox._inspect.wasmtime, "Module", no_compile)
+    assert main(["inspect", wat("asks_secret"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "reactor" and report["grants_needed"]["host_functions"] == ["secret.get"]
+    assert main(["lint", str(_write(tmp_path, "echo"))]) == 0
+    capsys.readouterr()
+    garbage = tmp_path / "garbage.wasm"
+    garbage.write_bytes(b"\0asm\x01\x00\x00\x00\x02\xff\xff\xff\xff\x0f")
+    assert main(["inspect", str(garbage)]) == 2
+    assert "not a valid module" in capsys.readouterr().err
+
+
+def test_cache_command_shows_and_prunes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import wasmbox
+
+    monkeypatch.delenv("WASMBOX_CACHE_MAX", raising=False)
+    cache = tmp_path / "cache"
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        box.load({"name": "echo", "module": wat("echo")})
+        box.load({"name": "state", "module": wat("state")})
+    assert main(["cache", "--dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("module-") == 2 and ": 2 entries, " in out and "of 2.0 GiB" in out
+    assert main(["cache", "--dir", str(cache), "prune", "--to", "1B"]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out
+    assert not list(cache.glob("module-*"))
+    assert main(["cache", "--dir", str(cache), "prune", "--to", "lots"]) == 2
+    assert main(["cache", "--dir", str(tmp_path / "none")]) == 0
+    assert "no cache yet" in capsys.readouterr().out

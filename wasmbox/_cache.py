@@ -6,6 +6,10 @@ Python tools' bytecode (compiled by the runtime, which runs it; stored with the 
 signature) is kept the same way, as `bytecode-<sha256 of runtime, file name, entry and source>.bin`.
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
 never loaded. The directory is created 0700 and refused if another user owns it or can write it.
+The entries' total size is capped (`max_bytes`): after each store the least recently used go
+first, by their `.json`'s mtime, which a hit touches. Removing an entry another process has
+loaded is safe on POSIX: Wasmtime's mapping of the `.cwasm` outlives its name. The Python
+runtime's build directory (`python-runtime-*`) is not an entry and is not counted.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from wasmtime import component
 from ._engine import EngineSettings
 from ._errors import WasmboxError
 from ._grants import lookup
+from ._units import parse_size
 
 Artifact = wasmtime.Module | component.Component
 
@@ -42,6 +47,84 @@ def default_cache_dir() -> Path:
     return Path(base) / "wasmbox"
 
 
+DEFAULT_MAX_BYTES = 2 * 1024**3
+
+
+def default_max_bytes() -> int:
+    """`$WASMBOX_CACHE_MAX` ("4GiB", "500MB", bytes), else 2 GiB. Raises ValueError for a
+    value that is not a size."""
+    explicit = os.environ.get("WASMBOX_CACHE_MAX")
+    if not explicit:
+        return DEFAULT_MAX_BYTES
+    size = parse_size(explicit)
+    if not isinstance(size, int) or size < 0:
+        raise ValueError(f"WASMBOX_CACHE_MAX={explicit!r} is not a size")
+    return size
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cache entry on disk: its key (the file stem), size in bytes (data and metadata),
+    and when it was last used (seconds since the epoch)."""
+
+    key: str
+    size: int
+    last_used: float
+    files: tuple[Path, ...]
+
+
+def entries(directory: Path) -> list[Entry]:
+    """The cache's entries under `directory`, least recently used first."""
+    found = []
+    try:
+        metas = list(directory.glob("*.json"))
+    except OSError:
+        return []
+    for meta in metas:
+        key = meta.stem
+        kind = key.split("-", 1)[0]
+        if kind not in _KINDS:
+            continue
+        data = meta.with_suffix(_KINDS[kind])
+        try:
+            info = meta.stat()
+            size = info.st_size + (data.stat().st_size if data.exists() else 0)
+        except OSError:  # removed meanwhile
+            continue
+        found.append(Entry(key, size, info.st_mtime, (meta, data)))
+    return sorted(found, key=lambda e: (e.last_used, e.key))
+
+
+def prune(directory: Path, max_bytes: int, keep: str | None = None) -> list[Entry]:
+    """Remove least recently used entries until the rest total `max_bytes` or less (`keep`,
+    a key, goes last). Returns the removed entries."""
+    found = entries(directory)
+    if keep is not None:
+        found.sort(key=lambda e: e.key == keep)  # stable: LRU order otherwise
+    total = sum(e.size for e in found)
+    removed = []
+    for entry in found:
+        if total <= max_bytes:
+            break
+        if _remove(entry):
+            total -= entry.size
+            removed.append(entry)
+    return removed
+
+
+def _remove(entry: Entry) -> bool:
+    gone = True
+    for path in entry.files:  # the metadata first: without it, the data is never trusted
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # e.g. mapped on a system that forbids removing it
+            gone = False
+    return gone
+
+
+_KINDS = {"module": ".cwasm", "component": ".cwasm", "bytecode": ".bin"}
+
+
 @dataclass
 class CacheStats:
     """What the cache did in this process."""
@@ -50,12 +133,17 @@ class CacheStats:
     compiles: int = 0
     rejected: int = 0  # entries found but not trusted (corrupt, mismatched), then rebuilt
     write_failures: int = 0  # compiled but not stored (the directory is unwritable or full)
+    evicted: int = 0  # entries removed to keep the cache under its size cap
+    discarded: int = 0  # entries of refused modules removed after their compile
 
 
 class ArtifactCache:
     """Compiled modules by content, shared by every Sandbox that uses the same directory."""
 
-    def __init__(self, directory: Path | None, settings: EngineSettings) -> None:
+    def __init__(
+        self, directory: Path | None, settings: EngineSettings, max_bytes: int | None = DEFAULT_MAX_BYTES
+    ) -> None:
+        """`max_bytes` caps the entries' total size (None: no cap)."""
         # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere;
         # and the folders whose entries spell `directory` as given (through its symlinks), in
         # the same walk: a guest able to write one could swap what that path names for the
@@ -65,24 +153,58 @@ class ArtifactCache:
         self.path_folders = set(map(Path, found.folders)) if found is not None else set()
         self.stats = CacheStats()
         self._fingerprint = settings.fingerprint()
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._stored: set[str] = set()  # keys of module entries this process compiled and wrote
         if self.directory is not None:
             _ensure_private_dir(self.directory)
 
-    def module(self, engine: wasmtime.Engine, wasm: bytes, digest: str) -> wasmtime.Module:
+    def module(
+        self,
+        engine: wasmtime.Engine,
+        wasm: bytes,
+        digest: str,
+        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+    ) -> wasmtime.Module:
         """The compiled module for `wasm` (binary) whose sha256 is `digest`, from the cache
-        when a trusted entry exists."""
-        return self._artifact(engine, digest, lambda: wasm, wasmtime.Module)  # type: ignore[return-value]
+        when a trusted entry exists. `on_compile()` is called before a compile, and what it
+        returns (if anything) after it."""
+        return self._artifact(engine, digest, lambda: wasm, wasmtime.Module, on_compile)  # type: ignore[return-value]
+
+    def discard_module(self, digest: str) -> None:
+        """Remove the entry of the module `digest` if this process compiled and stored it: the
+        module was refused after its compile, and its artifact is not kept."""
+        key = f"module-{digest}-{self._fingerprint}"
+        with self._lock:
+            if key not in self._stored or self.directory is None:
+                return
+            self._stored.discard(key)
+        files = (self.directory / f"{key}.json", self.directory / f"{key}.cwasm")
+        if _remove(Entry(key, 0, 0.0, files)):
+            with self._lock:
+                self.stats.discarded += 1
+
+    def prune(self, max_bytes: int | None = None, keep: str | None = None) -> list[Entry]:
+        """Evict least recently used entries down to `max_bytes` (default: the cap)."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        if self.directory is None or limit is None:
+            return []
+        removed = prune(self.directory, limit, keep)
+        with self._lock:
+            self.stats.evicted += len(removed)
+            self._stored.difference_update(e.key for e in removed)
+        return removed
 
     def component(
         self,
         engine: wasmtime.Engine,
         wasm: Path,
         digest: str,
-        on_compile: Callable[[], None] | None = None,
+        on_compile: Callable[[], Callable[[], None] | None] | None = None,
     ) -> component.Component:
         """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
-        read only to compile it). `on_compile` is called before a (slow) compile."""
+        read only to compile it). `on_compile` is called before a (slow) compile, and what it
+        returns (if anything) after it."""
         return self._artifact(engine, digest, wasm.read_bytes, component.Component, on_compile)  # type: ignore[return-value]
 
     def _artifact(
@@ -91,7 +213,7 @@ class ArtifactCache:
         digest: str,
         wasm: Callable[[], bytes],
         kind: type[Artifact],
-        on_compile: Callable[[], None] | None = None,
+        on_compile: Callable[[], Callable[[], None] | None] | None = None,
     ) -> Artifact:
         if self.directory is None:
             return self._compile(engine, wasm(), kind)
@@ -103,11 +225,18 @@ class ArtifactCache:
         if loaded is not None:
             with self._lock:
                 self.stats.hits += 1
+                self._stored.discard(key)  # used again: no longer only this process's compile
+            _touch(meta)
             return loaded
-        if on_compile is not None:
-            on_compile()
+        done = on_compile() if on_compile is not None else None
         compiled = self._compile(engine, wasm(), kind)
-        self._store(artifact, meta, bytes(compiled.serialize()), expected)
+        if done is not None:
+            done()
+        if self._store(artifact, meta, bytes(compiled.serialize()), expected):
+            if kind is wasmtime.Module:
+                with self._lock:
+                    self._stored.add(key)
+            self.prune(keep=key)
         return compiled
 
     def bytecode(self, digest: str, make: Callable[[], bytes]) -> bytes:
@@ -128,20 +257,24 @@ class ArtifactCache:
             if trusted:
                 with self._lock:
                     self.stats.hits += 1
+                _touch(meta)
                 return data
             with self._lock:
                 self.stats.rejected += 1
         data = make()
         with self._lock:
             self.stats.compiles += 1
-        self._store(path, meta, data, expected)
+        if self._store(path, meta, data, expected):
+            self.prune(keep=path.stem)
         return data
 
-    def _store(self, artifact: Path, meta: Path, data: bytes, expected: dict[str, str]) -> None:
+    def _store(self, artifact: Path, meta: Path, data: bytes, expected: dict[str, str]) -> bool:
+        """Write an entry; False (with a warning) when it cannot be written."""
         record = dict(expected, size=len(data), digest=artifact_digest(data))
         try:
             _write_atomic(artifact, data)
             _write_atomic(meta, json.dumps(record).encode())
+            return True
         except OSError as exc:  # unwritable or full: the compiled artifact is good all the same
             with self._lock:
                 self.stats.write_failures += 1
@@ -151,6 +284,7 @@ class ArtifactCache:
                 "the next process compiles it again",
                 RuntimeWarning, stacklevel=5,
             )  # fmt: skip
+            return False
 
     def _compile(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:
         with self._lock:
@@ -209,6 +343,14 @@ def artifact_digest(data: bytes | mmap.mmap) -> str:
             for piece in pieces:
                 piece.release()  # before the caller closes its mmap
     return hashlib.sha256(b"".join(digests)).hexdigest()
+
+
+def _touch(meta: Path) -> None:
+    """Mark an entry used now (its place in the LRU order)."""
+    try:
+        os.utime(meta)
+    except OSError:  # read-only cache or removed meanwhile: the order is a hint
+        pass
 
 
 def _ensure_private_dir(directory: Path) -> None:

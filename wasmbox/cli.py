@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from . import _abi
 from ._errors import WasmboxError
 from ._inspect import inspect_file
 from ._manifest import json_schema
+from ._units import parse_size
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,6 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     lint = commands.add_parser("lint", help="warn about broad or unused grants in manifests")
     lint.add_argument("manifests", type=Path, nargs="+")
+
+    cache = commands.add_parser("cache", help="show the compile cache's entries, sizes and cap")
+    cache.add_argument("--dir", type=Path, help="the cache directory (default: $WASMBOX_CACHE_DIR or ~/.cache/wasmbox)")
+    cache_commands = cache.add_subparsers(dest="cache_command")
+    prune = cache_commands.add_parser("prune", help="evict least recently used entries")
+    prune.add_argument("--to", metavar="SIZE", help='down to this total ("500MiB"; default: the cap)')
+    prune.add_argument("--all", action="store_true", help="remove every entry")
 
     audit = commands.add_parser("audit", help="work with audit logs")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
@@ -124,6 +133,8 @@ def _dispatch(options: argparse.Namespace) -> int:
             return _lint(options)
         if options.command == "audit":
             return _audit_verify(options)
+        if options.command == "cache":
+            return _cache(options)
         if options.command == "mcp":
             return _mcp_serve(options)
         if options.command == "bench":
@@ -215,6 +226,44 @@ def _lint(options: argparse.Namespace) -> int:
         else:
             print(f"{shown}: ok")
     return worst
+
+
+def _cache(options: argparse.Namespace) -> int:
+    from ._cache import default_cache_dir, default_max_bytes, entries, prune
+
+    directory = options.dir or default_cache_dir()
+    try:
+        cap = default_max_bytes()
+        limit: object = cap
+        if options.cache_command == "prune":
+            limit = 0 if options.all else parse_size(options.to) if options.to else cap
+            if not isinstance(limit, int) or limit < 0:
+                raise ValueError(f"--to {options.to!r} is not a size")
+    except ValueError as exc:
+        print(f"wasmbox: {exc}", file=sys.stderr)
+        return 2
+    if not directory.is_dir():
+        print(f"{_escape(str(directory))}: no cache yet")
+        return 0
+    if options.cache_command == "prune":
+        assert isinstance(limit, int)
+        removed = prune(directory, limit)
+        print(f"removed {len(removed)} entries ({_size(sum(e.size for e in removed))})")
+    found = entries(directory)
+    if options.cache_command != "prune":
+        for entry in reversed(found):  # most recently used first
+            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
+            print(f"{_size(entry.size):>10}  {used}  {entry.key}")
+    total = sum(e.size for e in found)
+    print(f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX)")
+    return 0
+
+
+def _size(count: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= factor:
+            return f"{count / factor:.1f} {unit}"
+    return f"{count} B"
 
 
 def _audit_verify(options: argparse.Namespace) -> int:
