@@ -520,7 +520,7 @@ def test_lookups_that_do_not_answer_are_capped(cache_dir: Any, server: int) -> N
             release.wait(LIFETIME)
         return ["127.0.0.1"]
 
-    allow = [f"127.0.0.1:{server}"]
+    allow = [f"127.0.0.1:{server}", "stuck.example.test:80"]
     try:
         with wasmbox.Sandbox(cache_dir=cache_dir, resolver=stalling) as box:
             tool = core_tool(box, allow, timeout="50ms")
@@ -621,3 +621,17 @@ def test_close_is_not_held_by_a_fetch_past_the_call_deadline(cache_dir: Any) -> 
         caller.join()
     assert closed < 2.0 + SLACK, f"close() returned {closed:.1f} s after the call started"
     timed_out(results[0], started)
+
+
+def test_a_name_nobody_allowed_is_never_looked_up(fbox: wasmbox.Sandbox, resolver: Resolver) -> None:
+    """With name rules only, a host:port outside them is refused before any lookup, so a guest
+    cannot make the host resolve names of its choosing (a stalling name server, or data sent
+    out in the names)."""
+    resolver.answers["api.weather.test"] = [["93.184.216.34"]]
+    for url in ("http://secret-data.attacker.test/", "http://api.weather.test:8080/"):
+        assert "is not in the allow list" in refused(fetch(fbox, ["api.weather.test:80"], url))
+    assert resolver.lookups == []
+    # an address rule for the port may match whatever a name resolves to: then it is looked up
+    resolver.answers["elsewhere.test"] = [["8.8.8.8"]]
+    assert "is not in the allow list" in refused(fetch(fbox, ["203.0.113.0/24"], "http://elsewhere.test/"))
+    assert resolver.lookups == ["elsewhere.test"]

@@ -258,3 +258,28 @@ def test_a_set_whose_record_is_missing_is_installed_again(cache_dir: Path, wheel
     (built / "site" / "redo.py").write_text("V = 'stale'\n")
     with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
         assert box.load(manifest).call({}).unwrap() == "fresh"
+
+
+def test_a_pip_planted_in_the_working_directory_never_runs_on_the_host(
+    cache_dir: Path, wheels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guest with a writable grant of the host's working directory writes a `pip` package
+    there; the install of a later set must run the real pip, not that one."""
+    work = tmp_path / "work"
+    work.mkdir()
+    witness = tmp_path / "ran-on-the-host"
+    monkeypatch.chdir(work)
+    with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
+        planted = box.run_python(
+            "import os\nos.makedirs('/w/pip', exist_ok=True)\n"
+            "open('/w/pip/__init__.py', 'w').write('')\n"
+            f"open('/w/pip/__main__.py', 'w').write({f'open({str(witness)!r}, chr(119)).write(chr(120))'!r})\n"
+            "sorted(os.listdir('/w/pip'))",
+            {"name": "planter", "runtime": "python", "limits": {"fuel": 2_000_000_000, "timeout": 30},
+             "preopens": [{"host": str(work), "guest": "/w", "writable": True}]},
+        )  # fmt: skip
+        assert planted.value == ["__init__.py", "__main__.py"], planted
+        result = box.run_python("import tinydep; tinydep.double(3)",
+                                {"name": "uses", "runtime": "python", "packages": ["tinydep==2.0"]})  # fmt: skip
+    assert not witness.exists()
+    assert result.value == 6, result

@@ -175,6 +175,24 @@ def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+def unlisted(rules: Sequence[Rule], host: str, port: int) -> str | None:
+    """Why `host:port` is refused whatever it resolves to (no address rule for the port and
+    no name rule for it), or None: then it is looked up and each address judged by `verdict`.
+    Checked before the lookup, so a guest cannot make the host resolve names nobody allowed
+    (an address written as one needs no lookup, and `verdict` gives its reason)."""
+    try:
+        ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        pass
+    else:
+        return None
+    if NameRule(host.lower(), port) in rules:
+        return None
+    if any(isinstance(rule, AddressRule) and rule.port in (None, port) for rule in rules):
+        return None
+    return f"{host}:{port} is not in the allow list"
+
+
 def verdict(rules: Sequence[Rule], host: str, port: int, address: IPAddress) -> str | None:
     """Why connecting to `address` for `host:port` is refused, or None if it is allowed."""
     candidates = [address]

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _call
-from ._allowlist import IPAddress, verdict
+from ._allowlist import IPAddress, unlisted, verdict
 from ._errors import (
     CapabilityDeniedError,
     HostError,
@@ -132,6 +132,9 @@ class Fetcher:
             raise InvalidArgumentsError(f"invalid URL: {exc}") from None
         if not host:
             raise InvalidArgumentsError("the URL has no host")
+        reason = unlisted(network.rules, host, port)
+        if reason is not None:
+            raise CapabilityDeniedError(f"refused: {reason}")
         addresses = self._addresses(host, port, deadline)
         for address in addresses:
             reason = verdict(network.rules, host, port, address)

@@ -168,7 +168,9 @@ class PackageInstaller:
         if importlib.util.find_spec("pip") is None:
             raise ManifestError(f"packages: installing {', '.join(pins)} needs pip in {sys.executable}'s environment")
         command = [
-            sys.executable, "-m", "pip", "install", "-vv", "--isolated", "--no-input",
+            # -I: neither the working directory (a writable grant may hold it: a planted pip/
+            # there would run on the host) nor PYTHON* variables nor the user site on sys.path
+            sys.executable, "-I", "-m", "pip", "install", "-vv", "--isolated", "--no-input",
             "--disable-pip-version-check", "--no-warn-script-location", "--target", str(site),
             "--only-binary=:all:", "--no-compile", "--platform", "any", "--implementation", "py",
             "--abi", "none", "--python-version", GUEST_PYTHON, "--timeout", "15", "--retries", "1",
@@ -183,7 +185,7 @@ class PackageInstaller:
         try:
             done = subprocess.run(
                 command, check=False, capture_output=True, text=True, timeout=self._timeout,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, cwd=site.parent,  # the private stage folder
             )
         except subprocess.TimeoutExpired:
             raise ManifestError(
