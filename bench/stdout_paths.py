@@ -25,10 +25,9 @@ from pathlib import Path
 
 import wasmtime
 from wasmtime import _ffi as ffi
-from wasmtime import component
 
 import wasmbox
-from wasmbox import _abi, _component_io, _output, _rawcall
+from wasmbox import _bench, _component_io, _output, _rawcall
 from wasmbox._python_runner import encode_request
 
 
@@ -40,12 +39,7 @@ def main() -> int:
     null = os.open(os.devnull, os.O_WRONLY)
     with wasmbox.Sandbox() as box, tempfile.TemporaryDirectory() as tmp:
         runtime = box.python_runtime()._runtime
-        engine = wasmtime.Engine()
-        compiled = component.Component(engine, runtime.component.read_bytes())
-        linker = component.Linker(engine)
-        linker.add_wasip2()
-        with linker.root() as root:
-            root.add_func("call-host", lambda store, name, args: _abi.error("none"))
+        engine, compiled, linker = _bench.plain_component(runtime.component)
 
         def call(writes: int, kind: str) -> float:
             store = wasmtime.Store(engine)

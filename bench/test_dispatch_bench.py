@@ -13,21 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import wasmbox
 
-WAT = Path(__file__).resolve().parent.parent / "runtimes" / "examples" / "wat"
-ARGS = {"text": "the quick brown fox", "n": 3}
-SCHEMA = {
-    "type": "object",
-    "properties": {"text": {"type": "string"}, "n": {"type": "integer"}},
-    "required": ["text"],
-    "additionalProperties": False,
-}
+from .dispatch_overhead import ARGS, SCHEMA, WAT
+
 CALL = {"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": json.dumps(ARGS)}}
 
 

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import wasmtime
-from wasmtime import component
 
 import wasmbox
 from wasmbox import _abi
-from wasmbox._bench import GREET_PY
+from wasmbox._bench import GREET_PY, plain_component
 from wasmbox._python_runner import encode_request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,13 +41,8 @@ def test_python_fresh_interpreter_sum(benchmark, box: wasmbox.Sandbox) -> None: 
 
 def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
     """The baseline: the same component and request, new Store + Linker.instantiate, no limits."""
-    runtime = box.python_runtime()._runtime  # noqa: SLF001 - the built component and stdlib
-    engine = wasmtime.Engine()
-    compiled = component.Component(engine, runtime.component.read_bytes())
-    linker = component.Linker(engine)
-    linker.add_wasip2()
-    with linker.root() as root:
-        root.add_func("call-host", lambda store, name, args: _abi.error("none"))
+    runtime = box.python_runtime()._runtime
+    engine, compiled, linker = plain_component(runtime.component)
     request = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 
     def call() -> object:

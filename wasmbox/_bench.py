@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import wasmtime
 
@@ -157,6 +158,20 @@ def plain_core_call(path: Path, args: dict[str, object]) -> Callable[[], tuple[b
         return _abi.unpack_reply(memory.read(store, rptr, rptr + rlen))  # type: ignore[union-attr]
 
     return call
+
+
+def plain_component(component_path: Path) -> tuple[wasmtime.Engine, Any, Any]:
+    """The Python runtime component the plain way, for baselines: its own default Engine, the
+    compiled component and a Linker with WASI p2 and a `call-host` that refuses every name."""
+    from wasmtime import component
+
+    engine = wasmtime.Engine()
+    compiled = component.Component(engine, component_path.read_bytes())
+    linker = component.Linker(engine)
+    linker.add_wasip2()
+    with linker.root() as root:
+        root.add_func("call-host", lambda store, name, args: _abi.error("none"))
+    return engine, compiled, linker
 
 
 def _us(pair: tuple[float, float]) -> str:
