@@ -13,9 +13,9 @@ import pytest
 
 import wasmbox
 
-from .package_import import wheel_of
+from .package_import import PACKAGES, wheel_of
 
-IMPORT_IDNA = "import idna; idna.encode('example.com')"
+IMPORT_IDNA = PACKAGES["idna"]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +16,18 @@ ROOT = Path(__file__).resolve().parent.parent
 WAT = ROOT / "runtimes" / "examples" / "wat"
 BUILD = ROOT / "runtimes" / "examples" / "build"
 CAPABILITIES = ROOT / "capabilities"
+
+
+# The SDKs of the test extra. Their tests skip (importorskip) where one is missing, so a bare
+# checkout can run the rest; under CI a missing one is an install failure and stops the run.
+_TEST_EXTRA_SDKS = ("openai", "anthropic", "httpx", "mcp", "pydantic_ai", "langchain_core", "agents")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = [name for name in _TEST_EXTRA_SDKS if importlib.util.find_spec(name) is None]
+    if missing and os.environ.get("CI"):
+        pytest.exit(f"the test extra is not installed (missing {', '.join(missing)}): "
+                    "its tests would be skipped; run ./dev test", returncode=3)  # fmt: skip
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -55,13 +55,13 @@ class Template:
             elif match.group(2) is None:
                 raise ValueError(f"{text!r}: unmatched {token!r} (write {token * 2!r} for a literal brace)")
             else:
-                if "".join(literal):
-                    parts.append("".join(literal))
+                if joined := "".join(literal):
+                    parts.append(joined)
                 literal = []
                 parts.append(_Slot(match.group(2), bool(match.group(1))))
         literal.append(text[position:])
-        if "".join(literal):
-            parts.append("".join(literal))
+        if joined := "".join(literal):
+            parts.append(joined)
         slots = [part for part in parts if isinstance(part, _Slot)]
         expanding = [slot.name for slot in slots if slot.expand]
         if expanding and not argv_item:

@@ -12,7 +12,7 @@ import wasmtime
 from . import _abi
 from ._errors import CapabilityError, ManifestError
 from ._files import read_regular_file
-from ._wasmparse import read_surface
+from ._wasmparse import MAGIC, read_surface
 
 _HOST_CALL_TYPE = "(i32, i32) -> i64"
 _VOID = "() -> ()"
@@ -63,7 +63,7 @@ def read_wasm(path: Path) -> bytes:
         data = read_regular_file(path)
     except OSError as exc:
         raise ManifestError(f"{path}: module: cannot read: {exc.strerror or exc}") from None
-    if path.suffix == ".wat" or not data.startswith(b"\0asm"):
+    if path.suffix == ".wat" or not data.startswith(MAGIC):
         try:
             return bytes(wasmtime.wat2wasm(data.decode("utf-8")))
         except (UnicodeDecodeError, wasmtime.WasmtimeError) as exc:

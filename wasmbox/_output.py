@@ -45,7 +45,7 @@ class Output:
         return len(data)
 
     def text(self) -> str:
-        return b"".join(self._chunks).decode("utf-8", "replace")
+        return self.data().decode("utf-8", "replace")
 
     def data(self) -> bytes:
         return b"".join(self._chunks)

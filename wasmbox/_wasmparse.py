@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ._errors import ManifestError
 
-_MAGIC = b"\0asm"
+MAGIC = b"\0asm"  # the binary format's first four bytes
 _CORE_VERSION = b"\x01\x00\x00\x00"
 _VALTYPES = {
     0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64", 0x7B: "v128",
@@ -106,7 +106,7 @@ def read_surface(wasm: bytes, origin: str) -> Surface | None:
 
 
 def _read(wasm: bytes) -> Surface:
-    if len(wasm) < 8 or wasm[:4] != _MAGIC:
+    if len(wasm) < 8 or wasm[:4] != MAGIC:
         raise _Malformed("no wasm magic number")
     if wasm[4:8] != _CORE_VERSION:
         raise _Malformed("not a core module of version 1 (a component?)")

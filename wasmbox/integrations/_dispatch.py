@@ -108,7 +108,7 @@ def call_one(box: Sandbox, name: str, args: Any, *, python: bool | ManifestSourc
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
     text, or None. Never raises for the call's own faults."""
     job = _Job("", name)
-    _plan(job, args, "openai", box.tools, box, python)  # ("openai": JSON text is parsed)
+    _plan(job, args, "openai", box._tools, box, python)  # ("openai": JSON text is parsed); read only
     if job.result is not None:
         return job.result
     assert job.run is not None

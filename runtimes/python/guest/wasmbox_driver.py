@@ -449,8 +449,8 @@ def _warm_up() -> None:
     code = _compile_tool(source, "warm_up.py")
     _signature(source, "main")
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
-    # as `_serve` decodes a request, from a memoryview: a call then costs ~58k less fuel (measured
-    # with bench/compare.py --suite output, its "call fuel")
+    # as `_serve` decodes a request, from a memoryview, so that path is warm in the snapshot
+    # (bench/README.md has what it saves a call)
     msgpack.unpackb(memoryview(_pack({"mode": "code"}))[0:], raw=False)
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x", "d": datetime.date(2024, 1, 1)}), raw=False)
     linecache.cache.clear()
