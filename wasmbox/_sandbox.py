@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _call
+from . import _call, _outcome
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
 from ._backends.core import abi as _abi
 from ._backends.core.runner import ModuleRunner
@@ -414,7 +414,7 @@ class Sandbox:
                 # warnings-as-errors filter keeps it out), not in every call's stderr
                 warnings.warn(f"{manifest.source}: {compiled.stderr.strip()}", SyntaxWarning, stacklevel=5)
             if compiled.error is not None:
-                if compiled.error.kind not in _THE_SOURCES_FAULT:  # e.g. the pool is full now
+                if compiled.error.kind not in _outcome.SOURCE_FAULTS:  # e.g. the pool is full now
                     raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
                 raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
             if not isinstance(compiled.value, dict) or not isinstance(compiled.value.get("code"), bytes):
@@ -680,13 +680,6 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# Compile failures that are the tool's source's doing (a SyntaxError, or a source too big to
-# compile within the compile limits); any other is the Sandbox's, and the load may be retried.
-_THE_SOURCES_FAULT = frozenset(
-    {ErrorKind.GUEST_ERROR, ErrorKind.OUT_OF_FUEL, ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT}
-)
 
 
 _SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))

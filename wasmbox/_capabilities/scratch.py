@@ -28,7 +28,7 @@ from pathlib import Path
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from .. import _call
+from .. import _call, _outcome
 from .._errors import ErrorKind
 from .._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
 from .._results import CallError
@@ -146,13 +146,11 @@ class CallScratch:
         ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _capi.NO_FINALIZER)
         store.set_epoch_deadline(1)
 
-    def settle(self, error: CallError | None) -> CallError | None:
-        """Stop checking; the call's error once the guest has stopped: `output_limit` if the
-        directory ended over its cap (a call shorter than a tick is measured only here)."""
+    def settle(self) -> str | None:
+        """Stop checking; once the guest has stopped, why the folder is over its cap, if it is
+        (a call shorter than a tick is measured only here): evidence for `_outcome.decide`."""
         _watches.discard(self._id)
-        if (error is None or error.kind is ErrorKind.GUEST_ERROR) and self.over():
-            return CallError(kind=ErrorKind.OUTPUT_LIMIT, message=self.message)
-        return error
+        return self.message if self.over() else None
 
     def over(self) -> bool:
         return usage(self.path, self.cap) > self.cap
@@ -230,7 +228,7 @@ def _on_tick(
             return _stop(context, ErrorKind.HOST_ERROR, "the call's scratch watch is gone")
         state = _call.current()
         if time.perf_counter() > state.deadline:
-            return _stop(context, ErrorKind.TIMEOUT, _call.deadline_message(state.manifest.limits))
+            return _stop(context, ErrorKind.TIMEOUT, _outcome.deadline_message(state.manifest.limits))
         if watch.over():
             return _stop(context, ErrorKind.OUTPUT_LIMIT, watch.message)
     except BaseException as exc:  # never unwind into Wasmtime

@@ -29,7 +29,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from .. import _call
+from .. import _call, _outcome
 from .._backends.core import abi as _abi
 from . import capi as _capi
 
@@ -190,7 +190,7 @@ def _forward(
         return 0
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # as if the guest had trapped
         assert context is not None
-        error = _call.classify(exc, _call.current().manifest.limits)
+        error = _outcome.from_trap(exc, _call.current().manifest.limits)
         _call.abort(context, error.kind, error.message)
         return _capi.trap_pointer(error.message)
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process

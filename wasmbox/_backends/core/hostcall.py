@@ -15,7 +15,7 @@ import weakref
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from ... import _call
+from ... import _call, _outcome
 from ..._capabilities.hostfuncs import HostFunction, HostReply
 from ..._errors import ErrorKind
 from ..._wasmtime import capi as _capi
@@ -112,9 +112,9 @@ def _write_reply(
     except wasmtime.ExitTrap as exit_trap:
         return _abort(context, ErrorKind.GUEST_ERROR, f"exited with code {exit_trap.code}")
     except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
-        error = _call.classify(trap, limits)
+        error = _outcome.from_trap(trap, limits)
         kind = error.kind
-        if kind is ErrorKind.TRAP and _call.near_cap(_capi.memory_view(context, memory)[1], limits.memory):
+        if kind is ErrorKind.TRAP and _outcome.near_cap(_capi.memory_view(context, memory)[1], limits.memory):
             kind = ErrorKind.MEMORY_LIMIT
         return _abort(context, kind, error.message)
     base, now = _capi.memory_view(context, memory)  # the guest may have grown its memory

@@ -15,7 +15,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from ... import _call
+from ... import _call, _outcome
 from ..._call import CallInput, CallState, Failure
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -84,7 +84,7 @@ class ModuleRunner:
         try:
             self._pre = linker.instantiate_pre(module)
         except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have
-            raise CapabilityError(f"{manifest.module}: {_call.cause(str(exc))}") from None
+            raise CapabilityError(f"{manifest.module}: {_outcome.cause(str(exc))}") from None
 
     def call(self, call: CallInput) -> CallResult:
         self._ticker.enter()
@@ -115,6 +115,7 @@ class ModuleRunner:
         memory: ffi.wasmtime_extern_t | None = None
         value: Any = None
         error: CallError | None = None
+        scratch_over: str | None = None
         try:
             if self._uses_wasi:
                 extra = (scratch.preopen,) if scratch is not None else ()
@@ -136,17 +137,17 @@ class ModuleRunner:
         except wasmtime.ExitTrap as exit_trap:
             error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _call.classify(exc, limits)
+            error = _outcome.from_trap(exc, limits)
         finally:
             stdout.detach()
             stderr.detach()
             if scratch is not None:
-                error = scratch.settle(error)
+                scratch_over = scratch.settle()
         files = None
-        if self._outputs and scratch is not None and error is None:
+        if self._outputs and scratch is not None and error is None and scratch_over is None:
             files, error = scratch.collect(self._outputs, limits.output)
         peak = _capi.memory_view(store._context(), memory)[1] if memory is not None else None
-        return _call.finish(state, store, started, value, error, stdout, stderr, peak, files=files)
+        return _call.finish(state, store, started, value, error, stdout, stderr, peak, files=files, scratch_over=scratch_over)
 
     def _run_reactor(
         self,
