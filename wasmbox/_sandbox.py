@@ -29,6 +29,7 @@ from ._backends.python.build import (
     PythonRuntime,
     RuntimeBuildError,
     ensure_runtime,
+    precompile_program,
     stderr_progress,
 )
 from ._backends.python.packages import PackageInstaller
@@ -87,47 +88,9 @@ _COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
-# Run in the runtime with the stdlib writable (a build step: bump `build.RECIPE` when it
-# changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
-# os.write that it refuses to see cut short (leaving a bigger module without bytecode), so
-# `write_atomic` loops until all is written. The same step byte-compiles a package set.
-def _precompile_code(root: str) -> str:
-    """Byte-compiles the folder the guest sees at `root`; the value: the .py files left
-    without bytecode."""
-    return f"""
-import compileall, os, importlib._bootstrap_external as bootstrap
-
-def write_atomic(path, data, mode=0o666):
-    temporary = f"{{path}}.{{id(path)}}"
-    fd = os.open(temporary, os.O_EXCL | os.O_CREAT | os.O_WRONLY, mode & 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                if not written:
-                    raise OSError(f"{{temporary}}: nothing written")
-                view = view[written:]
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except OSError:
-        os.unlink(temporary)
-        raise
-
-bootstrap._write_atomic = write_atomic
-compileall.compile_dir({root!r}, quiet=1, workers=1)
-[
-    os.path.join(folder, name)
-    for folder, _, names in os.walk({root!r})
-    for name in names
-    if name.endswith(".py")
-    and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
-]
-"""
-
-
-_PRECOMPILE = _precompile_code(STDLIB_GUEST_PATH)
+# The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
+# with the folder writable; its program is `_backends/python/programs/precompile.py`.
+_PRECOMPILE = precompile_program(STDLIB_GUEST_PATH)
 
 
 class Sandbox:
@@ -522,7 +485,7 @@ class Sandbox:
             limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
         )  # fmt: skip
         try:
-            result = runner.call(grants, grants.digest(), {"mode": "code", "code": _precompile_code(PACKAGES_GUEST_PATH)})
+            result = runner.call(grants, grants.digest(), {"mode": "code", "code": precompile_program(PACKAGES_GUEST_PATH)})
         finally:
             runner.close()
         if not result.ok:

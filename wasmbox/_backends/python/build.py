@@ -32,6 +32,8 @@ RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written who
 # The runtime's own sources (the WIT world and the guest driver) sit beside this module, in a
 # checkout and in a wheel alike (package data, see pyproject.toml).
 SOURCES = Path(__file__).resolve().parent
+# The byte-compile step's program (run in the runtime by the host; part of the build's inputs).
+PRECOMPILE = SOURCES / "programs" / "precompile.py"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -128,6 +130,12 @@ def _build(stage: Path, progress: Progress) -> None:
     progress(f"built the Python runtime ({size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
 
 
+def precompile_program(root: str) -> str:
+    """The snippet that byte-compiles the guest folder `root` (`programs/precompile.py`); its
+    value is the .py files left without bytecode."""
+    return f"ROOT = {root!r}\n" + PRECOMPILE.read_text()
+
+
 def _inputs_digest() -> str:
     digest = hashlib.sha256()
     digest.update(f"recipe={RECIPE} componentize-py={version('componentize-py')}".encode())
@@ -137,7 +145,7 @@ def _inputs_digest() -> str:
             f"the Python runtime needs componentize-py=={COMPONENTIZE_PY}, "
             f"found {version('componentize-py')}"
         )
-    files = sorted([*(SOURCES / "guest").glob("*.py"), *(SOURCES / "wit").glob("*.wit")])
+    files = sorted([*(SOURCES / "guest").glob("*.py"), *(SOURCES / "wit").glob("*.wit"), PRECOMPILE])
     if not files:
         raise RuntimeBuildError(f"the runtime sources are missing: {SOURCES}")
     for path in files:
