@@ -1,4 +1,4 @@
-"""The capability manifest: one tool and everything it may touch (DESIGN.md §3)."""
+"""The capability manifest: one tool and everything it may touch (README, "Manifests")."""
 
 from __future__ import annotations
 

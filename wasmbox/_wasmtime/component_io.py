@@ -34,7 +34,7 @@ _STRING = ffi.WASMTIME_COMPONENT_STRING.value
 # figure and reports a bigger result without sending it.
 REPLY_MAX = (128 << 20) // 48
 
-Context: TypeAlias = "ctypes._Pointer[ffi.wasmtime_context_t]"
+Context: TypeAlias = "_capi.Context"
 BytesHandler = Callable[[Context, str, bytes], bytes]  # (context, name, args) -> reply; never raises
 _handlers: _capi.Handles[Callable[[], BytesHandler | None]] = _capi.Handles()
 
@@ -120,7 +120,7 @@ def forget(handle: int) -> None:
 @ffi.wasmtime_component_func_callback_t
 def _trampoline(
     handle: int | None,
-    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    context: _capi.Context,
     _type: object,
     args: ctypes._Pointer[ffi.wasmtime_component_val_t],
     nargs: int,

@@ -138,7 +138,7 @@ class FileGuard:
             _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
     def forwarder(
-        self, caller: _capi.Caller, context: ctypes._Pointer[ffi.wasmtime_context_t]
+        self, caller: _capi.Caller, context: _capi.Context
     ) -> OpenFiles:
         """A forwarder instance in the caller's store, around the caller's memory."""
         memory = _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY)
@@ -171,37 +171,32 @@ _guards: _capi.Handles[weakref.ref[FileGuard]] = _capi.Handles()
 def _forward(
     handle: int | None,
     caller: _capi.Caller,
+    context: _capi.Context,
     values: _capi.Values,
     count: int,
     name: str,
 ) -> int:
     """Serve `name` for the guest: its bookkeeping (`_BOOKKEEPING`) around Wasmtime's own
-    function. Returns 0, or a trap that stops the guest (its kind recorded by `_call.abort`)."""
-    context = None
+    function. Returns 0; a trap in Wasmtime's function stops the guest as if it had trapped."""
+    state = _call.current()
+    if state.files is None:
+        ref = _guards.get(handle)
+        guard = ref() if ref is not None else None
+        assert guard is not None  # its runner is alive while its calls run
+        state.files = guard.forwarder(caller, context)
     try:
-        context = ffi.wasmtime_caller_context(caller)
-        state = _call.current()
-        if state.files is None:
-            ref = _guards.get(handle)
-            guard = ref() if ref is not None else None
-            assert guard is not None  # its runner is alive while its calls run
-            state.files = guard.forwarder(caller, context)
         _BOOKKEEPING[name](state.files, _Wasi(context, state.files.functions[name], values, count))
-        return 0
-    except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # as if the guest had trapped
-        assert context is not None
-        error = _outcome.from_trap(exc, _call.current().manifest.limits)
-        _call.abort(context, error.kind, error.message)
-        return _capi.trap_pointer(error.message)
-    except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        return _capi.trap_pointer(_call.callback_failed(context, name, exc))
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+        error = _outcome.from_trap(exc, state.manifest.limits)
+        _call.abort(context, error.kind, error.message)  # the callback then traps
+    return 0
 
 
 @dataclass(frozen=True)
 class _Wasi:
     """One guest call of a forwarded function: its raw arguments, and Wasmtime's function."""
 
-    context: ctypes._Pointer[ffi.wasmtime_context_t]
+    context: _capi.Context
     function: ffi.wasmtime_extern_t
     values: _capi.Values
     count: int
@@ -259,9 +254,11 @@ _BOOKKEEPING = {_PATH_OPEN: _path_open_kept, _FD_CLOSE: _fd_close_kept, _FD_RENU
 def _forwarding(name: str) -> Any:
     """The C callback that forwards `name` (kept alive as a module global)."""
 
-    @ffi.wasmtime_func_unchecked_callback_t
-    def forward(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
-        return _forward(handle, caller, values, count, name)
+    @_call.host_callback(name)
+    def forward(
+        handle: int | None, caller: _capi.Caller, context: _capi.Context, values: _capi.Values, count: int
+    ) -> int:
+        return _forward(handle, caller, context, values, count, name)
 
     return forward
 
@@ -269,7 +266,7 @@ def _forwarding(name: str) -> Any:
 _path_open, _fd_close, _fd_renumber = (_forwarding(name) for name in _FORWARDED)
 
 
-@ffi.wasmtime_func_unchecked_callback_t
+@_capi.HostCallback
 def _path_symlink(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
     values[0].i32 = _abi.Errno.PERM
     return 0

@@ -14,7 +14,6 @@ import struct
 import time
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
 from .. import _call
 from .._backends.core import abi as _abi
@@ -36,24 +35,19 @@ def define(linker: wasmtime.Linker) -> None:
     _capi.define_func(linker, _abi.WASI_MODULE, "poll_oneoff", functype, _poll_oneoff)
 
 
-@ffi.wasmtime_func_unchecked_callback_t
-def _poll_oneoff(_handle: int | None, caller: _capi.Caller, values: _capi.Values, _count: int) -> int:
-    """Never raises; a stop (the deadline passed while sleeping, or an interrupt) is a trap,
-    so the guest runs nothing after it."""
-    context = None
-    try:
-        context = ffi.wasmtime_caller_context(caller)
-        args = [values[i].i32 & 0xFFFF_FFFF for i in range(4)]
-        values[0].i32 = _poll(caller, context, *args)
-        state = _call.current()
-        return _capi.trap_pointer(state.abort.message) if state.abort is not None else 0
-    except BaseException as exc:  # e.g. Ctrl-C in a sleep: stop the guest, keep the process
-        return _capi.trap_pointer(_call.callback_failed(context, "poll_oneoff", exc))
+@_call.host_callback("poll_oneoff")
+def _poll_oneoff(
+    _handle: int | None, caller: _capi.Caller, context: _capi.Context, values: _capi.Values, _count: int
+) -> int:
+    """A stop (the deadline passed while sleeping, or Ctrl-C in a sleep) is a trap, so the
+    guest runs nothing after it."""
+    values[0].i32 = _poll(caller, context, *(values[i].i32 & 0xFFFF_FFFF for i in range(4)))
+    return 0
 
 
 def _poll(
     caller: _capi.Caller,
-    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    context: _capi.Context,
     in_ptr: int,
     out_ptr: int,
     count: int,

@@ -13,7 +13,6 @@ import ctypes
 import weakref
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
 from ... import _call, _outcome
 from ..._capabilities.hostfuncs import HostFunction, HostReply
@@ -50,32 +49,31 @@ def define(linker: wasmtime.Linker, function: HostFunction) -> None:
         raise
 
 
-@ffi.wasmtime_func_unchecked_callback_t
-def _trampoline(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
-    context = None
-    name = "host function"
-    try:
-        context = ffi.wasmtime_caller_context(caller)
-        ref = _functions.get(handle)
-        function = ref() if ref is not None else None
-        if function is None:  # its runner holds it while a call runs: a bug of ours
-            raise RuntimeError(f"no host function for handle {handle}")
-        name = function.name
-        state = _call.current()
-        values[0].i64 = _serve(function, state, caller, context,
-                               values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
-        # stopped: trap now, so the guest runs none of its code (not even straight-line code
-        # that the fuel taken by the abort would only stop at its next check)
-        return _capi.trap_pointer(state.abort.message) if state.abort is not None else 0
-    except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        return _capi.trap_pointer(_call.callback_failed(context, name, exc))
+def _function(handle: int | None) -> HostFunction:
+    ref = _functions.get(handle)
+    function = ref() if ref is not None else None
+    if function is None:  # its runner holds it while a call runs: a bug of ours
+        raise RuntimeError(f"no host function for handle {handle}")
+    return function
+
+
+# A stopped call traps at once (`_call.host_callback`), so the guest runs none of its code, not
+# even straight-line code that the fuel taken by the abort would only stop at its next check.
+@_call.host_callback(lambda handle: _function(handle).name)
+def _trampoline(
+    handle: int | None, caller: _capi.Caller, context: _capi.Context, values: _capi.Values, count: int
+) -> int:
+    function = _function(handle)
+    values[0].i64 = _serve(function, _call.current(), caller, context,
+                           values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
+    return 0
 
 
 def _serve(
     function: HostFunction,
     state: _call.CallState,
     caller: _capi.Caller,
-    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    context: _capi.Context,
     ptr: int,
     length: int,
 ) -> int:
@@ -99,9 +97,9 @@ def _serve(
 
 
 def _write_reply(
-    context: ctypes._Pointer[ffi.wasmtime_context_t],
-    memory: ffi.wasmtime_extern_t,
-    alloc: ffi.wasmtime_extern_t,
+    context: _capi.Context,
+    memory: _capi.Extern,
+    alloc: _capi.Extern,
     reply: HostReply,
     state: _call.CallState,
 ) -> int:
@@ -124,6 +122,6 @@ def _write_reply(
     return _abi.join(rptr, size)
 
 
-def _abort(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> int:
+def _abort(context: _capi.Context, kind: ErrorKind, message: str) -> int:
     _call.abort(context, kind, message)
     return 0

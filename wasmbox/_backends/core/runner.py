@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
 from ... import _call, _outcome
 from ..._call import CallInput, CallState, Failure
@@ -24,6 +23,7 @@ from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest
 from ..._results import CallError, CallResult
 from ..._wasmtime import capi as _capi
+from ..._wasmtime import store as _store
 from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
@@ -112,7 +112,7 @@ class ModuleRunner:
         limits = self._limits
         stdout, stderr = Output(limits.output), Output(limits.output)
         store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
-        memory: ffi.wasmtime_extern_t | None = None
+        memory: _capi.Extern | None = None
         value: Any = None
         error: CallError | None = None
         scratch_over: str | None = None
@@ -146,21 +146,21 @@ class ModuleRunner:
         files = None
         if self._outputs and scratch is not None and error is None and scratch_over is None:
             files, error = scratch.collect(self._outputs, limits.output)
-        peak = _capi.memory_view(store._context(), memory)[1] if memory is not None else None
+        peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
         return _call.finish(state, store, started, value, error, stdout, stderr, peak, files=files, scratch_over=scratch_over)
 
     def _run_reactor(
         self,
         store: wasmtime.Store,
         instance: wasmtime.Instance,
-        memory: ffi.wasmtime_extern_t,
+        memory: _capi.Extern,
         call: CallInput,
     ) -> Any:
         try:
             payload = _abi.pack(dict(call.args))
         except (TypeError, ValueError, OverflowError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
-        context = store._context()
+        context = _store.context(store)
         if self._initialize:
             _capi.call_void(context, _INITIALIZE.get(store, instance))
         ptr = _capi.call_i32(context, _capi.ALLOC.get(store, instance), len(payload))
@@ -183,7 +183,7 @@ class ModuleRunner:
         return value
 
 
-def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_extern_t | None:
+def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> _capi.Extern | None:
     try:
         item = _capi.MEMORY.get(store, instance)
     except wasmtime.WasmtimeError:  # a command module need not export it
@@ -204,7 +204,7 @@ _STDERR_TAIL = 1000
 
 def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:
     try:
-        _capi.call_void(store._context(), _START.get(store, instance))
+        _capi.call_void(_store.context(store), _START.get(store, instance))
     except wasmtime.ExitTrap as exit_trap:
         return {"exit_code": exit_trap.code}
     return {"exit_code": 0}

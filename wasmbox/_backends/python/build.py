@@ -133,7 +133,7 @@ def _build(stage: Path, progress: Progress) -> None:
 def precompile_program(root: str) -> str:
     """The snippet that byte-compiles the guest folder `root` (`programs/precompile.py`); its
     value is the .py files left without bytecode."""
-    return f"ROOT = {root!r}\n" + PRECOMPILE.read_text()
+    return f"{PRECOMPILE.read_text()}\nprecompile({root!r})\n"
 
 
 def _inputs_digest() -> str:

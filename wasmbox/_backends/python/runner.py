@@ -30,6 +30,7 @@ from ..._inspect import ToolKind
 from ..._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
 from ..._results import CallError, CallResult
 from ..._wasmtime import component_io as _component_io
+from ..._wasmtime import store as _store
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
 from ..core import abi as _abi
@@ -276,7 +277,7 @@ def _replace_monotonic_clock(
 
 
 def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
-    _call.abort(store._context(), ErrorKind.GUEST_ERROR, _NO_SLEEP)
+    _call.abort(_store.context(store), ErrorKind.GUEST_ERROR, _NO_SLEEP)
     raise wasmtime.WasmtimeError(_NO_SLEEP)  # stops the guest now; the abort names the kind
 
 
@@ -316,13 +317,13 @@ class _Spare:
 
     def discard(self) -> None:
         """Free an unused spare: its store and its scratch directory."""
-        _call.close_store(self.store)
+        _store.close_store(self.store)
         if self.scratch is not None:
             self.scratch.remove()
 
     def renew(self, ticker: EpochTicker) -> None:
         """Full fuel and a deadline counted from now, not from when the spare was made."""
-        _call.renew(self.store._context(), self.manifest.limits, ticker)
+        _call.renew(self.store, self.manifest.limits, ticker)
 
 
 class _Spares:
@@ -382,7 +383,7 @@ class _Housekeeper:
         try:
             self._tasks.put_nowait(("close", store))
         except queue.Full:
-            _call.close_store(store)
+            _store.close_store(store)
 
     def prepare(self, manifest: Manifest, key: str) -> None:
         if self._spares.wanted(key):

@@ -1,5 +1,6 @@
-"""Byte-compiles the folder `ROOT` inside the runtime; the value: the .py files left without
-bytecode. Run as a snippet by the host (`build.precompile_program`), which defines ROOT.
+"""Byte-compiles a folder inside the runtime: `precompile(root)` returns the .py files left
+without bytecode. Run as a snippet by the host (`build.precompile_program`), whose last line
+calls it.
 
 WASI writes at most a few KiB at a time, and CPython writes a .pyc with one os.write that it
 refuses to see cut short (leaving a bigger module without bytecode), so `write_atomic` loops
@@ -9,8 +10,6 @@ until all is written.
 import compileall
 import importlib._bootstrap_external as bootstrap
 import os
-
-ROOT: str  # defined by the host before this program
 
 
 def write_atomic(path, data, mode=0o666):
@@ -32,11 +31,12 @@ def write_atomic(path, data, mode=0o666):
         raise
 
 
-bootstrap._write_atomic = write_atomic
-compileall.compile_dir(ROOT, quiet=1, workers=1)
-[
-    os.path.join(folder, name)
-    for folder, _, names in os.walk(ROOT)
-    for name in names
-    if name.endswith(".py") and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
-]
+def precompile(root):
+    bootstrap._write_atomic = write_atomic
+    compileall.compile_dir(root, quiet=1, workers=1)
+    return [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(root)
+        for name in names
+        if name.endswith(".py") and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
+    ]
