@@ -89,12 +89,12 @@ def main() -> int:
         ("Python tool, file outside the grant", "csv_stats", {"path": "/etc/passwd"}, {}),
     ]
     snippets: list[tuple[str, str, dict[str, Any] | None]] = [
-        ("snippet: last expression + print", "import statistics\nprint('mean of 1..10')\n"
-         "statistics.mean(range(1, 11))", None),
-        ("snippet: host function", "import wasmbox_guest\n"
-         "wasmbox_guest.call_host('kv.get', key='greeting')", PY_KV),
-        ("snippet: ungranted host function", "import wasmbox_guest\n"
-         "wasmbox_guest.call_host('kv.get', key='greeting')", None),
+        ("snippet: last expression + print", ("import statistics\nprint('mean of 1..10')\n"
+         "statistics.mean(range(1, 11))"), None),
+        ("snippet: host function", ("import wasmbox_guest\n"
+         "wasmbox_guest.call_host('kv.get', key='greeting')"), PY_KV),
+        ("snippet: ungranted host function", ("import wasmbox_guest\n"
+         "wasmbox_guest.call_host('kv.get', key='greeting')"), None),
         ("snippet: socket connect", "import socket\nsocket.socket().connect(('127.0.0.1', 22))", None),
         ("snippet: while True", "while True:\n    pass", None),
         ("snippet: 1 GiB allocation", "x = bytearray(1 << 30)", None),

@@ -135,7 +135,7 @@ def test_audit_log_chain_verifies_and_continues_across_opens(tmp_path: Path, cac
     outcome = wasmbox.verify_audit_log(path, head)
     assert outcome.ok and outcome.records == 5 and outcome.head == head
     lines = path.read_text().splitlines()
-    assert [json.loads(line)["args_digest"] for line in lines][0] == hashlib.sha256(
+    assert json.loads(lines[0])["args_digest"] == hashlib.sha256(
         wasmbox._backends.core.abi.pack({"n": 0})
     ).hexdigest()
     assert (path.stat().st_mode & 0o777) == 0o600
@@ -173,9 +173,8 @@ def test_cli_verifies_a_good_log(tmp_path: Path, cache_dir: Path, capsys: pytest
 
 def test_one_writer_per_file(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    with wasmbox.AuditLog(path):
-        with pytest.raises(wasmbox.WasmboxError, match="another AuditLog"):
-            wasmbox.AuditLog(path)
+    with wasmbox.AuditLog(path), pytest.raises(wasmbox.WasmboxError, match="another AuditLog"):
+        wasmbox.AuditLog(path)
     wasmbox.AuditLog(path).close()  # free again once closed
 
 

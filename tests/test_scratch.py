@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +88,9 @@ def test_many_small_files_count_against_the_cap(box: wasmbox.Sandbox) -> None:
         ("open('/tmp/a', 'w').write('x')\n1/0", wasmbox.ErrorKind.GUEST_ERROR),
         ("open('/tmp/a', 'w').write('x')\nwhile True: pass", wasmbox.ErrorKind.TIMEOUT),
         ("open('/tmp/a', 'w').write('x')\nwhile True: pass", wasmbox.ErrorKind.OUT_OF_FUEL),
-        ("import os\np = '/tmp'\nfor i in range(300):\n    p += '/d'\n    os.mkdir(p)\n"
-         "os.symlink('../' * 310 + 'python', p + '/out')\nos.symlink('..', '/tmp/up')\n"
-         "open(p + '/f', 'w').write('x')",
+        (("import os\np = '/tmp'\nfor i in range(300):\n    p += '/d'\n    os.mkdir(p)\n"
+          "os.symlink('../' * 310 + 'python', p + '/out')\nos.symlink('..', '/tmp/up')\n"
+          "open(p + '/f', 'w').write('x')"),
          None),
     ],
     ids=["guest_error", "timeout", "out_of_fuel", "deep-tree-and-symlinks"],

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ._backends.core import abi as _abi
 from ._errors import WasmboxError
@@ -46,7 +46,8 @@ _log = logging.getLogger("wasmbox.audit")
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
     """What one call did, for operators. Digests are sha256 hex: `manifest_digest` names the
-    exact grant set, `code_digest` the wasm module (or Python source, or snippet) that ran,
+    exact grant set, `code_digest` the wasm module or Python source that ran (for `run_python`, the runtime's
+    build; the snippet is in the args),
     `args_digest` the MessagePack of the args (argv and stdin for WASI commands)."""
 
     seq: int
@@ -207,7 +208,7 @@ class AuditLog:
     def close(self) -> None:
         self._finalizer()
 
-    def __enter__(self) -> AuditLog:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

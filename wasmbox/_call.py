@@ -51,7 +51,7 @@ class CallState:
     fuel_left_at_abort: int | None = None
     reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
     exports: Any = None  # what a host-call trampoline looked up once for this instance
-    files: Any = None  # the guest's open-file count and WASI forwarder (_wasi_files.OpenFiles)
+    files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
@@ -145,7 +145,7 @@ def host_callback(name: str | Callable[[int | None], str]) -> Callable[[HostBody
                 result = body(handle, caller, context, values, count)
                 stop = current().abort
                 return _capi.trap_pointer(stop.message) if stop is not None else result
-            except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
+            except BaseException as exc:  # noqa: BLE001 - a bug of ours, or an interrupt: stop the guest, keep the process
                 label = name if isinstance(name, str) else _label(name, handle)
                 return _capi.trap_pointer(callback_failed(context, label, exc))
 
@@ -348,7 +348,7 @@ _NO_OUTPUT: tuple[str, bytes | None] = ("", None)
 
 def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> dict[str, str]:
     """The media types a result knows: the manifest's (`command.stdout_media_type`, each output's
-    `media_type`), else sniffed from the bytes (`_output.sniff`); none for plain text."""
+    `media_type`), else sniffed from the bytes (`_wasmtime.output.sniff`); none for plain text."""
     command = manifest.command
     known: dict[str, str] = {}
     declared = command.stdout_media_type if command is not None else None

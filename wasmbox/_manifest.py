@@ -101,7 +101,7 @@ class Preopen(_Strict):
     @model_validator(mode="after")
     def _resolve_host(self) -> Preopen:
         """`host` becomes the real directory, resolved once: what its path led to now, without
-        a symlink on the way, is what every call opens (see `_grants`)."""
+        a symlink on the way, is what every call opens (see `_capabilities/grants.py`)."""
         try:
             resolved = _grants.resolve(self.host)
         except (FileNotFoundError, NotADirectoryError):
@@ -129,7 +129,7 @@ class Preopen(_Strict):
 
 
 class Network(_Strict):
-    """Egress through the `http.fetch` host function (see `_allowlist`, `_fetch`)."""
+    """Egress through the `http.fetch` host function (see `_capabilities/allowlist.py`, `fetch.py`)."""
 
     allow: tuple[str, ...] = Field(
         strict=False, min_length=1,
@@ -177,7 +177,7 @@ def _output_file(value: object) -> object:
 
 
 class Command(_Strict):
-    """How a WASI command tool is called with args (see `_command`), and what it returns."""
+    """How a WASI command tool is called with args (see `_backends/core/command.py`), and what it returns."""
 
     argv: tuple[str, ...] | None = Field(
         None, strict=False,

@@ -9,7 +9,9 @@ ARCHITECTURE.md ("The outcome table") has the same rows. The evidence comes from
 - caps measured once the guest has stopped: the scratch folder's size, the memory's size,
   stdout and stderr cut at the output cap.
 
-`decide` reads the rules top to bottom; the first that applies gives the call's error.
+`decide` reads the rules top to bottom; the first that applies gives the call's error, and then
+`CUT`: stdout or stderr cut at the cap explains a success or an error the cut can cause, whoever
+reported it (the guest, the host's stop, a host function's failure).
 """
 
 from __future__ import annotations
@@ -119,14 +121,6 @@ RULES: tuple[Rule, ...] = (
         _with_kind(ErrorKind.MEMORY_LIMIT, " (memory cap reached)"),
     ),
     (
-        "stdout or stderr was cut, and the guest succeeded or failed in a way the cut explains",
-        lambda e: e.truncated is not None and (e.error is None or e.error.kind in _MAY_FOLLOW_TRUNCATION),
-        lambda e: CallError(
-            kind=ErrorKind.OUTPUT_LIMIT,
-            message=f"{e.truncated} exceeded the {format_size(e.limits.output)} output cap",
-        ),
-    ),
-    (
         "otherwise: what the guest's run ended with (None: the call succeeded)",
         lambda e: True,
         lambda e: e.error,
@@ -134,12 +128,18 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+CUT = "stdout or stderr was cut at the cap, and the error so far is none or one the cut explains"
+
+
 def decide(evidence: Evidence) -> CallError | None:
-    """The call's error (None: it succeeded), by the first rule of `RULES` that applies."""
-    for _, applies, error in RULES:
-        if applies(evidence):
-            return error(evidence)
-    raise AssertionError("the last rule always applies")
+    """The call's error (None: it succeeded): the first rule of `RULES` that applies, then `CUT`."""
+    error = next(error(evidence) for _, applies, error in RULES if applies(evidence))
+    if evidence.truncated is not None and (error is None or error.kind in _MAY_FOLLOW_TRUNCATION):
+        return CallError(
+            kind=ErrorKind.OUTPUT_LIMIT,
+            message=f"{evidence.truncated} exceeded the {format_size(evidence.limits.output)} output cap",
+        )
+    return error
 
 
 def from_trap(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:

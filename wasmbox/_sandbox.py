@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import shutil
@@ -15,13 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import wasmtime
 from wasmtime.component import Component
 
 from . import _call, _outcome
-from ._audit import AuditLog, Auditor, AuditSink, args_digest
+from ._audit import AuditLog, Auditor, AuditSink
 from ._backends.core import abi as _abi
 from ._backends.core.runner import ModuleRunner
 from ._backends.python.build import (
@@ -33,7 +34,11 @@ from ._backends.python.build import (
     stderr_progress,
 )
 from ._backends.python.packages import PackageInstaller
-from ._backends.python.runner import PythonRuntimeRunner, PythonToolRunner
+from ._backends.python.runner import (
+    PythonRuntimeRunner,
+    PythonSnippetRunner,
+    PythonToolRunner,
+)
 from ._backends.python.signature import signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
@@ -41,7 +46,7 @@ from ._capabilities.allowlist import FETCH
 from ._capabilities.fetch import Fetcher, Resolver
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
-from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from ._errors import CapabilityError, ManifestError, WasmboxError
 from ._files import read_regular_file
 from ._inspect import (
     ModuleInfo,
@@ -155,6 +160,8 @@ class Sandbox:
         self._owner = _grants.new_owner()
         self._tool_grants: dict[str, int] = {}
         self._python_grants: dict[str, int] = {}
+        self._interpreters: dict[str, Tool] = {}  # run_python's Tool without grants
+        self._interpreter_lock = threading.Lock()  # holds a run_python grant set's grants once
         self._release_grants = weakref.finalize(self, _grants.release_owner, self._owner)
         self._allow_system_grants = allow_system_grants
         self._python_lock = threading.Lock()
@@ -491,49 +498,52 @@ class Sandbox:
         if not result.ok:
             raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
 
+    def interpreter(self, manifest: ManifestSource | None = None) -> Tool:
+        """`run_python` as a Tool: called with `{"code": str}`, it runs the snippet in a fresh
+        interpreter under the grant set `manifest` (runtime = "python", no source: its
+        preopens, env, host functions, packages and limits; None: no grants, default limits).
+        A grant set with preopens has its grants held for the Sandbox's life from its first
+        use. Raises ManifestError for a manifest that is not a grant set, CapabilityError when
+        its grants cannot be honoured (as `load`)."""
+        if manifest is None:
+            with self._lock:
+                tool = self._interpreters.get(_NO_GRANTS_DIGEST)
+            return tool or self._new_interpreter(_NO_GRANTS, _NO_GRANTS_DIGEST)
+        grants = Manifest.load(manifest)
+        if grants.runtime != "python" or grants.source is not None:
+            raise ManifestError(f"{grants.name}: run_python takes a manifest with runtime = \"python\" and no source")
+        self._check_host_functions(grants)
+        self._install_packages(grants)
+        return self._new_interpreter(grants, grants.digest())
+
+    def _new_interpreter(self, grants: Manifest, key: str) -> Tool:
+        """The Tool of grant set `grants`; its grants held once per digest (under one lock, so
+        two threads' first calls of the same writable set do not refuse each other)."""
+        runtime = self.python_runtime()
+        if grants.preopens:
+            with self._interpreter_lock:
+                if key not in self._python_grants:
+                    self._python_grants[key] = self._reserve(grants)
+        tool = Tool(
+            grants, PythonSnippetRunner(runtime, grants, key), self._executor, self._auditor,
+            manifest_digest=key, code_digest=runtime.key, args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA),
+            docstring=RUN_PYTHON_DESCRIPTION,
+        )  # fmt: skip
+        if grants is _NO_GRANTS:
+            with self._lock:
+                tool = self._interpreters.setdefault(key, tool)
+        return tool
+
     def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
+        The call of `interpreter(manifest)` with `{"code": code}`.
         """
-        if manifest is None:
-            grants, key = _NO_GRANTS, _NO_GRANTS_DIGEST
-        else:
-            grants = Manifest.load(manifest)
-            if grants.runtime != "python" or grants.source is not None:
-                raise ManifestError(
-                    f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
-                    "and no source"
-                )
-            self._check_host_functions(grants)
-            self._install_packages(grants)
-            key = grants.digest()
-            if grants.preopens:
-                with self._lock:
-                    held = key in self._python_grants
-                if not held:
-                    self._reserve_python_grants(grants, key)
-        if not isinstance(code, str):
-            result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
-        else:
-            result = self.python_runtime().call(grants, key, {"mode": "code", "code": code})
-        if self._auditor.enabled:
-            digest = _sha256(code) if isinstance(code, str) else args_digest(code)
-            self._auditor.record(result, key, digest, {}, grants.limits)
-        return result
-
-    def _reserve_python_grants(self, grants: Manifest, key: str) -> None:
-        """Hold a run_python grant set for the Sandbox's lifetime (later grant sets and tools
-        are checked against it; see `_reserve`)."""
-        reservation = self._reserve(grants)
-        with self._lock:
-            if key not in self._python_grants:
-                self._python_grants[key] = reservation
-                return
-        _grants.release(reservation)  # another thread held the same set meanwhile
+        return self.interpreter(manifest).call({"code": code})
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
-        """`run_python` on the Sandbox's worker threads."""
+        """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
 
         loop = asyncio.get_running_loop()
@@ -638,7 +648,7 @@ class Sandbox:
         self._release_grants()
         self._auditor.flush()
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

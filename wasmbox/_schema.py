@@ -40,7 +40,7 @@ def check_schema(schema: Any, path: str = "$", depth: int = 1) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, Mapping):
-        raise ValueError(f"{path}: a schema must be an object or a boolean")
+        raise ValueError(f"{path}: a schema must be an object or a boolean")  # noqa: TRY004 - every bad schema is a ValueError
     if depth > MAX_DEPTH:
         raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
     unknown = set(schema) - _KEYWORDS

@@ -44,13 +44,16 @@ class Tool:
         code_digest: str,
         info: ModuleInfo | None = None,
         signature_schema: dict[str, Any] | None = None,
+        args_schema: dict[str, Any] | None = None,
         docstring: str = "",
     ) -> None:
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
         self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
-        self.code_digest = code_digest  # sha256 of the wasm module or the Python source
+        self.code_digest = code_digest  # the wasm module's or Python source's sha256 (run_python: the runtime's build)
         self._signature_schema = signature_schema  # a Python tool's, from its entry's signature
+        # checked and shown like `input_schema` when the manifest has none (run_python's)
+        self._args_schema = args_schema
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._executor = executor
@@ -82,7 +85,7 @@ class Tool:
         """The JSON Schema of the args a model is shown: the manifest's `input_schema`; for a
         Python tool without one, derived from its entry's signature (which its calls are
         checked against); else `{"type": "object"}`."""
-        return self.manifest.input_schema or self._signature_schema or {"type": "object"}
+        return self.manifest.input_schema or self._args_schema or self._signature_schema or {"type": "object"}
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
         """The tool's definition in a provider's format: "generic" `{name, description,
@@ -164,7 +167,7 @@ class Tool:
             return "this command tool takes argv and stdin, not args (its manifest maps none)"
         if args and not all(isinstance(k, str) for k in args):
             return "args keys must be strings"
-        schema = self.manifest.input_schema
+        schema = self.manifest.input_schema or self._args_schema
         if schema is not None:
             values = dict(args or {})
             try:  # the schema check recurses, so it never sees deeper args than a result may be

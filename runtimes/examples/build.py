@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 HERE = Path(__file__).resolve().parent
 RUNTIMES = HERE.parent
@@ -185,7 +186,7 @@ def _leb(data: bytes, pos: int) -> tuple[int, int]:
 
 
 class _Reader:
-    _VALTYPES = {0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64", 0x7B: "v128",
+    _VALTYPES: ClassVar[dict[int, str]] = {0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64", 0x7B: "v128",
                  0x70: "funcref", 0x6F: "externref"}  # fmt: skip
 
     def __init__(self, data: bytes) -> None:

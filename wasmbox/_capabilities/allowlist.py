@@ -200,9 +200,12 @@ def verdict(rules: Sequence[Rule], host: str, port: int, address: IPAddress) -> 
     if embedded is not None:
         candidates.append(embedded)
     for rule in rules:
-        if isinstance(rule, AddressRule) and rule.port in (None, port):
-            if any(a.version == rule.network.version and a in rule.network for a in candidates):
-                return None  # named explicitly
+        if (
+            isinstance(rule, AddressRule)
+            and rule.port in (None, port)
+            and any(a.version == rule.network.version and a in rule.network for a in candidates)
+        ):
+            return None  # named explicitly
     reason = forbidden_reason(address)
     if reason is not None:
         return f"{address} {reason}"

@@ -64,7 +64,7 @@ class HostFunction:
         except ToolError as exc:
             verdict = _VERDICTS.get(exc.kind, "error")
             return self._reply(start, request, verdict, exc.message, exc, exc.kind)
-        except Exception as exc:  # a host function's failure must not take the host down
+        except Exception as exc:  # noqa: BLE001 - a host function's failure must not take the host down
             return self._reply(start, request, "error", f"host function {self.name} failed", exc)
         try:
             payload = _abi.ok(value)

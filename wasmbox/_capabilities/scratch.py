@@ -226,7 +226,7 @@ def _on_tick(
             return _stop(context, ErrorKind.TIMEOUT, _outcome.deadline_message(state.manifest.limits))
         if watch.over():
             return _stop(context, ErrorKind.OUTPUT_LIMIT, watch.message)
-    except BaseException as exc:  # never unwind into Wasmtime
+    except BaseException as exc:  # noqa: BLE001 - never unwind into Wasmtime
         return _stop(context, ErrorKind.HOST_ERROR, _call.callback_failed(context, "scratch check", exc))
     delta[0] = 1
     kind[0] = _store.EPOCH_CONTINUE

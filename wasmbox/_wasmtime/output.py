@@ -101,5 +101,5 @@ def _write(handle: int | None, data: ctypes._Pointer[ctypes.c_ubyte], size: int)
         if output is None:  # the call is over: nobody is listening any more
             return -errno.EPIPE
         return output.write(ctypes.string_at(data, size))
-    except BaseException:  # never unwind into Wasmtime
+    except BaseException:  # noqa: BLE001 - never unwind into Wasmtime
         return -errno.EIO

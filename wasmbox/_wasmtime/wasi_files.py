@@ -177,14 +177,15 @@ def _forward(
     name: str,
 ) -> int:
     """Serve `name` for the guest: its bookkeeping (`_BOOKKEEPING`) around Wasmtime's own
-    function. Returns 0; a trap in Wasmtime's function stops the guest as if it had trapped."""
+    function. Returns 0; a trap or Wasmtime error (in Wasmtime's function, or finding the
+    guest's memory) stops the guest as if it had trapped."""
     state = _call.current()
-    if state.files is None:
-        ref = _guards.get(handle)
-        guard = ref() if ref is not None else None
-        assert guard is not None  # its runner is alive while its calls run
-        state.files = guard.forwarder(caller, context)
     try:
+        if state.files is None:
+            ref = _guards.get(handle)
+            guard = ref() if ref is not None else None
+            assert guard is not None  # its runner is alive while its calls run
+            state.files = guard.forwarder(caller, context)
         _BOOKKEEPING[name](state.files, _Wasi(context, state.files.functions[name], values, count))
     except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
         error = _outcome.from_trap(exc, state.manifest.limits)

@@ -193,19 +193,18 @@ def _plan(
         job.run = partial(tool.call, prepare_args(args, tool.parameters))
         return
     if job.name == RUN_PYTHON and python is not False:
-        args = prepare_args(args, RUN_PYTHON_SCHEMA)
-        problem = _schema.validate(args, RUN_PYTHON_SCHEMA)
-        if problem is not None:
-            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
-        else:
-            grants = None if python is True else python
-            job.run = partial(box.run_python, args["code"], grants)
+        grants = None if python is True else python  # read when the job runs, on its thread
+        job.run = partial(_run_python, box, grants, prepare_args(args, RUN_PYTHON_SCHEMA))
         return
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
     listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
     job.result = CallResult.failed(
         job.name, ErrorKind.INVALID_ARGUMENTS, f"no tool named {job.name[:_NAME_SHOWN]!r}; the tools are: {listed or '(none)'}"
     )
+
+
+def _run_python(box: Sandbox, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
+    return box.interpreter(grants).call(args)
 
 
 def _arguments(raw: Any, parse: bool) -> tuple[dict[str, Any], str | None]:

@@ -49,7 +49,7 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
         value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
     except FramingError:
         raise
-    except Exception as exc:  # msgpack raises many unrelated types on garbage
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many unrelated types on garbage
         detail = f": {exc}" if str(exc) else ""
         raise FramingError(f"not MessagePack: {type(exc).__name__}{detail}"[:200]) from None
     check_depth(value)

@@ -246,7 +246,7 @@ class PythonRuntimeRunner:
         try:
             function = self._host_functions.get(name) if granted else None
             return _call.serve_host_call(context, name, args, function).payload
-        except BaseException as exc:  # must not escape into the C callback
+        except BaseException as exc:  # noqa: BLE001 - must not escape into the C callback
             return _abi.error(_call.callback_failed(context, name, exc))
 
 
@@ -398,7 +398,7 @@ class _Housekeeper:
                     item.close()
                 else:
                     self._prepare(*item)
-            except Exception:  # noqa: BLE001 - housekeeping must outlive any one failure
+            except Exception:  # noqa: BLE001, S110 - housekeeping must outlive any one failure
                 pass
             del task, item  # hold nothing (a store, the runner) while waiting for the next
 
@@ -419,6 +419,21 @@ class _Housekeeper:
             self._tasks.put(None)
             if threading.current_thread() is not self._thread:  # (a finalizer may run on it)
                 self._thread.join()
+
+
+class PythonSnippetRunner:
+    """A `run_python` grant set: each call runs the snippet in its args' `code`."""
+
+    kind = ToolKind.PYTHON
+
+    def __init__(self, runtime: PythonRuntimeRunner, grants: Manifest, key: str) -> None:
+        self._runtime = runtime
+        self._grants = grants
+        self._key = key  # `grants.digest()`
+
+    def call(self, call: CallInput) -> CallResult:
+        # the Tool checked the args against `{"code": str}`
+        return self._runtime.call(self._grants, self._key, {"mode": "code", "code": call.args["code"]})
 
 
 class PythonToolRunner:
