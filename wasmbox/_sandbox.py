@@ -23,6 +23,7 @@ from wasmtime.component import Component
 from . import _abi, _call, _grants
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
+from ._backends.python.session import Session, SessionLimits, SessionTable
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
@@ -144,7 +145,8 @@ class Sandbox:
     `cache_max_bytes` caps the compile cache (an int or "4GiB"; None: no cap; default
     `$WASMBOX_CACHE_MAX` or 2 GiB): least recently used entries are evicted after each store.
     `progress` gets a line before and after the compile of a module of 8 MiB or more (default:
-    stderr; None: silent).
+    stderr; None: silent). `max_sessions` caps the sessions open at once (`session`), and
+    `session_limits` are their totals unless `session` is given others.
     """
 
     def __init__(
@@ -161,7 +163,11 @@ class Sandbox:
         package_wheels: str | os.PathLike[str] | None = None,
         cache_max_bytes: int | str | None | _Default = _Default.CACHE_MAX,
         progress: Progress | None = stderr_progress,
+        max_sessions: int = 8,
+        session_limits: SessionLimits | None = None,
     ) -> None:
+        self._sessions = SessionTable(max_sessions)
+        self._session_limits = session_limits if session_limits is not None else SessionLimits()
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
         directory = default_cache_dir() if isinstance(cache_dir, _Default) else cache_dir
@@ -531,23 +537,7 @@ class Sandbox:
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
         """
-        if manifest is None:
-            grants, key = _NO_GRANTS, _NO_GRANTS_DIGEST
-        else:
-            grants = Manifest.load(manifest)
-            if grants.runtime != "python" or grants.source is not None:
-                raise ManifestError(
-                    f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
-                    "and no source"
-                )
-            self._check_host_functions(grants)
-            self._install_packages(grants)
-            key = grants.digest()
-            if grants.preopens:
-                with self._lock:
-                    held = key in self._python_grants
-                if not held:
-                    self._reserve_python_grants(grants, key)
+        grants, key = self._python_grant_set(manifest)
         if not isinstance(code, str):
             result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         else:
@@ -556,6 +546,59 @@ class Sandbox:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(result, key, digest, {}, grants.limits)
         return result
+
+    def _python_grant_set(self, manifest: ManifestSource | None) -> tuple[Manifest, str]:
+        """A run_python grant set, checked, its packages installed and its grants held, with
+        its digest. Raises what `run_python` does."""
+        if manifest is None:
+            return _NO_GRANTS, _NO_GRANTS_DIGEST
+        grants = Manifest.load(manifest)
+        if grants.runtime != "python" or grants.source is not None:
+            raise ManifestError(
+                f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
+                "and no source"
+            )
+        self._check_host_functions(grants)
+        self._install_packages(grants)
+        key = grants.digest()
+        if grants.preopens:
+            with self._lock:
+                held = key in self._python_grants
+            if not held:
+                self._reserve_python_grants(grants, key)
+        return grants, key
+
+    def session(
+        self, manifest: ManifestSource | None = None, *, name: str | None = None,
+        limits: SessionLimits | None = None,
+    ) -> Session:  # fmt: skip
+        """A `Session`: `run_python` runs that share one interpreter (variables, imports and
+        files in its scratch `/tmp` persist), under `manifest`'s grants and per-call limits
+        and `limits`' totals (default: the Sandbox's `session_limits`). With `name`, the live
+        session of that name is returned if it has these grants (SessionError if it has
+        others: a session is never shared between grant sets), else a new one is opened.
+        Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
+        manifest. README: "Sessions" has the failure rule and the costs."""
+        grants, key = self._python_grant_set(manifest)
+        runtime = self.python_runtime()
+        totals = limits if limits is not None else self._session_limits
+        if not isinstance(totals, SessionLimits):
+            raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
+        if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
+            raise ValueError("a session name is a non-empty str of at most 200 characters")
+        return self._sessions.open(name, key, lambda: Session(
+            self._sessions, runtime, grants, key, name, totals, self._auditor, self._executor,
+        ))  # fmt: skip
+
+    async def asession(
+        self, manifest: ManifestSource | None = None, *, name: str | None = None,
+        limits: SessionLimits | None = None,
+    ) -> Session:  # fmt: skip
+        """`session` on the Sandbox's worker threads (opening one makes an instance)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.session, manifest, name=name, limits=limits))
 
     def _reserve_python_grants(self, grants: Manifest, key: str) -> None:
         """Hold a run_python grant set for the Sandbox's lifetime (later grant sets and tools
@@ -661,6 +704,7 @@ class Sandbox:
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
         with self._python_lock, self._lock:
             self._closed = True
+        self._sessions.close()
         idle = self._ticker.close()
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
