@@ -67,6 +67,7 @@ from .integrations._formats import (
     RUN_PYTHON_ANNOTATIONS,
     RUN_PYTHON_DESCRIPTION,
     RUN_PYTHON_SCHEMA,
+    RUN_PYTHON_SESSION_DESCRIPTION,
     SpecFormat,
     StrictMode,
 )
@@ -598,7 +599,8 @@ class Sandbox:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.session, manifest, name=name, limits=limits))
+        opening = partial(self.session, manifest, name=name, limits=limits)
+        return await loop.run_in_executor(self._executor, opening)
 
     def _reserve_python_grants(self, grants: Manifest, key: str) -> None:
         """Hold a run_python grant set for the Sandbox's lifetime (later grant sets and tools
@@ -618,17 +620,20 @@ class Sandbox:
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
-    ) -> list[dict[str, Any]]:
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
+        session: bool = False,
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
-        when given `python=`)."""
+        when given `python=`), described as keeping its state with `session` (for dispatch's
+        `session=`)."""
         specs = [tool.spec(format, strict=strict) for tool in self.tools.values()]
         if python:
             if RUN_PYTHON in self._tools:
                 raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
             specs.append(_formats.tool_spec(
-                RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
+                RUN_PYTHON, RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION,
+                RUN_PYTHON_SCHEMA, format, strict,
                 RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
             ))  # fmt: skip
         return specs
@@ -641,6 +646,7 @@ class Sandbox:
         python: bool | ManifestSource = False,
         max_calls: int | None = None,
         deadline_s: float | None = None,
+        session: str | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -651,12 +657,14 @@ class Sandbox:
         Bad JSON, an unknown tool name and arguments that fail the schema become error results
         the model can read (README: "Tool results"); so do calls past `max_calls`, and calls
         not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
-        (True: no grants; or the grant manifest for `run_python`). Raises TypeError when
+        (True: no grants; or the grant manifest for `run_python`); with `session` (a name the
+        caller gives its conversation), to that `Sandbox.session`, one after another in the
+        order sent (a session that ended is said so once, then replaced). Raises TypeError when
         `calls` holds something that is not a call of `format` at all, ValueError for a bad
         format or budget.
         """
         return _dispatch.dispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s, session=session
         )
 
     async def adispatch(
@@ -667,10 +675,11 @@ class Sandbox:
         python: bool | ManifestSource = False,
         max_calls: int | None = None,
         deadline_s: float | None = None,
+        session: str | None = None,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s, session=session
         )
 
     @property

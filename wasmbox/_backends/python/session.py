@@ -20,6 +20,7 @@ thread. `max_sessions` bounds what an unswept session can hold.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import threading
@@ -95,11 +96,12 @@ class Session:
         self._time = 0.0
         self._opened = self._last = table.clock()
         self._ended: str | None = None
-        self._reported = False  # whether a run's result told of the end
+        self._reported = False  # whether a run's result or a raised error told of the end
         spare = runner._prepare(manifest)
         if spare.error is not None:
             spare.discard()
-            raise SessionError(f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}")
+            message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
+            raise SessionError(message)
         self._spare: _Spare | None = spare
 
     # -- totals (read-only) ----------------------------------------------------------------
@@ -172,6 +174,7 @@ class Session:
             elif self._time >= self.limits.time:
                 self._end(f"its runs took its {self.limits.time:g} s (SessionLimits.time)")
         if self._ended is not None:
+            self._reported = True  # (the caller is told now)
             raise SessionEndedError(self.name, self._ended)
 
     def _run(self, code: str) -> CallResult:
@@ -240,13 +243,12 @@ class Session:
         if self._ended is not None or not self._lock.acquire(blocking=False):
             return
         try:
-            if not self._running:
-                now = self._table.clock()
-                if now - self._last >= self.limits.idle or now - self._opened >= self.limits.lifetime:
-                    try:
-                        self._check_open()
-                    except SessionEndedError:
-                        pass
+            now = self._table.clock()
+            expired = now - self._last >= self.limits.idle or now - self._opened >= self.limits.lifetime
+            if not self._running and expired:
+                with contextlib.suppress(SessionEndedError):
+                    self._check_open()
+                self._reported = False  # (no caller was told)
         finally:
             self._lock.release()
 
@@ -267,7 +269,9 @@ class Session:
         return f"<Session {self.name!r} ({state})>"
 
 
-def run_once(runner: PythonRuntimeRunner, spare: _Spare, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
+def run_once(
+    runner: PythonRuntimeRunner, spare: _Spare, manifest: Manifest, code: str
+) -> tuple[CallResult, bool]:
     """One run in a session's instance, which stays open: its result, and whether the guest
     returned (False: it was stopped, by a trap or a host verdict, part way)."""
     started = time.perf_counter()
@@ -279,7 +283,8 @@ def run_once(runner: PythonRuntimeRunner, spare: _Spare, manifest: Manifest, cod
         payload = encode_request(request, limits.output)
     except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
         message = f"code cannot be encoded: {exc}"
-        return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, message, time.perf_counter() - started), True
+        took = time.perf_counter() - started
+        return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, message, took), True
     ticker = runner._ticker
     ticker.enter()
     try:
