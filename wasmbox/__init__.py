@@ -7,7 +7,6 @@
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._backends.python.session import Session, SessionLimits
-from ._engine import EngineSettings
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -34,6 +33,7 @@ from ._manifest import Limits, Manifest, Preopen
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._tool import Tool
+from ._wasmtime.engine import EngineSettings
 
 __version__ = "0.1.0"
 

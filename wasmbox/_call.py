@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -18,24 +17,16 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _grants
-from ._component_io import REPLY_MAX
-from ._engine import EpochTicker
+from . import _outcome
+from ._capabilities import grants as _grants
+from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
 from ._errors import ErrorKind, WasmboxError
-from ._hostfuncs import HostFunction, HostReply, refusal
 from ._manifest import Limits, Manifest, Preopen
-from ._output import Output, sniff, views
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
+from ._wasmtime.engine import EpochTicker
+from ._wasmtime.output import Output, sniff, views
 
-# A guest that turns a failed allocation into its own error says so in words like these.
-_OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
-# Wasmtime's words for a store limit refusing memory (linear, table, or the GC heap).
-_OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap out of memory")
-# Wasmtime's words when a component hands the host more than its per-call copy budget.
-_HOSTCALL_FUEL = "fuel allocated for hostcalls has been exhausted"
-# Failures that a guest may show because its output was cut: the cut is then the cause.
-_MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
 
 
@@ -274,52 +265,12 @@ def check_preopens(manifest: Manifest) -> None:
         os.close(open_preopen(preopen))
 
 
-def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:
-    """The error kind of a trap or Wasmtime error (core traps carry a code, component errors
-    only text)."""
-    text = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
-    code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
-    if code is wasmtime.TrapCode.OUT_OF_FUEL or "all fuel consumed" in text:
-        return CallError(kind=ErrorKind.OUT_OF_FUEL, message=f"used all {limits.fuel:,} units of fuel")
-    if code is wasmtime.TrapCode.INTERRUPT or "wasm trap: interrupt" in text:
-        return CallError(kind=ErrorKind.TIMEOUT, message=deadline_message(limits))
-    message = cause(text)
-    if _HOSTCALL_FUEL in message:  # a list<u8> from a component over what Wasmtime copies
-        return CallError(
-            kind=ErrorKind.OUTPUT_LIMIT,
-            message=f"the guest handed the host more than the {REPLY_MAX} bytes Wasmtime copies "
-            "from a component at once",
-        )
-    if any(words in message for words in _OVER_MEMORY_CAP):
-        return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
-    if "maximum concurrent limit" in message:  # the pooling allocator's slots are all in use
-        return CallError(
-            kind=ErrorKind.HOST_ERROR,
-            message=f"the Sandbox is at capacity ({message}; see EngineSettings.pool_slots)",
-        )
-    return CallError(kind=ErrorKind.TRAP, message=message)
-
-
-def deadline_message(limits: Limits) -> str:
-    return f"exceeded the {limits.timeout:g}s deadline"
-
-
 def check_result_size(size: int, cap: int) -> None:
     """Failure `output_limit` when a result of `size` bytes is over the output cap."""
     if size > cap:
         raise Failure(
             ErrorKind.OUTPUT_LIMIT, f"result of {size} bytes exceeds the {format_size(cap)} output cap"
         )
-
-
-def cause(text: str) -> str:
-    """The line of a Wasmtime error that says what went wrong (not the backtrace)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if "Caused by:" in lines:
-        rest = lines[lines.index("Caused by:") + 1 :]
-        if rest:
-            return re.sub(r"^\d+:\s*", "", rest[0])[:500]
-    return (lines[0] if lines else "unknown error")[:500]
 
 
 def finish(
@@ -333,30 +284,19 @@ def finish(
     peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
     files: dict[str, bytes] | None = None,
+    scratch_over: str | None = None,
 ) -> CallResult:
-    """The CallResult of a finished call: the host's own verdicts first, then the guest's.
+    """The CallResult of a finished call, its error decided by `_outcome.decide` from `error`
+    (what the guest's run ended with) and the rest of the evidence.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
     call's Store in a reference cycle until the garbage collector runs. `files` are the output
     files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
-    if state.abort is not None:
-        error = state.abort
-    elif error is not None and error.kind in (ErrorKind.GUEST_ERROR, ErrorKind.TRAP):
-        if error.kind is ErrorKind.GUEST_ERROR and state.failure is not None:
-            error = CallError(kind=state.failure, message=error.message)
-        else:
-            says_oom = error.kind is ErrorKind.GUEST_ERROR and bool(_OOM_WORDING.search(error.message))
-            if says_oom or (peak_memory is not None and near_cap(peak_memory, limits.memory)):
-                suffix = "" if says_oom else " (memory cap reached)"
-                error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message + suffix)
-    truncated = stdout.truncated or stderr.truncated
-    if truncated and (error is None or error.kind in _MAY_FOLLOW_TRUNCATION):
-        which = "stdout" if stdout.truncated else "stderr"
-        error = CallError(
-            kind=ErrorKind.OUTPUT_LIMIT,
-            message=f"{which} exceeded the {format_size(limits.output)} output cap",
-        )
+    truncated = "stdout" if stdout.truncated else "stderr" if stderr.truncated else None
+    error = _outcome.decide(
+        _outcome.Evidence(limits, error, state.abort, state.failure, peak_memory, truncated, scratch_over)
+    )
     fuel = fuel_left(store._context()) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
     (close or close_store)(store)
     if state.reraise is not None:
@@ -376,7 +316,7 @@ def finish(
         stderr_bytes=err_bytes,
         files=files,
         media_types=media_types(state.manifest, out, files) if out or files else {},
-        truncated=truncated,
+        truncated=truncated is not None,
         fuel_used=limits.fuel - fuel,
         duration_s=time.perf_counter() - started,
         peak_memory=peak_memory,
@@ -421,7 +361,3 @@ def close_store(store: wasmtime.Store) -> None:
     store._Store__context = None  # type: ignore[attr-defined]
     ffi.wasmtime_store_delete(ptr)
 
-
-def near_cap(memory_size: int, cap: int) -> bool:
-    """A memory of `memory_size` bytes cannot grow by another 64 KiB page under `cap`."""
-    return memory_size + 65536 > cap

@@ -33,14 +33,15 @@ from typing import Annotated, Any
 import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ... import _call, _component_io
+from ... import _call, _outcome
 from ..._audit import Auditor
 from ..._call import Failure
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
-from ..._python_runner import PythonRuntimeRunner, _Spare, encode_request
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
+from ..._wasmtime import component_io as _component_io
+from .runner import PythonRuntimeRunner, _Spare, encode_request
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
@@ -295,6 +296,7 @@ def run_once(
         returned = False
         value: Any = None
         error: CallError | None = None
+        scratch_over: str | None = None
         try:
             _call.check_preopens(manifest)
             with _call.running(state):
@@ -307,13 +309,14 @@ def run_once(
         except Failure as failure:
             error = failure.error
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _call.classify(exc, limits)
+            error = _outcome.from_trap(exc, limits)
         finally:
             if spare.scratch is not None:
-                error = spare.scratch.settle(error)
+                scratch_over = spare.scratch.settle()
         result = _call.finish(
-            state, spare.store, started, value, error, spare.stdout, spare.stderr, None, close=_keep_open
-        )
+            state, spare.store, started, value, error, spare.stdout, spare.stderr, None,
+            close=_keep_open, scratch_over=scratch_over,
+        )  # fmt: skip
         return result, returned
     finally:
         ticker.leave()
