@@ -308,3 +308,29 @@ def test_mcp_sessions_are_named_by_the_server(box: wasmbox.Sandbox) -> None:
     asyncio.run(asyncio.wait_for(main(), 60))
     with pytest.raises(ValueError, match="give python= too"):
         wasmbox_mcp.build_server(box, sessions=True)
+
+
+def test_mcp_serve_sessions_over_stdio(cache_dir: Path) -> None:
+    """`wasmbox mcp serve --python --sessions`, driven by the real MCP client over stdio."""
+    pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
+    import os
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    with wasmbox.Sandbox(cache_dir=cache_dir) as warm:
+        warm.python_runtime()  # (built in this cache already: the server only loads it)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "wasmbox", "mcp", "serve", "--python", "--sessions"],
+        env={"WASMBOX_CACHE_DIR": str(cache_dir), "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+
+    async def run() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            first = await client.call_tool("run_python", {"code": "import math\nr = 3"})
+            name = first.content[-1].text.removeprefix("session: ")  # type: ignore[union-attr]
+            area = await client.call_tool("run_python", {"code": "round(math.pi * r * r, 1)", "session": name})
+            assert area.content[0].text == "28.3"  # type: ignore[union-attr]
+
+    asyncio.run(asyncio.wait_for(run(), 300))
