@@ -141,6 +141,11 @@ def test_the_total_calls_and_time_end_the_session(box: wasmbox.Sandbox) -> None:
     spin = timed.run("while True: pass")  # its deadline is what is left of the session's time
     assert spin.error is not None and spin.error.kind is ErrorKind.TIMEOUT
     assert "exceeded the 0.4s deadline" in spin.error.message and timed.closed
+    with pytest.raises(ValueError, match="calls"):
+        SessionLimits(calls=0)
+    assert SessionLimits(time="5m", idle="90s").time == 300
+    with pytest.raises(TypeError, match="SessionLimits"):
+        box.session(limits={"calls": 3})  # type: ignore[arg-type]
 
 
 def test_idle_and_lifetime_end_a_session_lazily(box: wasmbox.Sandbox) -> None:

@@ -34,7 +34,7 @@ import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ... import _call, _outcome
-from ..._audit import Auditor
+from ..._audit import Auditor, args_digest
 from ..._call import Failure
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
@@ -148,7 +148,7 @@ class Session:
                 self._running = False
                 self._last = self._table.clock()
         if self._auditor.enabled:
-            digest = _sha256(code) if isinstance(code, str) else "0" * 64
+            digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(
                 result, self.manifest_digest, digest, {}, self._manifest.limits,
                 session=self.name, session_id=self.id,
