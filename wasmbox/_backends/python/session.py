@@ -290,7 +290,8 @@ def run_once(
     ticker.enter()
     try:
         state = _call.CallState.start(manifest, started)
-        _call.renew(spare.store._context(), limits, ticker)
+        spare.manifest = manifest  # (this run's limits: fuel and a deadline from now)
+        spare.renew(ticker)
         spare.stdout.reset(limits.output)
         spare.stderr.reset(limits.output)
         returned = False
