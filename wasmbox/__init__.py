@@ -6,6 +6,7 @@
 """
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
+from ._backends.python.session import Session, SessionLimits
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -18,6 +19,8 @@ from ._errors import (
     MemoryLimitError,
     OutOfFuelError,
     OutputLimitError,
+    SessionEndedError,
+    SessionError,
     StrictSchemaError,
     StrictSchemaWarning,
     ToolError,
@@ -56,6 +59,10 @@ __all__ = [
     "OutputLimitError",
     "Preopen",
     "Sandbox",
+    "Session",
+    "SessionEndedError",
+    "SessionError",
+    "SessionLimits",
     "StrictSchemaError",
     "StrictSchemaWarning",
     "Tool",

@@ -67,6 +67,8 @@ class AuditRecord:
     stderr_bytes: int
     truncated: bool
     host_calls: tuple[HostCallRecord, ...]
+    session: str | None = None  # a session run's: the session's name, and its unique id
+    session_id: str | None = None
 
     @property
     def refused(self) -> list[HostCallRecord]:
@@ -106,9 +108,12 @@ class Auditor:
         code_digest: str,
         args: object,
         limits: Limits,
+        *,
+        session: str | None = None,
+        session_id: str | None = None,
     ) -> None:
-        """Deliver the record of `result` to every sink. Never raises: a failing sink is
-        logged, and the call's result stands."""
+        """Deliver the record of `result` (of a run of `session`, if given) to every sink.
+        Never raises: a failing sink is logged, and the call's result stands."""
         record = AuditRecord(
             seq=next(self._seq), time=time.time(), tool=result.tool,
             manifest_digest=manifest_digest, code_digest=code_digest, args_digest=args_digest(args),
@@ -118,6 +123,7 @@ class Auditor:
             fuel_used=result.fuel_used, duration_s=result.duration_s, peak_memory=result.peak_memory,
             stdout_bytes=_utf8_size(result.stdout), stderr_bytes=_utf8_size(result.stderr),
             truncated=result.truncated, host_calls=tuple(result.host_calls),
+            session=session, session_id=session_id,
         )  # fmt: skip
         for sink, deliver in self._sinks:
             try:

@@ -35,6 +35,20 @@ class CapabilityError(WasmboxError):
     """A module asks for more than its manifest grants, or a grant cannot be honoured."""
 
 
+class SessionError(WasmboxError):
+    """A session cannot be opened: too many are live (`max_sessions`), or its name is taken
+    by a session under other grants, or the runtime could not make its instance."""
+
+
+class SessionEndedError(SessionError):
+    """The session has ended (closed, failed run, budget spent, idle or too old); `reason`
+    says which. Its state is gone: open a new session."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"session {name!r} has ended: {reason}")
+        self.reason = reason
+
+
 class StrictSchemaError(WasmboxError, ValueError):
     """A tool's schema has no form in a provider's strict mode (`Tool.spec(strict=True)`);
     the message names the part of the schema and why."""

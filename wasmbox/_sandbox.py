@@ -39,6 +39,7 @@ from ._backends.python.runner import (
     PythonSnippetRunner,
     PythonToolRunner,
 )
+from ._backends.python.session import Session, SessionLimits, SessionTable
 from ._backends.python.signature import signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
@@ -74,6 +75,7 @@ from .integrations._formats import (
     RUN_PYTHON_ANNOTATIONS,
     RUN_PYTHON_DESCRIPTION,
     RUN_PYTHON_SCHEMA,
+    RUN_PYTHON_SESSION_DESCRIPTION,
     SpecFormat,
     StrictMode,
 )
@@ -114,7 +116,8 @@ class Sandbox:
     `cache_max_bytes` caps the compile cache (an int or "4GiB"; None: no cap; default
     `$WASMBOX_CACHE_MAX` or 2 GiB): least recently used entries are evicted after each store.
     `progress` gets a line before and after the compile of a module of 8 MiB or more (default:
-    stderr; None: silent).
+    stderr; None: silent). `max_sessions` caps the sessions open at once (`session`), and
+    `session_limits` are their totals unless `session` is given others.
     """
 
     def __init__(
@@ -131,7 +134,11 @@ class Sandbox:
         package_wheels: str | os.PathLike[str] | None = None,
         cache_max_bytes: int | str | None | _Default = _Default.CACHE_MAX,
         progress: Progress | None = stderr_progress,
+        max_sessions: int = 8,
+        session_limits: SessionLimits | None = None,
     ) -> None:
+        self._sessions = SessionTable(max_sessions)
+        self._session_limits = session_limits if session_limits is not None else SessionLimits()
         self.settings = settings or EngineSettings()
         self.engine = make_engine(self.settings)
         directory = default_cache_dir() if isinstance(cache_dir, _Default) else cache_dir
@@ -161,7 +168,7 @@ class Sandbox:
         self._tool_grants: dict[str, int] = {}
         self._python_grants: dict[str, int] = {}
         self._interpreters: dict[str, Tool] = {}  # run_python's Tool without grants
-        self._interpreter_lock = threading.Lock()  # holds a run_python grant set's grants once
+        self._grant_set_lock = threading.Lock()  # holds a run_python grant set's grants once
         self._release_grants = weakref.finalize(self, _grants.release_owner, self._owner)
         self._allow_system_grants = allow_system_grants
         self._python_lock = threading.Lock()
@@ -505,25 +512,13 @@ class Sandbox:
         A grant set with preopens has its grants held for the Sandbox's life from its first
         use. Raises ManifestError for a manifest that is not a grant set, CapabilityError when
         its grants cannot be honoured (as `load`)."""
-        if manifest is None:
+        grants, key = self._python_grant_set(manifest)
+        if grants is _NO_GRANTS:
             with self._lock:
-                tool = self._interpreters.get(_NO_GRANTS_DIGEST)
-            return tool or self._new_interpreter(_NO_GRANTS, _NO_GRANTS_DIGEST)
-        grants = Manifest.load(manifest)
-        if grants.runtime != "python" or grants.source is not None:
-            raise ManifestError(f"{grants.name}: run_python takes a manifest with runtime = \"python\" and no source")
-        self._check_host_functions(grants)
-        self._install_packages(grants)
-        return self._new_interpreter(grants, grants.digest())
-
-    def _new_interpreter(self, grants: Manifest, key: str) -> Tool:
-        """The Tool of grant set `grants`; its grants held once per digest (under one lock, so
-        two threads' first calls of the same writable set do not refuse each other)."""
+                tool = self._interpreters.get(key)
+            if tool is not None:
+                return tool
         runtime = self.python_runtime()
-        if grants.preopens:
-            with self._interpreter_lock:
-                if key not in self._python_grants:
-                    self._python_grants[key] = self._reserve(grants)
         tool = Tool(
             grants, PythonSnippetRunner(runtime, grants, key), self._executor, self._auditor,
             manifest_digest=key, code_digest=runtime.key, args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA),
@@ -542,6 +537,59 @@ class Sandbox:
         """
         return self.interpreter(manifest).call({"code": code})
 
+    def _python_grant_set(self, manifest: ManifestSource | None) -> tuple[Manifest, str]:
+        """A run_python grant set, checked, its packages installed and its grants held, with
+        its digest. Raises what `run_python` does."""
+        if manifest is None:
+            return _NO_GRANTS, _NO_GRANTS_DIGEST
+        grants = Manifest.load(manifest)
+        if grants.runtime != "python" or grants.source is not None:
+            raise ManifestError(
+                f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
+                "and no source"
+            )
+        self._check_host_functions(grants)
+        self._install_packages(grants)
+        key = grants.digest()
+        if grants.preopens:  # under one lock, so two first uses of one writable set do not refuse each other
+            with self._grant_set_lock:
+                if key not in self._python_grants:
+                    self._python_grants[key] = self._reserve(grants)
+        return grants, key
+
+    def session(
+        self, manifest: ManifestSource | None = None, *, name: str | None = None,
+        limits: SessionLimits | None = None,
+    ) -> Session:  # fmt: skip
+        """A `Session`: `run_python` runs that share one interpreter (variables, imports and
+        files in its scratch `/tmp` persist), under `manifest`'s grants and per-call limits
+        and `limits`' totals (default: the Sandbox's `session_limits`). With `name`, the live
+        session of that name is returned if it has these grants (SessionError if it has
+        others: a session is never shared between grant sets), else a new one is opened.
+        Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
+        manifest. README: "Sessions" has the failure rule and the costs."""
+        grants, key = self._python_grant_set(manifest)
+        runtime = self.python_runtime()
+        totals = limits if limits is not None else self._session_limits
+        if not isinstance(totals, SessionLimits):
+            raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
+        if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
+            raise ValueError("a session name is a non-empty str of at most 200 characters")
+        return self._sessions.open(name, key, lambda: Session(
+            self._sessions, runtime, grants, key, name, totals, self._auditor, self._executor,
+        ))  # fmt: skip
+
+    async def asession(
+        self, manifest: ManifestSource | None = None, *, name: str | None = None,
+        limits: SessionLimits | None = None,
+    ) -> Session:  # fmt: skip
+        """`session` on the Sandbox's worker threads (opening one makes an instance)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        opening = partial(self.session, manifest, name=name, limits=limits)
+        return await loop.run_in_executor(self._executor, opening)
+
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
@@ -550,17 +598,20 @@ class Sandbox:
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
-    ) -> list[dict[str, Any]]:
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
+        session: bool = False,
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
-        when given `python=`)."""
+        when given `python=`), described as keeping its state with `session` (for dispatch's
+        `session=`)."""
         specs = [tool.spec(format, strict=strict) for tool in self.tools.values()]
         if python:
             if RUN_PYTHON in self._tools:
                 raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
             specs.append(_formats.tool_spec(
-                RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
+                RUN_PYTHON, RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION,
+                RUN_PYTHON_SCHEMA, format, strict,
                 RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
             ))  # fmt: skip
         return specs
@@ -573,6 +624,7 @@ class Sandbox:
         python: bool | ManifestSource = False,
         max_calls: int | None = None,
         deadline_s: float | None = None,
+        session: str | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -583,12 +635,14 @@ class Sandbox:
         Bad JSON, an unknown tool name and arguments that fail the schema become error results
         the model can read (README: "Tool results"); so do calls past `max_calls`, and calls
         not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
-        (True: no grants; or the grant manifest for `run_python`). Raises TypeError when
+        (True: no grants; or the grant manifest for `run_python`); with `session` (a name the
+        caller gives its conversation), to that `Sandbox.session`, one after another in the
+        order sent (a session that ended is said so once, then replaced). Raises TypeError when
         `calls` holds something that is not a call of `format` at all, ValueError for a bad
         format or budget.
         """
         return _dispatch.dispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s, session=session
         )
 
     async def adispatch(
@@ -599,10 +653,11 @@ class Sandbox:
         python: bool | ManifestSource = False,
         max_calls: int | None = None,
         deadline_s: float | None = None,
+        session: str | None = None,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s, session=session
         )
 
     @property
@@ -636,6 +691,7 @@ class Sandbox:
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
         with self._python_lock, self._lock:
             self._closed = True
+        self._sessions.close()
         idle = self._ticker.close()
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it

@@ -85,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("manifests", type=Path, nargs="*", help="the tools' manifests")
     serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
     serve.add_argument(
+        "--sessions", action="store_true",
+        help="run_python calls of one client connection share one interpreter (a session)",
+    )  # fmt: skip
+    serve.add_argument(
         "--python-grants", type=Path, metavar="MANIFEST",
         help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
     )  # fmt: skip
@@ -296,6 +300,9 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     if not options.manifests and not (options.python or options.python_grants):
         print("wasmbox: nothing to serve: give manifests, or --python", file=sys.stderr)
         return 2
+    if options.sessions and not (options.python or options.python_grants):
+        print("wasmbox: --sessions is for run_python: add --python", file=sys.stderr)
+        return 2
     if options.transport == "http" and not mcp.is_loopback(options.host):
         if not options.allow_remote:
             print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
@@ -319,11 +326,11 @@ def _mcp_serve(options: argparse.Namespace) -> int:
             print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)
 
         if options.transport == "stdio":
-            serve = mcp.serve_stdio(box, python=python)
+            serve = mcp.serve_stdio(box, python=python, sessions=options.sessions)
         else:
             serve = mcp.serve_http(
                 box, python=python, host=options.host, port=options.port,
-                allow_remote=options.allow_remote, on_listening=listening,
+                allow_remote=options.allow_remote, on_listening=listening, sessions=options.sessions,
             )  # fmt: skip
         try:
             asyncio.run(serve)

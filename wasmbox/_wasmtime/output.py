@@ -33,6 +33,13 @@ class Output:
         self._chunks: list[bytes] = []
         self._id = 0
 
+    def reset(self, cap: int) -> None:
+        """Empty, with a new cap: the next run of a session that keeps this stream attached."""
+        self.cap = cap
+        self.size = 0
+        self.truncated = False
+        self._chunks = []
+
     def write(self, data: bytes) -> int:
         room = self.cap - self.size
         if len(data) > room:

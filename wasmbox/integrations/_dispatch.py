@@ -11,7 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _call, _schema
-from .._errors import ErrorKind
+from .._errors import ErrorKind, SessionEndedError, SessionError
 from .._manifest import ManifestSource
 from .._results import CallResult
 from ._content import Content, result_content
@@ -36,6 +36,7 @@ class _Job:
     result: CallResult | None = None
     run: Callable[[], CallResult] | None = None
     started: bool = field(default=False)
+    in_session: bool = False  # a run_python call of the dispatch's session
 
 
 def dispatch(
@@ -46,11 +47,12 @@ def dispatch(
     python: bool | ManifestSource = False,
     max_calls: int | None = None,
     deadline_s: float | None = None,
+    session: str | None = None,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.dispatch`."""
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls)
-    runnable = [job for job in jobs if job.result is None]
+    jobs = _jobs(box, calls, format, python, max_calls, session, deadline)
+    runnable = [job for job in jobs if job.result is None and job.run is not None]
     if (len(runnable) == 1 and deadline is None) or _call.inside_call():
         # no thread hop for the common single call; and from inside a call (a host function),
         # one by one on this thread: waiting on the workers from one of them could deadlock
@@ -66,7 +68,7 @@ def dispatch(
             else:
                 future.cancel()
                 job.result = _late(job, deadline_s)
-    return [_reply(job, format) for job in jobs]
+    return [_reply(job, format, deadline_s) for job in jobs]
 
 
 async def adispatch(
@@ -77,15 +79,16 @@ async def adispatch(
     python: bool | ManifestSource = False,
     max_calls: int | None = None,
     deadline_s: float | None = None,
+    session: str | None = None,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.adispatch`."""
     import asyncio  # lazily, as in Tool.acall
 
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls)
-    runnable = [job for job in jobs if job.result is None]
+    jobs = _jobs(box, calls, format, python, max_calls, session, deadline)
+    runnable = [job for job in jobs if job.result is None and job.run is not None]
     if not runnable:
-        return [_reply(job, format) for job in jobs]
+        return [_reply(job, format, deadline_s) for job in jobs]
     loop = asyncio.get_running_loop()
     tasks = [loop.run_in_executor(box._executor, _run, job, deadline) for job in runnable]
     if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
@@ -100,27 +103,34 @@ async def adispatch(
             else:
                 task.cancel()
                 job.result = _late(job, deadline_s)
-    return [_reply(job, format) for job in jobs]
+    return [_reply(job, format, deadline_s) for job in jobs]
 
 
-def call_one(box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False) -> CallResult:
+def call_one(
+    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None
+) -> CallResult:
     """One model tool call by name, with `dispatch`'s rules (the adapters' path: MCP,
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
     text, or None. Never raises for the call's own faults."""
     job = _Job("", name)
-    _plan(job, args, "openai", box._tools, box, python)  # ("openai": JSON text is parsed); read only
+    _check_session(session, python)
+    # ("openai": JSON text is parsed); the tool table is read, not copied
+    _plan(job, args, "openai", box._tools, box, python, session)
     if job.result is not None:
         return job.result
     assert job.run is not None
     return job.run()
 
 
-async def acall_one(box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False) -> CallResult:
+async def acall_one(
+    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None
+) -> CallResult:
     """`call_one` on the Sandbox's worker threads."""
     import asyncio  # lazily, as in Tool.acall
 
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(box._executor, partial(call_one, box, name, args, python=python))
+    call = partial(call_one, box, name, args, python=python, session=session)
+    return await loop.run_in_executor(box._executor, call)
 
 
 def _deadline(deadline_s: float | None) -> float | None:
@@ -156,8 +166,15 @@ def _not_started(job: _Job) -> CallResult:
 
 
 def _jobs(
-    box: Sandbox, calls: Any, format: str, python: bool | ManifestSource, max_calls: int | None
+    box: Sandbox,
+    calls: Any,
+    format: str,
+    python: bool | ManifestSource,
+    max_calls: int | None,
+    session: str | None = None,
+    deadline: float | None = None,
 ) -> list[_Job]:
+    _check_session(session, python)
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
     if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
@@ -174,13 +191,55 @@ def _jobs(
                 f"{index + 1} of {len(parsed)}; ask for it again in a later turn",
             )  # fmt: skip
         else:
-            _plan(job, raw, format, tools, box, python)
+            _plan(job, raw, format, tools, box, python, session)
         jobs.append(job)
+    if session is not None:
+        _in_order([job for job in jobs if job.in_session and job.run is not None], deadline)
     return jobs
 
 
+def _check_session(session: str | None, python: bool | ManifestSource) -> None:
+    if session is None:
+        return
+    if not isinstance(session, str) or not session:
+        raise ValueError(f"session must be a non-empty str naming the conversation, got {session!r}")
+    if python is False:
+        raise ValueError("session= routes run_python calls to a session: give python= too")
+
+
+def _in_order(jobs: list[_Job], deadline: float | None) -> None:
+    """A session's calls of one turn run one after another, in the order the model sent them
+    (the first job runs them all; the others wait without a run of their own)."""
+    if len(jobs) < 2:
+        return
+    head, followers = jobs[0], jobs[1:]
+    runs = [(job, job.run) for job in followers]
+    first = head.run
+    assert first is not None
+
+    def run_all() -> CallResult:
+        result = first()
+        for job, run in runs:
+            if deadline is not None and time.monotonic() >= deadline:
+                break  # (left without a result: not started)
+            job.started = True
+            assert run is not None
+            job.result = run()
+        return result
+
+    head.run = run_all
+    for job in followers:
+        job.run = None
+
+
 def _plan(
-    job: _Job, raw: Any, format: str, tools: Mapping[str, Any], box: Sandbox, python: bool | ManifestSource
+    job: _Job,
+    raw: Any,
+    format: str,
+    tools: Mapping[str, Any],
+    box: Sandbox,
+    python: bool | ManifestSource,
+    session: str | None = None,
 ) -> None:
     """Decide how `job` runs, or its error result: arguments that are not a JSON object,
     an unknown tool."""
@@ -193,8 +252,17 @@ def _plan(
         job.run = partial(tool.call, prepare_args(args, tool.parameters))
         return
     if job.name == RUN_PYTHON and python is not False:
+        args = prepare_args(args, RUN_PYTHON_SCHEMA)
         grants = None if python is True else python  # read when the job runs, on its thread
-        job.run = partial(_run_python, box, grants, prepare_args(args, RUN_PYTHON_SCHEMA))
+        if session is None:  # checked by the interpreter Tool, like any tool's args
+            job.run = partial(_run_python, box, grants, args)
+            return
+        problem = _schema.validate(args, RUN_PYTHON_SCHEMA)
+        if problem is not None:
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        else:
+            job.run = partial(_session_run, box, session, grants, args["code"])
+            job.in_session = True
         return
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
     listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
@@ -205,6 +273,25 @@ def _plan(
 
 def _run_python(box: Sandbox, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
     return box.interpreter(grants).call(args)
+
+
+def _session_run(box: Sandbox, name: str, grants: ManifestSource | None, code: str) -> CallResult:
+    """A run of the conversation's session `name` (opened if there is none). When the
+    session ended without a run's result saying so (a total spent, idle), this call gets an
+    error result that says so, once, and the next call opens a new session."""
+    ended = box._sessions.take_unreported_end(name)
+    try:
+        if ended is None:
+            return box.session(grants, name=name).run(code)
+    except SessionEndedError as exc:  # (a total spent, found as this run began)
+        ended = exc.reason
+    except SessionError as exc:  # too many sessions
+        return CallResult.failed(RUN_PYTHON, ErrorKind.HOST_ERROR, f"not run: {exc}")
+    return CallResult.failed(
+        RUN_PYTHON, ErrorKind.HOST_ERROR,
+        f"not run: the session ended ({ended}); its variables and files are gone, and the next "
+        "run_python call starts a new session",
+    )  # fmt: skip
 
 
 def _arguments(raw: Any, parse: bool) -> tuple[dict[str, Any], str | None]:
@@ -262,8 +349,9 @@ def _get(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def _reply(job: _Job, format: str) -> dict[str, Any]:
-    assert job.result is not None
+def _reply(job: _Job, format: str, deadline_s: float | None = None) -> dict[str, Any]:
+    if job.result is None:  # a session's call its turn's deadline left unrun (`_in_order`)
+        job.result = _late(job, deadline_s)
     content = result_content(job.result)
     if format == "openai":  # (a tool message's content is text parts only)
         return {"role": "tool", "tool_call_id": job.call_id, "content": content.text}

@@ -35,6 +35,11 @@ RUN_PYTHON_DESCRIPTION = (
     "Run Python 3.14 code in a fresh sandboxed interpreter (no network, no files, no processes "
     "unless granted). Returns the value of the last expression, with anything printed."
 )
+RUN_PYTHON_SESSION_DESCRIPTION = (
+    "Run Python 3.14 code in a sandboxed interpreter (no network, no files, no processes unless "
+    "granted) that keeps its variables, imports and files in /tmp from one call to the next, like "
+    "a notebook. Returns the value of the last expression, with anything printed."
+)
 RUN_PYTHON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"code": {"type": "string", "description": "The Python source to run"}},

@@ -10,15 +10,24 @@ name that is no tool is a protocol error (`-32602`). Each call is run as `Sandbo
 runs one (the same argument handling, `run_python` routing, limits and audit records) on the
 Sandbox's worker threads, so calls are served concurrently, up to its `max_workers`.
 Results are `result_content`'s text, then its binary parts: an `ImageContent` per PNG, JPEG,
-GIF or WebP, an `EmbeddedResource` blob per other binary output. Sessions are not served.
+GIF or WebP, an `EmbeddedResource` blob per other binary output.
+
+With `sessions=True`, `run_python` takes an optional `session`: a call without one opens a
+`Sandbox.session` and its result ends with a text block `session: <name>`; calls that pass that
+name run in that interpreter. (The SDK serves each request of the 2026-07 protocol on a
+connection of its own, so there is no client connection to tie a session to.) Names are
+random tokens the server issued: a client cannot reach another's session without being told
+its name. A session ends as `Sandbox.session`'s do (idle, totals, a failed run).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import secrets
 import signal
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -38,32 +47,48 @@ from .._results import CallResult
 from .._sandbox import Sandbox
 from . import _dispatch
 from ._content import Content, result_content
-from ._formats import RUN_PYTHON
+from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, RUN_PYTHON_SESSION_DESCRIPTION
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def build_server(box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox") -> Server[Any]:
+def build_server(
+    box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox", sessions: bool = False
+) -> Server[Any]:
     """An MCP `Server` that lists `box`'s loaded tools and calls them; `python` (True, or a
-    grants manifest as `Sandbox.run_python` takes) adds `run_python`. Tools loaded later are
+    grants manifest as `Sandbox.run_python` takes) adds `run_python`, and `sessions` lets its
+    calls keep state in sessions (see the module docstring). Tools loaded later are
     listed from then on. ValueError when `python` is given and a loaded tool is itself named
-    "run_python"."""
+    "run_python", or `sessions` without `python`."""
     if python is not False and RUN_PYTHON in box.tools:
         raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be served beside run_python")
+    if sessions and python is False:
+        raise ValueError("sessions=True serves run_python sessions: give python= too")
+    issued = _IssuedSessions() if sessions else None
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[types.Tool.model_validate(spec) for spec in box.specs("mcp", python=python is not False)]
-        )
+        specs = box.specs("mcp", python=python is not False)
+        if issued is not None:
+            specs = [_session_spec(spec) for spec in specs]
+        return types.ListToolsResult(tools=[types.Tool.model_validate(spec) for spec in specs])
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        result = await _call(box, params.name, params.arguments or {}, python)
+        arguments, session = params.arguments or {}, None
+        if issued is not None and params.name == RUN_PYTHON:
+            arguments = dict(arguments)
+            session, problem = issued.resolve(arguments.pop("session", None))
+            if problem is not None:
+                return types.CallToolResult(content=[types.TextContent(text=problem)], is_error=True)
+        result = await _call(box, params.name, arguments, python, session)
         content = result_content(result)
-        return types.CallToolResult(content=_blocks(content), is_error=content.is_error)
+        blocks = _blocks(content)
+        if session is not None:
+            blocks.append(types.TextContent(text=f"session: {session}"))
+        return types.CallToolResult(content=blocks, is_error=content.is_error)
 
     return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -83,18 +108,61 @@ def _blocks(content: Content) -> list[types.ContentBlock]:
 
 
 async def _call(
-    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource
+    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None
 ) -> CallResult:
     if name not in box.tools and not (python is not False and name == RUN_PYTHON):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
-    return await _dispatch.acall_one(box, name, arguments, python=python)
+    return await _dispatch.acall_one(box, name, arguments, python=python, session=session)
 
 
-async def serve_stdio(box: Sandbox, *, python: bool | ManifestSource = False) -> None:
-    """Serve `build_server(box, python=python)` over this process's stdin and stdout until
-    stdin closes."""
-    server = build_server(box, python=python)
+class _IssuedSessions:
+    """The session names this server gave its clients. A name is a random token: a client
+    reaches a session only with the name it was told, never one it made up or guessed."""
+
+    def __init__(self) -> None:
+        self._issued: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def resolve(self, given: object) -> tuple[str | None, str | None]:
+        """(the session's name, None), a new one when `given` is None; or (None, why not)."""
+        with self._lock:
+            if given is None:
+                name = f"mcp-{secrets.token_urlsafe(16)}"
+                self._issued[name] = None
+                while len(self._issued) > _ISSUED_KEPT:
+                    self._issued.popitem(last=False)
+                return name, None
+            if isinstance(given, str) and given in self._issued:
+                self._issued.move_to_end(given)
+                return given, None
+        return None, "unknown session: pass the `session` a run_python result named, or none to start one"
+
+
+_ISSUED_KEPT = 10_000
+_SESSION_SCHEMA = {
+    **RUN_PYTHON_SCHEMA,
+    "properties": {
+        **RUN_PYTHON_SCHEMA["properties"],
+        "session": {
+            "type": "string",
+            "description": "The session a previous run_python result named, to run in its interpreter "
+            "(its variables, imports and /tmp files); omit it to start a new session",
+        },
+    },
+}
+
+
+def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["name"] != RUN_PYTHON:
+        return spec
+    return {**spec, "description": RUN_PYTHON_SESSION_DESCRIPTION, "inputSchema": _SESSION_SCHEMA}
+
+
+async def serve_stdio(box: Sandbox, *, python: bool | ManifestSource = False, sessions: bool = False) -> None:
+    """Serve `build_server(box, python=python, sessions=sessions)` over this process's stdin
+    and stdout until stdin closes."""
+    server = build_server(box, python=python, sessions=sessions)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -107,9 +175,10 @@ async def serve_http(
     port: int = 8000,
     allow_remote: bool = False,
     on_listening: Callable[[str], None] | None = None,
+    sessions: bool = False,
 ) -> None:
-    """Serve `build_server(box, python=python)` over streamable HTTP at `http://host:port/mcp`
-    until the process gets SIGINT or SIGTERM, then return. `port=0` takes a free port;
+    """Serve `build_server(box, python=python, sessions=sessions)` over streamable HTTP at
+    `http://host:port/mcp` until the process gets SIGINT or SIGTERM, then return. `port=0` takes a free port;
     `on_listening(url)` is called once the socket listens. The server has no authentication:
     a `host` other than loopback raises ValueError unless `allow_remote` says it is meant."""
     import uvicorn  # a dependency of the mcp SDK
@@ -127,7 +196,7 @@ async def serve_http(
         security = TransportSecuritySettings(
             allowed_hosts=hosts, allowed_origins=[f"http://{name}" for name in hosts]
         )
-    server = build_server(box, python=python)
+    server = build_server(box, python=python, sessions=sessions)
     app = server.streamable_http_app(host=host, transport_security=security)
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

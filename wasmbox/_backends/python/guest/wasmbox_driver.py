@@ -10,6 +10,8 @@ entry of a map costs ~40k fuel to decode with msgpack's pure-Python codec), then
       (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
+      (+ "session": true -> run in the instance's one persistent `__main__` namespace, which
+       earlier session runs of this instance filled; tracebacks name the run, "<run 3>")
     any of them + "path": str   a folder appended to sys.path for this call (its packages)
 Response (MessagePack map):
     {"ok": value}
@@ -175,13 +177,16 @@ def _serve(request: bytes) -> tuple[object, bool]:
         message = msgpack.unpackb(memoryview(request)[8:], raw=False)
     except Exception as exc:
         raise _Refusal("bad_response", f"driver: bad request: {exc}") from None
-    if isinstance(message.get("path"), str):
-        sys.path.append(message["path"])  # after the stdlib: a package cannot shadow it
+    path = message.get("path")
+    if isinstance(path, str) and path not in sys.path:
+        sys.path.append(path)  # after the stdlib: a package cannot shadow it
     mode = message.get("mode")
     if mode == "tool":
         return _run_tool(message)
     if mode == "code":
-        return _run_code(message["code"])
+        if message.get("session") is True:
+            return _run_code(message["code"], *_session_run())
+        return _run_code(message["code"], _fresh_module("__main__"), "<code>")
     if mode == "compile":
         code = _compile_tool(message["source"], message["filename"])
         if "entry" not in message:
@@ -301,24 +306,36 @@ def _fits(entry: object, args: dict) -> bool:
 _FORWARDREF = annotationlib.Format.FORWARDREF
 
 
-def _run_code(source: str) -> tuple[object, bool]:
-    _remember_source("<code>", source)
-    namespace = _fresh_module("__main__")
+def _run_code(source: str, namespace: dict[str, object], filename: str) -> tuple[object, bool]:
+    _remember_source(filename, source)
     if "\n" not in source.strip() and ";" not in source:  # one line: perhaps one expression,
         try:  # compiled straight from source, without Python-level AST objects
-            expression = compile(source, "<code>", "eval", dont_inherit=True)
+            expression = compile(source, filename, "eval", dont_inherit=True)
         except SyntaxError:  # a statement: it fails at its first tokens, before costing much
             pass
         else:
             return eval(expression, namespace), False
-    tree = ast.parse(source, "<code>", "exec")
+    tree = ast.parse(source, filename, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, "<code>", "exec", dont_inherit=True), namespace)
+    exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
     if last is None:
         return None, False
-    return eval(compile(last, "<code>", "eval", dont_inherit=True), namespace), False
+    return eval(compile(last, filename, "eval", dont_inherit=True), namespace), False
+
+
+_session: list = []  # [the session's namespace, runs so far], once this instance serves a session
+
+
+def _session_run() -> tuple[dict[str, object], str]:
+    """The session's namespace (made at its first run, and `__main__` from then on) and this
+    run's filename: each run's source stays in linecache under its own name, so a traceback
+    through a function an earlier run defined shows that run's lines."""
+    if not _session:
+        _session[:] = [_fresh_module("__main__"), 0]
+    _session[1] += 1
+    return _session[0], f"<run {_session[1]}>"
 
 
 def _fresh_module(name: str) -> dict[str, object]:
@@ -443,8 +460,8 @@ def _warm_up() -> None:
         _describe(exc)
     main = sys.modules["__main__"]
     _fits(functools.partial(_warm_up), {"x": 1})  # inspect.signature, too
-    _run_code("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))")
-    _run_code("sum(range(3))")
+    for warm in ("import json\njson.loads(json.dumps({'a': [1, 2.5, None]}))", "sum(range(3))"):
+        _run_code(warm, _fresh_module("__main__"), "<code>")
     source = "def main(x):\n    return x\n"
     code = _compile_tool(source, "warm_up.py")
     _signature(source, "main")

@@ -1,0 +1,130 @@
+"""Hostile session runs: state left for another session or a fresh call, a driver the guest
+rewrote between runs, a grant swapped under a live session, and what a closed session holds."""
+
+from __future__ import annotations
+
+import os
+
+import wasmbox
+from wasmbox import ErrorKind, SessionEndedError
+
+from .conftest import QUICK, SECRET, Guarded, fd_targets, leaks_secret
+
+# Everything a run can leave in its interpreter and scratch space for a later one to find.
+PLANT = f"""
+import builtins, json, sys, types
+builtins.LEFT = {SECRET!r}
+planted = {SECRET!r}
+json.dumps = lambda *a, **k: {SECRET!r}
+sys.modules['left_behind'] = types.ModuleType('left_behind')
+sys.path.append('/tmp')
+open('/tmp/left.txt', 'w').write({SECRET!r})
+"""
+LOOK = """
+import builtins, json, os, sys
+[hasattr(builtins, 'LEFT'), 'planted' in globals(), json.dumps(1), 'left_behind' in sys.modules,
+ '/tmp' in sys.path, os.listdir('/tmp')]
+"""
+NOTHING = [False, False, "1", False, False, []]
+
+
+def test_a_sessions_state_reaches_no_other_session_nor_a_fresh_call(guarded: Guarded) -> None:
+    grants = {"name": "nb", "runtime": "python", "scratch": "1MiB", "limits": QUICK}
+    planter = guarded.box.session(grants, name="planter")
+    assert planter.run(PLANT).ok
+    assert planter.run(LOOK).value == [True, True, SECRET, True, True, ["left.txt"]]  # (it is kept)
+    for _ in range(3):  # the same grants: another session, a fresh call, a spare made meanwhile
+        neighbour = guarded.box.session(grants)
+        seen = neighbour.run(LOOK)
+        assert seen.value == NOTHING and not leaks_secret(seen)
+        neighbour.close()
+        fresh = guarded.box.run_python(LOOK, grants)
+        assert fresh.value == NOTHING and not leaks_secret(fresh)
+    planter.close()
+    del planter, neighbour
+    guarded.assert_untouched()
+
+
+def test_a_driver_rewritten_by_the_guest_does_not_lift_the_hosts_caps(guarded: Guarded) -> None:
+    """A session's guest may rewrite the driver for its own later runs (its output cap, the
+    biggest reply, stdout's writer); the host's caps on the result and stdout still hold."""
+    grants = {"name": "nb", "runtime": "python", "limits": {**QUICK, "output": "16KiB"}}
+    session = guarded.box.session(grants)
+    rewrite = (
+        "import io, sys, wasmbox_driver as d\n"
+        "d._output_cap = d.REPLY_MAX = 1 << 40\n"
+        "d._reply = lambda value, strict: d._pack({'ok': value})\n"
+        "sys.stdout = io.TextIOWrapper(io.FileIO(1, 'w', closefd=False), write_through=True)\n"
+    )
+    assert session.run(rewrite).ok
+    big = session.run("'x' * 100_000")
+    assert big.error is not None and big.error.kind is ErrorKind.OUTPUT_LIMIT
+    assert "exceeds the 16KiB output cap" in big.error.message and session.closed
+    again = guarded.box.session(grants)
+    assert again.run(rewrite).ok
+    flood = again.run("for _ in range(100):\n    sys.stdout.write('y' * 1000)")
+    assert flood.error is not None and flood.error.kind is ErrorKind.OUTPUT_LIMIT
+    assert len(flood.stdout) <= 16 * 1024 and flood.truncated and again.closed
+    del session, again
+    guarded.assert_untouched()
+
+
+def test_a_grant_swapped_under_a_live_session_ends_it(guarded: Guarded) -> None:
+    """Each run checks the session's preopens are still the directories granted: a granted
+    folder replaced by a symlink to the secret's folder ends the session, unread."""
+    grants = {"name": "nb", "runtime": "python", "limits": QUICK, "preopens": guarded.preopen()}
+    session = guarded.box.session(grants)
+    assert session.run("open('/data/inside.txt').read()").value == "inside\n"
+    moved = guarded.root / "moved"
+    os.rename(guarded.granted, moved)
+    os.symlink(guarded.outside, guarded.granted)
+    try:
+        swapped = session.run("open('/data/secret.txt').read()")
+        assert swapped.error is not None and swapped.error.kind is ErrorKind.CAPABILITY_DENIED
+        assert not leaks_secret(swapped) and session.closed
+        try:
+            session.run("1")
+        except SessionEndedError as exc:
+            assert "capability_denied" in exc.reason
+        else:
+            raise AssertionError("a session whose grant was swapped ran again")
+    finally:
+        os.unlink(guarded.granted)
+        os.rename(moved, guarded.granted)
+    del session
+    guarded.assert_untouched()
+
+
+def test_a_closed_session_holds_no_descriptor(guarded: Guarded) -> None:
+    """Counted by what they refer to (the grant, the session's scratch folder), so that the
+    load's calls beside it (`--under-load`) do not count."""
+    grants = {"name": "nb", "runtime": "python", "scratch": "1MiB", "limits": QUICK,
+              "preopens": guarded.preopen()}  # fmt: skip
+    session = guarded.box.session(grants)
+    assert session._spare is not None and session._spare.scratch is not None
+    folders = (str(guarded.granted), str(session._spare.scratch.path))
+
+    def held() -> list[str]:
+        return [target for target in fd_targets() if any(folder in target for folder in folders)]
+
+    assert session.run("f = open('/data/inside.txt')\ng = open('/tmp/x', 'w')\nf.read()").value == "inside\n"
+    assert len(held()) >= 4  # its WASI context holds the two preopens and the guest's two files
+    session.close()
+    assert held() == []
+    del session
+    guarded.assert_untouched()
+
+
+def test_sessions_past_the_cap_are_refused_and_the_sandbox_keeps_serving(guarded: Guarded) -> None:
+    opened = [guarded.box.session() for _ in range(8)]  # the default max_sessions
+    try:
+        guarded.box.session()
+    except wasmbox.SessionError as exc:
+        assert "max_sessions=8" in str(exc)
+    else:
+        raise AssertionError("a ninth session opened")
+    assert [s.run("1").value for s in opened] == [1] * 8
+    for session in opened:
+        session.close()
+    del opened, session  # (a session holds its runtime, and the runtime its compiled file)
+    guarded.assert_untouched()

@@ -1,0 +1,408 @@
+"""Sessions: runs of Python snippets that share one CPython instance, like a notebook's cells.
+
+A session keeps one Store and component instance of the runtime, and the guest driver keeps
+one `__main__` namespace in it, so variables, imports and files in the session's scratch
+`/tmp` persist from one run to the next. Each run has its manifest's per-call limits (fuel
+refilled, a deadline counted from the run's start, the output cap; the memory cap holds for
+the instance's whole life, since its memory only grows), clipped to what is left of the
+session's totals (`SessionLimits`).
+
+The failure rule: a run that ends with a Python exception (`guest_error`, or
+`capability_denied` for a refused host call the snippet did not catch) keeps the session.
+Any other failure (out of fuel, deadline, trap, memory or output cap, host error) ends it:
+the instance may have stopped half way through updating its own state, so it is freed, the
+run's error says so, and later runs raise `SessionEndedError`.
+
+Expiry is lazy: an idle or expired session is freed at the next run of any session of its
+Sandbox, at the next `Sandbox.session`, or when the Sandbox closes; there is no background
+thread. `max_sessions` bounds what an unswept session can hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Annotated, Any, Self
+
+import wasmtime
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from ... import _call, _outcome
+from ..._audit import Auditor, args_digest
+from ..._call import Failure
+from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
+from ..._manifest import PACKAGES_GUEST_PATH, Manifest
+from ..._results import CallError, CallResult
+from ..._units import parse_duration
+from ..._wasmtime import component_io as _component_io
+from .runner import PythonRuntimeRunner, _Spare, encode_request
+
+Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+
+# Kinds after which a session goes on: the guest returned a response, and what failed was
+# Python code (its exception) or a request that never reached it.
+_SURVIVABLE = frozenset({ErrorKind.GUEST_ERROR, ErrorKind.CAPABILITY_DENIED, ErrorKind.INVALID_ARGUMENTS})
+_ENDED_KEPT = 1024  # ended sessions remembered by name (why they ended), the oldest dropped
+
+
+class SessionLimits(BaseModel):
+    """A session's totals across its runs; each run also has its manifest's per-call limits,
+    clipped to what is left of these."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    calls: int = Field(200, gt=0, description="Runs in all.")
+    fuel: int = Field(10_000_000_000, gt=0, le=2**63 - 1, description="Fuel of all runs together.")
+    time: Seconds = Field(600.0, description="Wall time of all runs together, seconds or '5m'.")
+    idle: Seconds = Field(600.0, description="Freed this long after its last run ended.")
+    lifetime: Seconds = Field(3600.0, description="Freed this long after it was opened.")
+
+
+class Session:
+    """Python runs that share one interpreter (see the module docstring for the rules).
+
+    Made by `Sandbox.session`; thread-safe, one run at a time (a second waits). Usable as a
+    context manager (sync and async), which closes it."""
+
+    def __init__(
+        self,
+        table: SessionTable,
+        runner: PythonRuntimeRunner,
+        manifest: Manifest,
+        key: str,
+        name: str | None,
+        limits: SessionLimits,
+        auditor: Auditor,
+        executor: Executor,
+    ) -> None:
+        self.id = secrets.token_hex(8)
+        self.name = name if name is not None else self.id
+        self.manifest_digest = key
+        self.limits = limits
+        self._table = table
+        self._runner = runner
+        self._manifest = manifest
+        self._auditor = auditor
+        self._executor = executor
+        self._lock = threading.RLock()
+        self._running = False
+        self._calls = 0
+        self._fuel = 0
+        self._time = 0.0
+        self._opened = self._last = table.clock()
+        self._ended: str | None = None
+        self._reported = False  # whether a run's result or a raised error told of the end
+        spare = runner._prepare(manifest)
+        if spare.error is not None:
+            spare.discard()
+            message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
+            raise SessionError(message)
+        self._spare: _Spare | None = spare
+
+    # -- totals (read-only) ----------------------------------------------------------------
+
+    @property
+    def calls(self) -> int:
+        """Runs so far (refused ones aside)."""
+        return self._calls
+
+    @property
+    def fuel_used(self) -> int:
+        return self._fuel
+
+    @property
+    def time_used(self) -> float:
+        """Seconds of wall time its runs took, together."""
+        return self._time
+
+    @property
+    def closed(self) -> bool:
+        """Whether it has ended (its instance and scratch space are freed)."""
+        return self._ended is not None
+
+    @property
+    def end_reason(self) -> str | None:
+        return self._ended
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def run(self, code: str) -> CallResult:
+        """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
+        expression, as `Sandbox.run_python` returns them. Raises `SessionEndedError` when the
+        session has ended (or ends now: idle, too old, a total spent)."""
+        self._table.sweep(besides=self)
+        with self._lock:
+            if self._running:
+                raise WasmboxError("a session cannot run inside its own run (a host function)")
+            self._check_open()
+            self._running = True
+            try:
+                result = self._run(code)
+            finally:
+                self._running = False
+                self._last = self._table.clock()
+        if self._auditor.enabled:
+            digest = _sha256(code) if isinstance(code, str) else args_digest(code)
+            self._auditor.record(
+                result, self.manifest_digest, digest, {}, self._manifest.limits,
+                session=self.name, session_id=self.id,
+            )  # fmt: skip
+        return result
+
+    async def arun(self, code: str) -> CallResult:
+        """`run` on the Sandbox's worker threads."""
+        import asyncio  # lazily, as in Tool.acall
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run, code)
+
+    def _check_open(self) -> None:
+        if self._ended is None:
+            now = self._table.clock()
+            if now - self._last >= self.limits.idle:
+                self._end(f"idle for more than {self.limits.idle:g} s (SessionLimits.idle)")
+            elif now - self._opened >= self.limits.lifetime:
+                self._end(f"open for more than {self.limits.lifetime:g} s (SessionLimits.lifetime)")
+            elif self._calls >= self.limits.calls:
+                self._end(f"it ran its {self.limits.calls} runs (SessionLimits.calls)")
+            elif self._fuel >= self.limits.fuel:
+                self._end(f"its runs used its {self.limits.fuel:,} units of fuel (SessionLimits.fuel)")
+            elif self._time >= self.limits.time:
+                self._end(f"its runs took its {self.limits.time:g} s (SessionLimits.time)")
+        if self._ended is not None:
+            self._reported = True  # (the caller is told now)
+            raise SessionEndedError(self.name, self._ended)
+
+    def _run(self, code: str) -> CallResult:
+        manifest = self._run_manifest()
+        if not isinstance(code, str):
+            return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
+        assert self._spare is not None
+        finished = False
+        try:
+            result, returned = run_once(self._runner, self._spare, manifest, code)
+            finished = True
+        finally:
+            if not finished:  # e.g. a KeyboardInterrupt out of a host function
+                self._end("a run was interrupted")
+        self._calls += 1
+        self._fuel += result.fuel_used
+        self._time += result.duration_s
+        error = result.error
+        if error is None or (returned and error.kind in _SURVIVABLE):
+            return result
+        self._end(f"a run failed with {error.kind.value}")
+        self._reported = True
+        note = "; the session has ended (a run that fails this way may leave the interpreter half way " \
+               "through an update): its variables and files are gone"  # fmt: skip
+        return result.model_copy(update={"error": CallError(kind=error.kind, message=error.message + note)})
+
+    def _run_manifest(self) -> Manifest:
+        """The manifest, its per-call fuel and deadline clipped to what is left of the totals."""
+        limits = self._manifest.limits
+        fuel = min(limits.fuel, self.limits.fuel - self._fuel)
+        timeout = min(limits.timeout, self.limits.time - self._time)
+        if fuel == limits.fuel and timeout == limits.timeout:
+            return self._manifest
+        clipped = limits.model_copy(update={"fuel": fuel, "timeout": timeout})
+        return self._manifest.model_copy(update={"limits": clipped})
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the session now: its instance, its memory and its scratch space (waits for a
+        run in flight, which its deadline bounds). Again is a no-op."""
+        with self._lock:
+            if self._running:
+                raise WasmboxError("a session cannot be closed inside its own run (a host function)")
+            self._end("closed")
+
+    async def aclose(self) -> None:
+        import asyncio
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.close)
+
+    def _end(self, reason: str) -> None:
+        """Free the instance and scratch (under the lock, not during a run)."""
+        if self._ended is not None:
+            return
+        self._ended = reason
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.stdout.detach()
+            spare.stderr.detach()
+            spare.discard()
+        self._table.ended(self)
+
+    def try_expire(self) -> None:
+        """End the session if it is idle or too old, unless it is busy (the sweep's check)."""
+        if self._ended is not None or not self._lock.acquire(blocking=False):
+            return
+        try:
+            now = self._table.clock()
+            expired = now - self._last >= self.limits.idle or now - self._opened >= self.limits.lifetime
+            if not self._running and expired:
+                with contextlib.suppress(SessionEndedError):
+                    self._check_open()
+                self._reported = False  # (no caller was told)
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        state = f"ended: {self._ended}" if self._ended else f"{self._calls} runs"
+        return f"<Session {self.name!r} ({state})>"
+
+
+def run_once(
+    runner: PythonRuntimeRunner, spare: _Spare, manifest: Manifest, code: str
+) -> tuple[CallResult, bool]:
+    """One run in a session's instance, which stays open: its result, and whether the guest
+    returned (False: it was stopped, by a trap or a host verdict, part way)."""
+    started = time.perf_counter()
+    limits = manifest.limits
+    request: dict[str, Any] = {"mode": "code", "code": code, "session": True}
+    if manifest.packages:
+        request["path"] = PACKAGES_GUEST_PATH
+    try:
+        payload = encode_request(request, limits.output)
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
+        message = f"code cannot be encoded: {exc}"
+        took = time.perf_counter() - started
+        return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, message, took), True
+    ticker = runner._ticker
+    ticker.enter()
+    try:
+        state = _call.CallState.start(manifest, started)
+        spare.manifest = manifest  # (this run's limits: fuel and a deadline from now)
+        spare.renew(ticker)
+        spare.stdout.reset(limits.output)
+        spare.stderr.reset(limits.output)
+        returned = False
+        value: Any = None
+        error: CallError | None = None
+        scratch_over: str | None = None
+        try:
+            _call.check_preopens(manifest)
+            with _call.running(state):
+                if spare.scratch is not None:
+                    spare.scratch.arm(spare.store)
+                assert spare.run is not None
+                response = _component_io.call_bytes(spare.store, spare.run, payload)
+            returned = state.abort is None
+            value = runner._decode(response, limits.output)
+        except Failure as failure:
+            error = failure.error
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            error = _outcome.from_trap(exc, limits)
+        finally:
+            if spare.scratch is not None:
+                scratch_over = spare.scratch.settle()
+        result = _call.finish(
+            state, spare.store, started, value, error, spare.stdout, spare.stderr, None,
+            close=_keep_open, scratch_over=scratch_over,
+        )  # fmt: skip
+        return result, returned
+    finally:
+        ticker.leave()
+
+
+def _keep_open(store: wasmtime.Store) -> None:
+    """`_call.finish`'s store disposal, for a session's store: it lives on."""
+
+
+class SessionTable:
+    """A Sandbox's live sessions by name, at most `limit`, and why recently ended ones ended."""
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"max_sessions must be a non-negative integer, got {limit!r}")
+        self.limit = limit
+        self.clock = clock  # (tests put in their own)
+        self._live: dict[str, Session] = {}
+        self._ended: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def open(self, name: str | None, key: str, make: Callable[[], Session]) -> Session:
+        """The live session `name` when its grants are `key`, else a new one from `make`.
+        Raises SessionError (name under other grants, `limit` reached) or what `make` raises."""
+        self.sweep()
+        with self._lock:
+            if self._closed:
+                raise WasmboxError("the Sandbox is closed")
+            found = self._live.get(name) if name is not None else None
+            if found is not None:
+                if found.manifest_digest != key:
+                    raise SessionError(
+                        f"session {name!r} runs under other grants (manifest {found.manifest_digest[:12]}); "
+                        "a session is never shared between grant sets: close it, or use another name"
+                    )
+                return found
+            if len(self._live) >= self.limit:
+                raise SessionError(
+                    f"{len(self._live)} sessions are open, the most this Sandbox allows (max_sessions="
+                    f"{self.limit}): close one, or wait for one to go idle"
+                )
+            session = make()  # (under the lock: two opens of one name make one session)
+            self._live[session.name] = session
+            if name is not None:
+                self._ended.pop(name, None)
+            return session
+
+    def ended(self, session: Session) -> None:
+        """`session` has ended: it no longer counts, and its name is free."""
+        with self._lock:
+            if self._live.get(session.name) is session:
+                del self._live[session.name]
+                self._ended[session.name] = session
+                while len(self._ended) > _ENDED_KEPT:
+                    self._ended.popitem(last=False)
+
+    def take_unreported_end(self, name: str) -> str | None:
+        """Why the session last called `name` ended, if no run's result said so yet (once)."""
+        with self._lock:
+            session = self._ended.get(name)
+            if session is None or session._reported or name in self._live:
+                return None
+            session._reported = True
+            return session.end_reason
+
+    def sweep(self, besides: Session | None = None) -> None:
+        """Free the sessions that are idle or too old (not busy ones)."""
+        with self._lock:
+            sessions = [s for s in self._live.values() if s is not besides]
+        for session in sessions:
+            session.try_expire()
+
+    @property
+    def live(self) -> int:
+        return len(self._live)
+
+    def close(self) -> None:
+        """Close every session (waiting for runs in flight); no new ones open."""
+        with self._lock:
+            self._closed = True
+            sessions = list(self._live.values())
+        for session in sessions:
+            session.close()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
