@@ -16,6 +16,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 
 from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_files, _wasi_poll
+from ._backends.core import reactor
 from ._call import CallInput, CallState, Failure
 from ._engine import EpochTicker
 from ._errors import CapabilityError, ErrorKind, ManifestError
@@ -59,8 +60,12 @@ class ModuleRunner:
         self._scratch_cap = manifest.scratch if info.uses_wasi else None
         self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
         command = manifest.command
-        if command is not None and self.kind is not ToolKind.COMMAND:
-            raise ManifestError(f"{manifest.module}: [command] is for WASI command modules (with _start)")
+        if command is not None and self.kind not in (ToolKind.COMMAND, ToolKind.C_REACTOR):
+            raise ManifestError(
+                f"{manifest.module}: [command] is for WASI command modules (with _start) and [reactor] modules"
+            )
+        # a [reactor] module: called through its own exports (_backends/core/reactor.py)
+        self._entry = reactor.EntryCall(manifest, info) if self.kind is ToolKind.C_REACTOR else None
         self._fail_on_exit = command is not None and command.fail_on_exit_code
         self._outputs = tuple(o.path for o in command.outputs) if command is not None else ()
         linker = wasmtime.Linker(engine)
@@ -114,6 +119,7 @@ class ModuleRunner:
                 extra = (scratch.preopen,) if scratch is not None else ()
                 store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr, extra))
             with _call.running(state):
+                prepared = self._entry.prepare(call.args) if self._entry is not None else ()
                 if scratch is not None:
                     scratch.arm(store)
                 instance = self._pre.instantiate(store)
@@ -121,6 +127,12 @@ class ModuleRunner:
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
                     if self._fail_on_exit and value["exit_code"] != 0:
+                        raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
+                elif self._entry is not None:
+                    assert memory is not None  # checked at load
+                    argv = (self._manifest.name, *self._manifest.args, *call.argv)
+                    value = self._entry.run(store, instance, memory, prepared, argv, limits.output, stderr)
+                    if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
                         raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
                 else:
                     assert memory is not None  # checked at load

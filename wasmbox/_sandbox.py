@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -23,6 +24,7 @@ from wasmtime.component import Component
 from . import _abi, _call, _grants
 from ._allowlist import FETCH
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
+from ._backends.core import reactor
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._engine import EngineSettings, EpochTicker, make_engine
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
@@ -31,6 +33,7 @@ from ._files import read_regular_file
 from ._hostfuncs import HostFunction
 from ._inspect import (
     ModuleInfo,
+    ToolKind,
     abi_problem,
     check_grants,
     inspect_module,
@@ -248,8 +251,7 @@ class Sandbox:
         code_digest = hashlib.sha256(wasm).hexdigest()
         # read from the binary and checked before the (for a big module, minute-long) compile
         read = read_module_info(wasm, str(manifest.module))
-        if read is not None:
-            self._check_module(manifest, read)
+        checked = self._check_module(manifest, read) if read is not None else None
         try:
             module = self._cache.module(
                 self.engine, wasm, code_digest, partial(self._compiling, manifest.module, len(wasm))
@@ -260,7 +262,8 @@ class Sandbox:
             if read is None:
                 info = self._check_module(manifest, inspect_module(module))
             else:
-                info = read
+                assert checked is not None
+                info = checked
                 # the runner calls the ABI exports without per-call type checks: Wasmtime's view
                 # must agree (wasmtime-py aborts the process when asked to describe a v128)
                 types = [i.type for i in read.imports] + [t for _, t in read.exports]
@@ -285,7 +288,11 @@ class Sandbox:
     def _check_module(manifest: Manifest, info: ModuleInfo) -> ModuleInfo:
         """`info`, when the module speaks an ABI we call and imports only what is granted;
         raises ManifestError or CapabilityError."""
-        problem = abi_problem(info)
+        if manifest.reactor is not None:  # called through its own exports, whatever else it has
+            problem = reactor.export_problem(info, manifest.reactor)
+            info = dataclasses.replace(info, kind=ToolKind.C_REACTOR)
+        else:
+            problem = abi_problem(info)
         if problem is not None:
             raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))
