@@ -119,7 +119,8 @@ def abi_problem(info: ModuleInfo) -> str | None:
     if info.kind is None:
         return (
             "exports neither the wasmbox ABI (memory, wasmbox_alloc (i32) -> i32, "
-            "wasmbox_call (i32, i32) -> i64) nor a WASI _start () -> ()"
+            "wasmbox_call (i32, i32) -> i64) nor a WASI _start () -> (); to call it through "
+            "exports of its own, declare them in a [reactor] table"
         )
     if types.get(_abi.EXPORT_INITIALIZE, _VOID) != _VOID:
         return f"exports _initialize of type {types[_abi.EXPORT_INITIALIZE]}, expected () -> ()"

@@ -29,7 +29,7 @@ from ... import _abi, _rawcall
 from ..._call import Failure, check_result_size
 from ..._command import Template, schema_defaults
 from ..._errors import ErrorKind
-from ..._inspect import ModuleInfo
+from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest, Reactor, ReactorParam
 from ..._output import Output
 from ..._units import format_size
@@ -101,6 +101,25 @@ def export_problem(info: ModuleInfo, reactor: Reactor) -> str | None:
     if info.host_functions and types.get(_abi.EXPORT_ALLOC) != "(i32) -> i32":
         return "imports host functions but does not export wasmbox_alloc (i32) -> i32"
     return None
+
+
+# What a C toolchain's runtime exports beside a command's `_start`: no sign of an API of its own.
+_RUNTIME_EXPORTS = frozenset({
+    "_start", "_initialize", "main", "malloc", "free", "calloc", "realloc", "aligned_alloc",
+    "posix_memalign", "cabi_realloc",
+})  # fmt: skip
+
+
+def command_c_api(info: ModuleInfo) -> tuple[str, ...]:
+    """The functions a WASI command module exports besides `_start` and its C runtime's own
+    (e.g. Graphviz's `graphviz_render`): an API its `_start` may not reach at all, which only a
+    `[reactor]` manifest calls. Empty for anything but a command."""
+    if info.kind is not ToolKind.COMMAND:
+        return ()
+    return tuple(
+        name for name, ty in info.exports
+        if ty.startswith("(") and name not in _RUNTIME_EXPORTS and not name.startswith("__")
+    )  # fmt: skip
 
 
 def _param_types(params: Sequence[str | ReactorParam]) -> list[tuple[str, ...]]:
