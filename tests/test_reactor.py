@@ -17,7 +17,13 @@ from wasmbox._lint import lint
 from wasmbox._manifest import Manifest
 
 from .conftest import wat
-from .reactor_inputs import GRAPHVIZ, QUICKJS, graphviz_manifest, pinned, quickjs_manifest
+from .reactor_inputs import (
+    GRAPHVIZ,
+    QUICKJS,
+    graphviz_manifest,
+    pinned,
+    quickjs_manifest,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -18,8 +18,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ._backends.python.build import RuntimeBuildError, _locked
 from ._cache import default_cache_dir
-from ._pyruntime import RuntimeBuildError, _locked
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 _PIP_TIMEOUT_S = 300

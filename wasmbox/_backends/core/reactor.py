@@ -10,7 +10,7 @@ call, so nothing is freed and nothing is left for the next call.
 
 Every export named is checked at load, before the module is compiled (`export_problem`, on
 the surface `_wasmparse` reads): it exists, with the type the declared shape calls it with,
-so the calls here go through `_rawcall` without per-call type checks.
+so the calls here go through `_wasmtime.capi` without per-call type checks.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from ... import _abi, _rawcall
 from ..._call import Failure, check_result_size
-from ..._command import Template, schema_defaults
 from ..._errors import ErrorKind
 from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest, Reactor, ReactorParam
-from ..._output import Output
 from ..._units import format_size
+from ..._wasmtime import capi as _capi
+from ..._wasmtime.output import Output
+from . import abi as _abi
+from .command import Template, schema_defaults
 
 ALLOCATOR_TYPES = {
     "malloc": "(i32) -> i32",
@@ -168,13 +169,13 @@ class EntryCall:
         self._params = tuple(params)
         self._values = max(len(wasm_params), len(self._results), 1)
         self._defaults = schema_defaults((manifest.input_schema or {}).get("properties"))
-        self._entry = _rawcall.ExportName(reactor.entry)
+        self._entry = _capi.ExportName(reactor.entry)
         initialize = reactor.initialize or (_abi.EXPORT_INITIALIZE if _abi.EXPORT_INITIALIZE in types else None)
-        self._initialize = _rawcall.ExportName(initialize) if initialize is not None else None
+        self._initialize = _capi.ExportName(initialize) if initialize is not None else None
         allocator = reactor.allocator
-        self._allocator = _rawcall.ExportName(allocator.export) if allocator is not None else None
+        self._allocator = _capi.ExportName(allocator.export) if allocator is not None else None
         self._signature = allocator.signature if allocator is not None else "malloc"
-        self._error = _rawcall.ExportName(reactor.error) if reactor.error is not None else None
+        self._error = _capi.ExportName(reactor.error) if reactor.error is not None else None
         self.result = reactor.result
         self._encoding = reactor.result_encoding
         self._name = reactor.entry
@@ -219,7 +220,7 @@ class EntryCall:
         Raises Failure, wasmtime.Trap / WasmtimeError (the runner classifies those)."""
         context = store._context()
         if self._initialize is not None:
-            _rawcall.call_void(context, self._initialize.get(store, instance))
+            _capi.call_void(context, self._initialize.get(store, instance))
         raw: list[tuple[str, int]] = []  # (wasm type, value) per wasm param
         cells: dict[str, int] = {}
         for param, value in zip(self._params, prepared, strict=True):
@@ -246,7 +247,7 @@ class EntryCall:
             else:
                 values[i].i32 = _signed32(value)
         try:
-            _rawcall.call_raw(context, self._entry.get(store, instance), values, self._values)
+            _capi.call_raw(context, self._entry.get(store, instance), values, self._values)
         except wasmtime.ExitTrap as exit_trap:
             if self.result == "exit_code":
                 return {"exit_code": exit_trap.code}
@@ -276,7 +277,7 @@ class EntryCall:
                 raise self._failed(store, instance, memory, f"returned status {values[0].i32}", stderr)
             ptr, length = _u32(context, memory, cells["out_ptr"]), _u32(context, memory, cells["out_len"])
         check_result_size(length, cap)
-        base, size = _rawcall.memory_view(context, memory)
+        base, size = _capi.memory_view(context, memory)
         if ptr + length > size:
             raise Failure(ErrorKind.BAD_RESPONSE, f"{self._name}'s result points outside the module's memory")
         return self._decode(ctypes.string_at(base + ptr, length))
@@ -289,10 +290,10 @@ class EntryCall:
         context = store._context()
         size = max(len(data), 1)
         args = {"malloc": (size,), "realloc": (0, size), "cabi_realloc": (0, 0, 1, size)}[self._signature]
-        ptr = _rawcall.call_i32(context, self._allocator.get(store, instance), *(_signed32(a) for a in args))
+        ptr = _capi.call_i32(context, self._allocator.get(store, instance), *(_signed32(a) for a in args))
         if ptr == 0:
             raise Failure(ErrorKind.MEMORY_LIMIT, f"{self._allocator.name} returned NULL for {size} bytes")
-        base, memory_size = _rawcall.memory_view(context, memory)
+        base, memory_size = _capi.memory_view(context, memory)
         if ptr + size > memory_size:
             raise Failure(ErrorKind.BAD_RESPONSE, f"{self._allocator.name} returned a pointer outside the memory")
         ctypes.memmove(base + ptr, data, len(data))
@@ -310,7 +311,7 @@ class EntryCall:
         message = f"{self._name} {what}"
         if self._error is not None:
             context = store._context()
-            pointer = _rawcall.call_i32(context, self._error.get(store, instance))
+            pointer = _capi.call_i32(context, self._error.get(store, instance))
             if pointer:
                 try:
                     said = _cstring(context, memory, pointer, _MESSAGE_MAX, cut=True)
@@ -358,7 +359,7 @@ def _signed32(value: int) -> int:
 
 
 def _u32(context: ctypes._Pointer[ffi.wasmtime_context_t], memory: ffi.wasmtime_extern_t, ptr: int) -> int:
-    base, size = _rawcall.memory_view(context, memory)
+    base, size = _capi.memory_view(context, memory)
     if ptr + 4 > size:
         raise Failure(ErrorKind.BAD_RESPONSE, "an out-parameter is outside the module's memory")
     return int.from_bytes(ctypes.string_at(base + ptr, 4), "little")
@@ -375,7 +376,7 @@ def _cstring(
     """The NUL-terminated string at `ptr`, read no further than `cap` bytes (or the memory's
     end): longer is an `output_limit` Failure (cut to `cap` when `cut`), unterminated a
     `bad_response`."""
-    base, size = _rawcall.memory_view(context, memory)
+    base, size = _capi.memory_view(context, memory)
     if ptr >= size:
         raise Failure(ErrorKind.BAD_RESPONSE, "a returned string points outside the module's memory")
     data = ctypes.string_at(base + ptr, min(size - ptr, cap + 1))
