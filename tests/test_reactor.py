@@ -149,6 +149,15 @@ def test_graphviz_as_a_command_is_flagged_by_lint(graphviz: Path) -> None:
     assert lint(Manifest.load(graphviz_manifest(graphviz))) == []
 
 
+def test_inspect_notes_the_c_api_of_a_command(graphviz: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from wasmbox.cli import main
+
+    assert main(["inspect", str(graphviz)]) == 0
+    assert "note: a WASI command that also exports ['graphviz_version', 'graphviz_last_error'" in capsys.readouterr().out
+    assert main(["inspect", "--json", str(graphviz)]) == 0
+    assert "graphviz_render" in json.loads(capsys.readouterr().out)["command_exports_c_api"]
+
+
 # -- QuickJS ----------------------------------------------------------------------------------
 
 
@@ -277,6 +286,14 @@ def test_malformed_reactor_tables_are_manifest_errors(reactor: dict[str, Any], w
     with pytest.raises(ManifestError, match="reactor") as refused:
         Manifest.load({"name": "r", "module": wat("echo"), "reactor": reactor, "input_schema": schema})
     assert words in str(refused.value)
+
+
+def test_fail_on_exit_code_needs_an_exit_code_result() -> None:
+    reactor = {"entry": "f", "params": [{"integer": "{x}"}], "result": "none"}
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    with pytest.raises(ManifestError, match="fail_on_exit_code needs reactor.result"):
+        Manifest.load({"name": "r", "module": wat("echo"), "reactor": reactor, "input_schema": schema,
+                       "command": {"fail_on_exit_code": True}})  # fmt: skip
 
 
 # -- the other shapes, on small modules written for them --------------------------------------

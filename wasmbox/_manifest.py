@@ -427,6 +427,8 @@ class Manifest(_Strict):
     def _check_reactor(self, reactor: Reactor) -> None:
         if self.runtime is not None:
             raise ValueError("[reactor] is for a wasm module, not Python tools")
+        if self.command is not None and self.command.fail_on_exit_code and reactor.result != "exit_code":
+            raise ValueError("command.fail_on_exit_code needs reactor.result = \"exit_code\"")
         properties = (self.input_schema or {}).get("properties")
         for index, param in enumerate(reactor.params):
             if isinstance(param, ReactorParam):
