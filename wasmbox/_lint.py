@@ -45,10 +45,11 @@ def _entry_warnings(manifest: Manifest) -> list[str]:
     if not api:
         return []
     shown = ", ".join(api[:5]) + (f" and {len(api) - 5} more" if len(api) > 5 else "")
-    return [
+    warning = (
         f"the module is called as a WASI command (_start) but exports functions of its own ({shown}): "
         "if its _start does not do the work, call them through a [reactor] table"
-    ]
+    )
+    return [warning]
 
 
 def _command_warnings(manifest: Manifest) -> list[str]:

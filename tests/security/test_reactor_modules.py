@@ -13,7 +13,13 @@ import pytest
 from wasmbox import CallResult, ErrorKind
 from wasmbox._inspect import inspect_file
 
-from ..reactor_inputs import GRAPHVIZ, QUICKJS, graphviz_manifest, pinned, quickjs_manifest
+from ..reactor_inputs import (
+    GRAPHVIZ,
+    QUICKJS,
+    graphviz_manifest,
+    pinned,
+    quickjs_manifest,
+)
 from .conftest import QUICK, SECRET, Guarded, leaks_secret, named
 
 # One file operation per call, by QuickJS's std/os modules: what it did, or the errno it got.
