@@ -158,6 +158,23 @@ def test_inspect_notes_the_c_api_of_a_command(graphviz: Path, capsys: pytest.Cap
     assert "graphviz_render" in json.loads(capsys.readouterr().out)["command_exports_c_api"]
 
 
+def test_reactor_calls_are_audited(tmp_path: Path, graphviz: Path) -> None:
+    """Every call gets its record, as any call does: the module's digest, the args' digest,
+    the outcome, the fuel; a refused call (bad args) too."""
+    records: list[wasmbox.AuditRecord] = []
+    with wasmbox.Sandbox(cache_dir=tmp_path / "cache", audit=records.append) as box:
+        tool = box.load(graphviz_manifest(graphviz))
+        ok = tool.call({"dot": "digraph { a }"})
+        tool.call({"dot": "digraph {"})
+        tool.call({"format": "svg"})
+    assert [(r.tool, r.ok, r.error_kind) for r in records] == [
+        ("graphviz", True, None), ("graphviz", False, "guest_error"), ("graphviz", False, "invalid_arguments"),
+    ]  # fmt: skip
+    assert records[0].code_digest == GRAPHVIZ[2] and records[0].fuel_used == ok.fuel_used > 0
+    assert records[0].args_digest != records[1].args_digest
+    assert records[0].peak_memory == ok.peak_memory
+
+
 # -- QuickJS ----------------------------------------------------------------------------------
 
 
