@@ -167,7 +167,6 @@ class EntryCall:
                 params.append(_Param(param, None, "i32"))
                 position += 1
         self._params = tuple(params)
-        self._values = max(len(wasm_params), len(self._results), 1)
         self._defaults = schema_defaults((manifest.input_schema or {}).get("properties"))
         self._entry = _capi.ExportName(reactor.entry)
         initialize = reactor.initialize or (_abi.EXPORT_INITIALIZE if _abi.EXPORT_INITIALIZE in types else None)
@@ -240,32 +239,27 @@ class EntryCall:
             else:  # out_len, out_ptr: a zeroed 32-bit cell the entry writes
                 cells[param.kind] = self._write(store, instance, memory, bytes(4))
                 raw.append(("i32", cells[param.kind]))
-        values = (ffi.wasmtime_val_raw_t * self._values)()
-        for i, (wasm, value) in enumerate(raw):
-            if wasm == "i64":
-                values[i].i64 = value
-            else:
-                values[i].i32 = _signed32(value)
         try:
-            _capi.call_raw(context, self._entry.get(store, instance), values, self._values)
+            values = _capi.call_typed(context, self._entry.get(store, instance), raw, self._results)
         except wasmtime.ExitTrap as exit_trap:
             if self.result == "exit_code":
                 return {"exit_code": exit_trap.code}
-            raise Failure(ErrorKind.GUEST_ERROR, _with_stderr(f"{self._name} exited with code {exit_trap.code}", stderr)) from None
+            message = f"{self._name} exited with code {exit_trap.code}"
+            raise Failure(ErrorKind.GUEST_ERROR, _with_stderr(message, stderr)) from None
         if self.result == "none":
             return None
         if self.result == "exit_code":
-            return {"exit_code": values[0].i32}
-        first = values[0].i32 & 0xFFFF_FFFF
+            return {"exit_code": values[0]}
+        first = values[0] & 0xFFFF_FFFF
         if self.result == "cstring":
             if first == 0:
                 raise self._failed(store, instance, memory, "returned NULL", stderr)
             return self._decode(_cstring(context, memory, first, cap))
         if self.result == "ptr_len":
             if self._results == ("i64",):
-                ptr, length = _abi.split(values[0].i64)
+                ptr, length = _abi.split(values[0])
             else:
-                ptr, length = first, values[1].i32 & 0xFFFF_FFFF
+                ptr, length = first, values[1] & 0xFFFF_FFFF
             if ptr == 0:
                 raise self._failed(store, instance, memory, "returned a NULL pointer", stderr)
         elif self.result == "out_len":
@@ -273,8 +267,8 @@ class EntryCall:
                 raise self._failed(store, instance, memory, "returned NULL", stderr)
             ptr, length = first, _u32(context, memory, cells["out_len"])
         else:  # out_ptr: the return value is a status
-            if values[0].i32 != 0:
-                raise self._failed(store, instance, memory, f"returned status {values[0].i32}", stderr)
+            if values[0] != 0:
+                raise self._failed(store, instance, memory, f"returned status {values[0]}", stderr)
             ptr, length = _u32(context, memory, cells["out_ptr"]), _u32(context, memory, cells["out_len"])
         check_result_size(length, cap)
         base, size = _capi.memory_view(context, memory)
@@ -290,7 +284,7 @@ class EntryCall:
         context = store._context()
         size = max(len(data), 1)
         args = {"malloc": (size,), "realloc": (0, size), "cabi_realloc": (0, 0, 1, size)}[self._signature]
-        ptr = _capi.call_i32(context, self._allocator.get(store, instance), *(_signed32(a) for a in args))
+        ptr = _capi.call_i32(context, self._allocator.get(store, instance), *args)
         if ptr == 0:
             raise Failure(ErrorKind.MEMORY_LIMIT, f"{self._allocator.name} returned NULL for {size} bytes")
         base, memory_size = _capi.memory_view(context, memory)
@@ -351,11 +345,6 @@ def _integer(text: str, wasm: str, index: int) -> int:
     if not -(1 << (bits - 1)) <= value < 1 << bits:
         raise Failure(ErrorKind.INVALID_ARGUMENTS, f"param {index}: {value} does not fit in {wasm}")
     return value - (1 << bits) if value >= 1 << (bits - 1) else value
-
-
-def _signed32(value: int) -> int:
-    value &= 0xFFFF_FFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _u32(context: ctypes._Pointer[ffi.wasmtime_context_t], memory: ffi.wasmtime_extern_t, ptr: int) -> int:
