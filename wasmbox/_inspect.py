@@ -19,11 +19,13 @@ _VOID = "() -> ()"
 
 
 class ToolKind(str, Enum):
-    """How a tool is called: wasmbox ABI v1 (reactor), a WASI command (`_start`), or Python
-    source run by the CPython runtime."""
+    """How a tool is called: wasmbox ABI v1 (reactor), a WASI command (`_start`), a module's
+    own exports by the C calling convention its manifest's `[reactor]` declares (c_reactor),
+    or Python source run by the CPython runtime."""
 
     REACTOR = "reactor"
     COMMAND = "command"
+    C_REACTOR = "c_reactor"
     PYTHON = "python"
 
 
@@ -117,7 +119,8 @@ def abi_problem(info: ModuleInfo) -> str | None:
     if info.kind is None:
         return (
             "exports neither the wasmbox ABI (memory, wasmbox_alloc (i32) -> i32, "
-            "wasmbox_call (i32, i32) -> i64) nor a WASI _start () -> ()"
+            "wasmbox_call (i32, i32) -> i64) nor a WASI _start () -> (); to call it through "
+            "exports of its own, declare them in a [reactor] table"
         )
     if types.get(_abi.EXPORT_INITIALIZE, _VOID) != _VOID:
         return f"exports _initialize of type {types[_abi.EXPORT_INITIALIZE]}, expected () -> ()"

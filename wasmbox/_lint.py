@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ._backends.core.command import Template
+from ._backends.core.reactor import command_c_api
 from ._cache import default_cache_dir
 from ._capabilities.allowlist import AddressRule, forbidden_reason
 from ._files import read_regular_file
@@ -32,7 +33,23 @@ def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
     warnings += _unused_grant_warnings(manifest)
-    return warnings + _command_warnings(manifest)
+    return warnings + _command_warnings(manifest) + _entry_warnings(manifest)
+
+
+def _entry_warnings(manifest: Manifest) -> list[str]:
+    """A module run as a WASI command that exports a C API of its own: its `_start` may be a
+    stub that exits 0 with no output (Graphviz's), so that every call "succeeds" with nothing."""
+    if manifest.module is None or manifest.reactor is not None:
+        return []
+    api = command_c_api(inspect_file(manifest.module))
+    if not api:
+        return []
+    shown = ", ".join(api[:5]) + (f" and {len(api) - 5} more" if len(api) > 5 else "")
+    warning = (
+        f"the module is called as a WASI command (_start) but exports functions of its own ({shown}): "
+        "if its _start does not do the work, call them through a [reactor] table"
+    )
+    return [warning]
 
 
 def _command_warnings(manifest: Manifest) -> list[str]:

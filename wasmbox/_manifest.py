@@ -204,6 +204,91 @@ class Command(_Strict):
         return self.argv is not None or self.stdin is not None
 
 
+EXPORT_NAME = r"^[^\x00-\x1f]{1,256}$"
+ReactorSlot = Literal["argc", "argv", "out_len", "out_ptr"]
+ReactorResult = Literal["cstring", "out_len", "ptr_len", "out_ptr", "exit_code", "none"]
+
+
+class Allocator(_Strict):
+    """The module's own allocator, through which the host writes strings and buffers."""
+
+    export: str = Field(pattern=EXPORT_NAME, description="e.g. malloc, realloc, cabi_realloc.")
+    signature: Literal["malloc", "realloc", "cabi_realloc"] = Field(
+        "malloc",
+        description="malloc: (size) -> ptr; realloc: (ptr, size) -> ptr, called with ptr 0; "
+        "cabi_realloc: (old_ptr, old_size, align, size) -> ptr, called with 0, 0, 1.",
+    )
+
+
+class ReactorParam(_Strict):
+    """One entry parameter from the call's args: exactly one of `cstring`, `buffer`, `integer`."""
+
+    cstring: str | None = Field(None, description="A template; passed as a NUL-terminated string.")
+    buffer: str | None = Field(None, description="A template; passed as two params: pointer, length.")
+    integer: str | None = Field(None, description="A template that gives an integer (i32 or i64).")
+
+    @model_validator(mode="after")
+    def _one(self) -> ReactorParam:
+        if sum(x is not None for x in (self.cstring, self.buffer, self.integer)) != 1:
+            raise ValueError("give exactly one of cstring, buffer, integer")
+        return self
+
+    @property
+    def template(self) -> str:
+        found = self.cstring if self.cstring is not None else self.buffer
+        found = found if found is not None else self.integer
+        assert found is not None
+        return found
+
+
+class Reactor(_Strict):
+    """A module called through its own exports (see `_backends/core/reactor.py`): `initialize`
+    once per instance, then `entry` with the params and result shape declared here."""
+
+    entry: str = Field(pattern=EXPORT_NAME, description="The export to call, e.g. graphviz_render.")
+    initialize: str | None = Field(
+        None, pattern=EXPORT_NAME,
+        description="An export () -> () run first; if not given, _initialize when the module exports it.",
+    )  # fmt: skip
+    allocator: Allocator | None = Field(None, description="Needed for any param but `integer`.")
+    params: tuple[ReactorSlot | ReactorParam, ...] = Field(
+        (), strict=False,
+        description="In order: {cstring = \"{dot}\"}, {buffer = ...}, {integer = ...}, or argc, argv "
+        "(from [command] argv), out_len (a size_t the entry sets), out_ptr (a char * it sets).",
+    )  # fmt: skip
+    result: ReactorResult = Field(
+        description="cstring: char * (NULL fails); out_len: char * with its length in the out_len "
+        "param; ptr_len: (ptr, len) as i64 ptr<<32|len or two i32s; out_ptr: int status (0 is "
+        "success) with the result in out_ptr/out_len; exit_code: int, the value {exit_code: n}; none.",
+    )
+    result_encoding: Literal["text", "bytes", "json"] = Field(
+        "text", description="How a returned buffer becomes the value: UTF-8 text, bytes, or JSON."
+    )
+    error: str | None = Field(
+        None, pattern=EXPORT_NAME,
+        description="An export () -> char * whose string says why the entry failed, e.g. graphviz_last_error.",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _shape(self) -> Reactor:
+        slots = [p for p in self.params if isinstance(p, str)]
+        for slot in set(slots):
+            if slots.count(slot) > 1:
+                raise ValueError(f"params: {slot} is given more than once")
+        if ("argc" in slots) != ("argv" in slots):
+            raise ValueError("params: argc and argv go together")
+        wants = {"out_len": {"out_len"}, "out_ptr": {"out_ptr", "out_len"}}.get(self.result, set())
+        for slot in ("out_len", "out_ptr"):
+            if slot in wants and slot not in slots:
+                raise ValueError(f"result {self.result!r} needs an {slot} param")
+            if slot in slots and slot not in wants:
+                raise ValueError(f"params: {slot} is only for result 'out_len' or 'out_ptr'")
+        needs_memory = any(not isinstance(p, ReactorParam) or p.integer is None for p in self.params)
+        if needs_memory and self.allocator is None:
+            raise ValueError("params passed through memory need an `allocator`")
+        return self
+
+
 class Manifest(_Strict):
     """A tool and its grants. Unknown keys are errors; relative paths follow the manifest file."""
 
@@ -226,6 +311,9 @@ class Manifest(_Strict):
     network: Network | None = None
     input_schema: dict[str, Any] | None = None
     command: Command | None = None
+    reactor: Reactor | None = Field(
+        None, description="Call the module through its own exports, not the wasmbox ABI or _start."
+    )
     packages: tuple[str, ...] = Field(
         (), strict=False,
         description="Pure-Python packages a Python tool or grant set imports, pinned: "
@@ -309,6 +397,8 @@ class Manifest(_Strict):
         self._check_packages()
         if self.command is not None:
             self._check_command(self.command)
+        if self.reactor is not None:
+            self._check_reactor(self.reactor)
         return self
 
     def _check_packages(self) -> None:
@@ -333,6 +423,20 @@ class Manifest(_Strict):
             raise ValueError("command.outputs are files in /tmp: they need `scratch`")
         if len(set(paths)) != len(paths):
             raise ValueError("command.outputs lists a file more than once")
+
+    def _check_reactor(self, reactor: Reactor) -> None:
+        if self.runtime is not None:
+            raise ValueError("[reactor] is for a wasm module, not Python tools")
+        if self.command is not None and self.command.fail_on_exit_code and reactor.result != "exit_code":
+            raise ValueError("command.fail_on_exit_code needs reactor.result = \"exit_code\"")
+        properties = (self.input_schema or {}).get("properties")
+        for index, param in enumerate(reactor.params):
+            if isinstance(param, ReactorParam):
+                try:
+                    template = _command.Template.parse(param.template, argv_item=False)
+                    _command.check_names(template, properties, f"param {index}")
+                except ValueError as exc:
+                    raise ValueError(f"reactor: {exc}") from None
 
     def digest(self) -> str:
         """sha256 of the canonical JSON form: names this exact grant set. Not cached: a

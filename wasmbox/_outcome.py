@@ -30,8 +30,13 @@ from ._wasmtime.component_io import REPLY_MAX
 
 PAGE = 65536
 
-# A guest that turns a failed allocation into its own error says so in words like these.
-_OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
+# A guest that turns a failed allocation into its own error says so in words like these (a
+# command's or reactor's exit message quotes its stderr: "exited with code 1: InternalError: out
+# of memory").
+_OOM_WORDING = re.compile(
+    r"^\s*(exited with code -?\d+: )?(\w*error: )?(out of memory|memoryerror\b|cannot allocate memory)",
+    re.IGNORECASE,
+)
 # Wasmtime's words for a store limit refusing memory (linear, table, or the GC heap).
 _OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap out of memory")
 # Wasmtime's words when a component hands the host more than its per-call copy budget.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -24,6 +25,7 @@ from wasmtime.component import Component
 from . import _call, _outcome
 from ._audit import AuditLog, Auditor, AuditSink
 from ._backends.core import abi as _abi
+from ._backends.core import reactor
 from ._backends.core.runner import ModuleRunner
 from ._backends.python.build import (
     Progress,
@@ -51,6 +53,7 @@ from ._errors import CapabilityError, ManifestError, WasmboxError
 from ._files import read_regular_file
 from ._inspect import (
     ModuleInfo,
+    ToolKind,
     abi_problem,
     check_grants,
     inspect_module,
@@ -227,8 +230,7 @@ class Sandbox:
         code_digest = hashlib.sha256(wasm).hexdigest()
         # read from the binary and checked before the (for a big module, minute-long) compile
         read = read_module_info(wasm, str(manifest.module))
-        if read is not None:
-            self._check_module(manifest, read)
+        checked = self._check_module(manifest, read) if read is not None else None
         try:
             module = self._cache.module(
                 self.engine, wasm, code_digest, partial(self._compiling, manifest.module, len(wasm))
@@ -239,7 +241,8 @@ class Sandbox:
             if read is None:
                 info = self._check_module(manifest, inspect_module(module))
             else:
-                info = read
+                assert checked is not None
+                info = checked
                 # the runner calls the ABI exports without per-call type checks: Wasmtime's view
                 # must agree (wasmtime-py aborts the process when asked to describe a v128)
                 types = [i.type for i in read.imports] + [t for _, t in read.exports]
@@ -264,7 +267,11 @@ class Sandbox:
     def _check_module(manifest: Manifest, info: ModuleInfo) -> ModuleInfo:
         """`info`, when the module speaks an ABI we call and imports only what is granted;
         raises ManifestError or CapabilityError."""
-        problem = abi_problem(info)
+        if manifest.reactor is not None:  # called through its own exports, whatever else it has
+            problem = reactor.export_problem(info, manifest.reactor)
+            info = dataclasses.replace(info, kind=ToolKind.C_REACTOR)
+        else:
+            problem = abi_problem(info)
         if problem is not None:
             raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))

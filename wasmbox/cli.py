@@ -14,6 +14,7 @@ from typing import Any
 import wasmtime
 
 from ._backends.core import abi as _abi
+from ._backends.core.reactor import command_c_api
 from ._errors import WasmboxError
 from ._inspect import inspect_file
 from ._manifest import json_schema
@@ -360,6 +361,8 @@ def _inspect(options: argparse.Namespace) -> int:
                 if i.module not in (_abi.WASI_MODULE, _abi.ABI_MODULE)
             ],
         },
+        # a command that also exports a C API: its _start may be a stub (README: "Reactor modules")
+        "command_exports_c_api": list(command_c_api(info)),
     }
     if options.json:
         _print_json(report)
@@ -379,6 +382,9 @@ def _inspect(options: argparse.Namespace) -> int:
     print(f"  host_functions: {_names(grants['host_functions'])}")
     if grants["refused_imports"]:
         print(f"  never granted (load will refuse): {_names(grants['refused_imports'])}")
+    if report["command_exports_c_api"]:
+        print(f"note: a WASI command that also exports {_names(report['command_exports_c_api'])}: "
+              "if its _start does not do the work, call these through a [reactor] table")  # fmt: skip
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import wasmtime
@@ -164,6 +165,25 @@ def call_raw(
     if trap:
         raise wasmtime.Trap._from_ptr(trap)
     return values[0].i32
+
+
+def call_typed(
+    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    func: ffi.wasmtime_extern_t,
+    params: Sequence[tuple[str, int]],
+    results: Sequence[str],
+) -> list[int]:
+    """Call a checked function of i32/i64 `params` (each `(type, value)`, an i32 taken modulo
+    2**32) and i32/i64 `results`; the results as signed integers."""
+    values = (ffi.wasmtime_val_raw_t * max(len(params), len(results), 1))()
+    for i, (kind, value) in enumerate(params):
+        if kind == "i64":
+            values[i].i64 = value
+        else:
+            value &= 0xFFFF_FFFF
+            values[i].i32 = value - (1 << 32) if value >= 1 << 31 else value
+    call_raw(context, func, values, len(values))
+    return [values[i].i64 if kind == "i64" else values[i].i32 for i, kind in enumerate(results)]
 
 
 def _call(

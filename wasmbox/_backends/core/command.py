@@ -106,6 +106,32 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def check_names(template: Template, properties: object, origin: str) -> None:
+    """Raise ValueError when `template` names an arg that `properties` (an input_schema's) does
+    not have, or expands one that is not an array."""
+    if not isinstance(properties, Mapping):
+        raise ValueError(  # noqa: TRY004 - the manifest's validator reports ValueErrors
+            "templates need an `input_schema` with `properties`"
+        )
+    for name in template.names:
+        if name not in properties:
+            raise ValueError(f"{origin}: {{{name}}} is not a property of input_schema")
+    if template.expand is not None:
+        declared = properties[template.expand]
+        kinds = declared.get("type") if isinstance(declared, Mapping) else None
+        if kinds != "array":
+            raise ValueError(f"{origin}: {{*{template.expand}}} needs its property to be of type \"array\"")
+
+
+def schema_defaults(properties: object) -> dict[str, Any]:
+    """The `default` of each property that has one (filled in for an absent arg)."""
+    if not isinstance(properties, Mapping):
+        return {}
+    return {
+        name: sub["default"] for name, sub in properties.items() if isinstance(sub, Mapping) and "default" in sub
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class CommandMapping:
     """A manifest's `[command]` argv and stdin templates, checked against its `input_schema`."""
@@ -128,24 +154,9 @@ class CommandMapping:
                 "argv and stdin templates need an `input_schema` with `properties`"
             )
         for template, origin in [*((t, f"argv item {i}") for i, t in enumerate(items)), (data, "stdin")]:
-            if template is None:
-                continue
-            for name in template.names:
-                if name not in properties:
-                    raise ValueError(f"{origin}: {{{name}}} is not a property of input_schema")
-            if template.expand is not None:
-                declared = properties[template.expand]
-                kinds = declared.get("type") if isinstance(declared, Mapping) else None
-                if kinds != "array":
-                    raise ValueError(
-                        f"{origin}: {{*{template.expand}}} needs its property to be of type \"array\""
-                    )
-        defaults = {
-            name: sub["default"]
-            for name, sub in properties.items()
-            if isinstance(sub, Mapping) and "default" in sub
-        }
-        return cls(items, data, defaults)
+            if template is not None:
+                check_names(template, properties, origin)
+        return cls(items, data, schema_defaults(properties))
 
     def render(self, args: Mapping[str, Any]) -> tuple[tuple[str, ...], bytes]:
         """The argv (after the manifest's fixed `args`) and stdin for checked `args`. Raises

@@ -30,6 +30,7 @@ from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
 from . import abi as _abi
 from . import hostcall as _hostcall
+from . import reactor
 
 # Store limits beyond the manifest's: the guest's instance (and the memoryless WASI forwarder of
 # `_wasi_files`) with one memory (so `limits.memory` is the whole budget), and tables small
@@ -65,8 +66,12 @@ class ModuleRunner:
         self._scratch_cap = manifest.scratch if info.uses_wasi else None
         self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
         command = manifest.command
-        if command is not None and self.kind is not ToolKind.COMMAND:
-            raise ManifestError(f"{manifest.module}: [command] is for WASI command modules (with _start)")
+        if command is not None and self.kind not in (ToolKind.COMMAND, ToolKind.C_REACTOR):
+            raise ManifestError(
+                f"{manifest.module}: [command] is for WASI command modules (with _start) and [reactor] modules"
+            )
+        # a [reactor] module: called through its own exports (_backends/core/reactor.py)
+        self._entry = reactor.EntryCall(manifest, info) if self.kind is ToolKind.C_REACTOR else None
         self._fail_on_exit = command is not None and command.fail_on_exit_code
         self._outputs = tuple(o.path for o in command.outputs) if command is not None else ()
         linker = wasmtime.Linker(engine)
@@ -121,6 +126,7 @@ class ModuleRunner:
                 extra = (scratch.preopen,) if scratch is not None else ()
                 store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr, extra))
             with _call.running(state):
+                prepared = self._entry.prepare(call.args) if self._entry is not None else ()
                 if scratch is not None:
                     scratch.arm(store)
                 instance = self._pre.instantiate(store)
@@ -128,6 +134,12 @@ class ModuleRunner:
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
                     if self._fail_on_exit and value["exit_code"] != 0:
+                        raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
+                elif self._entry is not None:
+                    assert memory is not None  # checked at load
+                    argv = (self._manifest.name, *self._manifest.args, *call.argv)
+                    value = self._entry.run(store, instance, memory, prepared, argv, limits.output, stderr)
+                    if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
                         raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
                 else:
                     assert memory is not None  # checked at load
