@@ -20,6 +20,7 @@ from ._capabilities import grants as _grants
 from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
 from ._errors import ErrorKind, WasmboxError
 from ._manifest import Limits, Manifest, Preopen
+from ._outcome import Failure
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
 from ._wasmtime import capi as _capi
@@ -56,14 +57,6 @@ class CallState:
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
         return cls(manifest, started + manifest.limits.timeout)
-
-
-class Failure(Exception):
-    """Raised inside a runner to end the call with `kind`."""
-
-    def __init__(self, kind: ErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.error = CallError(kind=kind, message=message)
 
 
 def inside_call() -> bool:

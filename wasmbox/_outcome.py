@@ -61,6 +61,28 @@ SOURCE_FAULTS = frozenset(
 )
 
 
+class Failure(Exception):
+    """Raised inside a runner to end the call with `kind` (what the guest's run ended with)."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.error = CallError(kind=kind, message=message)
+
+
+# What a guest's run may raise to end the call; `ended_with` says with which error.
+RUN_ENDS = (Failure, wasmtime.Trap, wasmtime.WasmtimeError)
+
+
+def ended_with(exc: Failure | wasmtime.Trap | wasmtime.WasmtimeError, limits: Limits) -> CallError:
+    """The error a guest's run ended with, from what it raised: a runner's own `Failure`, a
+    WASI exit (`guest_error`), or a trap or Wasmtime error (`from_trap`)."""
+    if isinstance(exc, Failure):
+        return exc.error
+    if isinstance(exc, wasmtime.ExitTrap):
+        return CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exc.code}")
+    return from_trap(exc, limits)
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Everything a finished call left that bears on its error."""

@@ -24,10 +24,11 @@ from typing import Any
 
 import wasmtime
 
-from ..._call import Failure, check_result_size
+from ..._call import check_result_size
 from ..._errors import ErrorKind
 from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest, Reactor, ReactorParam
+from ..._outcome import Failure
 from ..._units import format_size
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store

@@ -15,12 +15,13 @@ from typing import Any
 import wasmtime
 
 from ... import _call, _outcome
-from ..._call import CallInput, CallState, Failure
+from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import CapabilityError, ErrorKind, ManifestError
 from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest
+from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store
@@ -144,12 +145,8 @@ class ModuleRunner:
                 else:
                     assert memory is not None  # checked at load
                     value = self._run_reactor(store, instance, memory, call)
-        except Failure as failure:
-            error = failure.error
-        except wasmtime.ExitTrap as exit_trap:
-            error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _outcome.from_trap(exc, limits)
+        except _outcome.RUN_ENDS as exc:
+            error = _outcome.ended_with(exc, limits)
         finally:
             stdout.detach()
             stderr.detach()

@@ -22,12 +22,13 @@ import wasmtime
 from wasmtime import component
 
 from ... import _call, _outcome
-from ..._call import CallInput, Failure
+from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
+from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._wasmtime import component_io as _component_io
 from ..._wasmtime import store as _store
@@ -160,10 +161,8 @@ class PythonRuntimeRunner:
                     assert spare.run is not None
                     response = _component_io.call_bytes(spare.store, spare.run, payload)
                 value = self._decode(response, limits.output)
-        except Failure as failure:
-            error = failure.error
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _outcome.from_trap(exc, limits)
+        except _outcome.RUN_ENDS as exc:
+            error = _outcome.ended_with(exc, limits)
         finally:
             spare.stdout.detach()
             spare.stderr.detach()
@@ -200,10 +199,8 @@ class PythonRuntimeRunner:
             with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
                 instance = self._linker.instantiate(store, self._component)
             spare.run = instance.get_func(store, self._run)
-        except Failure as failure:
-            spare.error = failure.error
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            spare.error = _outcome.from_trap(exc, limits)
+        except _outcome.RUN_ENDS as exc:
+            spare.error = _outcome.ended_with(exc, limits)
         except Exception as exc:  # noqa: BLE001 - a spare never raises; its call reports it
             spare.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
         return spare

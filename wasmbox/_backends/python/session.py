@@ -35,7 +35,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ... import _call, _outcome
 from ..._audit import Auditor, args_digest
-from ..._call import Failure
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
 from ..._results import CallError, CallResult
@@ -307,10 +306,8 @@ def run_once(
                 response = _component_io.call_bytes(spare.store, spare.run, payload)
             returned = state.abort is None
             value = runner._decode(response, limits.output)
-        except Failure as failure:
-            error = failure.error
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _outcome.from_trap(exc, limits)
+        except _outcome.RUN_ENDS as exc:
+            error = _outcome.ended_with(exc, limits)
         finally:
             if spare.scratch is not None:
                 scratch_over = spare.scratch.settle()
