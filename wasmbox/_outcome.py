@@ -73,12 +73,15 @@ class Failure(Exception):
 RUN_ENDS = (Failure, wasmtime.Trap, wasmtime.WasmtimeError)
 
 
-def ended_with(exc: Failure | wasmtime.Trap | wasmtime.WasmtimeError, limits: Limits) -> CallError:
+def ended_with(
+    exc: Failure | wasmtime.Trap | wasmtime.WasmtimeError, limits: Limits, *, exit_is_an_end: bool
+) -> CallError:
     """The error a guest's run ended with, from what it raised: a runner's own `Failure`, a
-    WASI exit (`guest_error`), or a trap or Wasmtime error (`from_trap`)."""
+    WASI exit (with `exit_is_an_end`, as for a command or a C entry: `guest_error`; else, as in
+    a runtime whose driver never exits, a trap), or a trap or Wasmtime error (`from_trap`)."""
     if isinstance(exc, Failure):
         return exc.error
-    if isinstance(exc, wasmtime.ExitTrap):
+    if exit_is_an_end and isinstance(exc, wasmtime.ExitTrap):
         return CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exc.code}")
     return from_trap(exc, limits)
 

@@ -146,7 +146,7 @@ class ModuleRunner:
                     assert memory is not None  # checked at load
                     value = self._run_reactor(store, instance, memory, call)
         except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits)
+            error = _outcome.ended_with(exc, limits, exit_is_an_end=True)
         finally:
             stdout.detach()
             stderr.detach()

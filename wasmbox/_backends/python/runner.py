@@ -162,7 +162,7 @@ class PythonRuntimeRunner:
                     response = _component_io.call_bytes(spare.store, spare.run, payload)
                 value = self._decode(response, limits.output)
         except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits)
+            error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
         finally:
             spare.stdout.detach()
             spare.stderr.detach()
@@ -200,7 +200,7 @@ class PythonRuntimeRunner:
                 instance = self._linker.instantiate(store, self._component)
             spare.run = instance.get_func(store, self._run)
         except _outcome.RUN_ENDS as exc:
-            spare.error = _outcome.ended_with(exc, limits)
+            spare.error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
         except Exception as exc:  # noqa: BLE001 - a spare never raises; its call reports it
             spare.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
         return spare

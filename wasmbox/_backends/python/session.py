@@ -307,7 +307,7 @@ def run_once(
             returned = state.abort is None
             value = runner._decode(response, limits.output)
         except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits)
+            error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
         finally:
             if spare.scratch is not None:
                 scratch_over = spare.scratch.settle()
