@@ -49,9 +49,9 @@ def main() -> int:
     options = parser.parse_args()
     if sys.platform == "linux":  # first: a pool whose slots were all reset to the image
         with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=0)) as box:
-            written, touched, image = _dirty(box.python_runtime())
+            written, touched, image = _dirty(box._python_runtime())
     with wasmbox.Sandbox() as box:
-        timings = _timings(box.python_runtime(), options.calls)
+        timings = _timings(box._python_runtime(), options.calls)
     for name, values in timings.items():
         print(f"{name:34} {statistics.median(values):8.0f}")
     if sys.platform == "linux":

@@ -143,7 +143,7 @@ def test_sigint_while_a_guest_spins(box: wasmbox.Sandbox, runtime: str) -> None:
     KeyboardInterrupt is raised when the guest stops: at the latest, at its deadline."""
     spin = box.load(manifest("spin", limits={"fuel": 10**15, "timeout": "300ms"}))
     grants = {"name": "spin_py", "runtime": "python", "limits": {"fuel": 10**15, "timeout": "300ms"}}
-    box.python_runtime()
+    box.prepare_python()
     for _ in range(3):
         timer = _sigint_after(0.05)
         try:
@@ -187,7 +187,7 @@ def test_sigint_at_random_moments_leaves_nothing_behind(box: wasmbox.Sandbox) ->
     C, before wasmtime-py forgot the pointer, so the garbage collector freed it again."""
     echo = box.load(manifest("echo"))
     trap = box.load(manifest("trap"))
-    box.python_runtime()
+    box.prepare_python()
     rng = random.Random(5)
     fds_before = len(os.listdir("/proc/self/fd"))
     interrupted = 0

@@ -305,7 +305,7 @@ def test_a_tool_that_cannot_be_compiled_now_is_not_blamed_on_its_source(
     settings = wasmbox.EngineSettings(pool_slots=4)  # room for one Python instance
     with wasmbox.Sandbox(cache_dir=cache_dir, settings=settings) as box:
         box.register_host_function("test.hold", lambda: started.set() or release.wait(10))
-        box.python_runtime()
+        box.prepare_python()
         holding = grants(host_functions=["test.hold"], limits={"timeout": "20s"})
         busy = threading.Thread(
             target=box.run_python, args=("import wasmbox_guest\nwasmbox_guest.call_host('test.hold')", holding)
@@ -626,7 +626,7 @@ def test_new_process_neither_rebuilds_nor_recompiles(
 def _runtime_built_once(cache_dir: Path) -> Iterator[None]:
     """Build the runtime once, up front, so the first test's timings are not the build's."""
     with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
-        sandbox.python_runtime()
+        sandbox.prepare_python()
     yield
 
 
@@ -673,7 +673,7 @@ def test_spare_instances_get_full_fuel_and_a_fresh_deadline(box: wasmbox.Sandbox
     import time
 
     manifest = wasmbox.Manifest.load(grants(limits={"fuel": 3_000_000, "timeout": "60s"}))
-    spares = box.python_runtime()._spares
+    spares = box._python_runtime()._spares
     for _ in range(3):
         box.run_python("1", manifest)  # a spare for the next call under these grants is made
         stop = time.monotonic() + 30  # (only so that a broken run cannot hang)

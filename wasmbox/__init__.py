@@ -6,6 +6,8 @@
 """
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
+from ._backends.python.build import RuntimeBuildError
+from ._cache import CacheStats
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -25,8 +27,8 @@ from ._errors import (
     TrapError,
     WasmboxError,
 )
-from ._inspect import ToolKind
-from ._manifest import Limits, Manifest, Preopen
+from ._inspect import ModuleImport, ModuleInfo, ToolKind
+from ._manifest import Command, Limits, Manifest, Network, OutputFile, Preopen
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._tool import Tool
@@ -38,10 +40,12 @@ __all__ = [
     "AuditLog",
     "AuditRecord",
     "BadResponseError",
+    "CacheStats",
     "CallError",
     "CallResult",
     "CapabilityDeniedError",
     "CapabilityError",
+    "Command",
     "EngineSettings",
     "ErrorKind",
     "GuestError",
@@ -52,9 +56,14 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "MemoryLimitError",
+    "ModuleImport",
+    "ModuleInfo",
+    "Network",
     "OutOfFuelError",
+    "OutputFile",
     "OutputLimitError",
     "Preopen",
+    "RuntimeBuildError",
     "Sandbox",
     "StrictSchemaError",
     "StrictSchemaWarning",

@@ -315,7 +315,7 @@ class Sandbox:
         if self._allow_system_grants:
             return None
         for preopen in manifest.preopens:
-            resolved = preopen.resolved
+            resolved = preopen._resolved
             for system in _SYSTEM_FOLDERS:
                 try:
                     device = os.stat(system).st_dev
@@ -366,7 +366,7 @@ class Sandbox:
             source = read_regular_file(manifest.source).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
-        runtime = self.python_runtime()
+        runtime = self._python_runtime()
         self._install_packages(manifest)
 
         def compile_tool() -> bytes:
@@ -395,9 +395,15 @@ class Sandbox:
             signature_schema=schema, docstring=summary,
         )  # fmt: skip
 
-    def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
-        """The CPython runtime, built and compiled on first use (progress on stderr) and
-        cached on disk, so later processes only load it."""
+    def prepare_python(self, progress: Progress = stderr_progress) -> None:
+        """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
+        first Python tool or `run_python` call does not wait for it. Raises RuntimeBuildError
+        when it cannot be built, WasmboxError when the Sandbox is closed."""
+        self._python_runtime(progress)
+
+    def _python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
+        """The CPython runtime, built and compiled on first use and cached on disk, so later
+        processes only load it."""
         with self._python_lock:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
@@ -458,7 +464,7 @@ class Sandbox:
         Raises ManifestError when they cannot be installed or are not pure Python."""
         if not manifest.packages:
             return
-        runtime = self.python_runtime()
+        runtime = self._python_runtime()
         try:
             installed = self._packages.install(
                 manifest.packages, partial(self._precompile_packages, manifest.packages), stderr_progress
@@ -478,7 +484,7 @@ class Sandbox:
     def _precompile_packages(self, packages: tuple[str, ...], site: Path) -> None:
         """Byte-compile a freshly installed package set with the runtime (as the stdlib is),
         so an import reads bytecode instead of compiling the package in every call."""
-        runner = self.python_runtime().sibling()
+        runner = self._python_runtime().sibling()
         runner.add_packages(packages, site, writable=True)
         grants = Manifest(
             name="precompile", runtime="python", packages=packages,
@@ -516,7 +522,7 @@ class Sandbox:
         if not isinstance(code, str):
             result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         else:
-            result = self.python_runtime().call(grants, key, {"mode": "code", "code": code})
+            result = self._python_runtime().call(grants, key, {"mode": "code", "code": code})
         if self._auditor.enabled:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(result, key, digest, {}, grants.limits)
