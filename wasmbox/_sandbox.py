@@ -384,7 +384,7 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: the runtime returned no bytecode")
             return _abi.pack(compiled.value)  # cached with the entry's signature
 
-        inputs = f"{runtime.key}\0{manifest.source.name}\0{manifest.entry}\0{source}"
+        inputs = f"{runtime.build_digest}\0{manifest.source.name}\0{manifest.entry}\0{source}"
         compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
         schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
