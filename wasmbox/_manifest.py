@@ -1,4 +1,5 @@
-"""The capability manifest: one tool and everything it may touch (DESIGN.md §3)."""
+"""The capability manifest: one tool and everything it may touch (ARCHITECTURE.md, "Limits →
+Wasmtime": what each limit and grant becomes)."""
 
 from __future__ import annotations
 

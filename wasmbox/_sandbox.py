@@ -211,7 +211,7 @@ class Sandbox:
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
         code_digest = hashlib.sha256(wasm).hexdigest()
-        # read from the binary and checked before the (for a big module, minute-long) compile
+        # read from the binary and checked before the compile (long, for a big module)
         read = read_module_info(wasm, str(manifest.module))
         if read is not None:
             self._check_module(manifest, read)
@@ -371,7 +371,7 @@ class Sandbox:
 
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
-            # belong to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
+            # belong to load time, and calls then skip compiling (its cost: bench/README.md)
             compiled = runtime.compile_tool(manifest, source)
             if compiled.stderr:  # SyntaxWarnings: here, before the bytecode is cached (so a
                 # warnings-as-errors filter keeps it out), not in every call's stderr
@@ -540,7 +540,7 @@ class Sandbox:
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """`run_python` on the Sandbox's worker threads."""
-        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+        import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))

@@ -37,7 +37,7 @@ from .._manifest import Network
 from .._units import format_size
 from .allowlist import IPAddress, parse_rules, unlisted, verdict
 
-if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading they cost ~25 ms at start-up
+if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading, they would slow start-up
     import http.client
     import ssl
 

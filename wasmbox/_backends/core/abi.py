@@ -1,4 +1,5 @@
-"""The wasmbox ABI v1 framing (DESIGN.md §4): MessagePack payloads and packed (ptr, len) results."""
+"""The wasmbox ABI v1 framing (ARCHITECTURE.md, "Guest contracts"): MessagePack payloads and
+packed (ptr, len) results."""
 
 from __future__ import annotations
 

@@ -264,8 +264,8 @@ def _replace_monotonic_clock(
     """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps.
 
     Wasmtime's `subscribe-duration`/`subscribe-instant` let a guest block inside the host
-    (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: one
-    sleeping call held its thread and ~14 pool slots for as long as it liked. wasmtime-py cannot
+    (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: a
+    sleeping call would hold its thread and its pool slots for as long as it liked. wasmtime-py cannot
     make the pollables a capped sleep would need, so sleeping is refused outright, as a
     guest error with a message that says why.
     """
@@ -288,7 +288,7 @@ _NO_SLEEP = (
     "it would hold the host past the call's deadline"
 )
 _NO_INPUT = CallInput({})
-# A 20 KB source takes ~30M fuel to compile; these bound a hostile one.
+# Far above what compiling any real tool's source costs (bench/README.md); they bound a hostile one.
 _COMPILE_LIMITS = Limits(fuel=2_000_000_000, memory=512 * 1024**2, timeout=10.0, output=64 * 1024**2)
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants an instance is made under: none (the component's start-up calls no host function).
@@ -368,8 +368,8 @@ class _Spares:
 
 
 class _Housekeeper:
-    """A background thread that closes finished stores (their teardown takes a few hundred
-    µs the caller need not wait for) and prepares spare instances. Its queue is short, so
+    """A background thread that closes finished stores (a teardown the caller need not wait
+    for) and prepares spare instances. Its queue is short, so
     retired stores hold their pool slots and files only briefly; when it is full the caller
     closes its own store and skips the spare."""
 
