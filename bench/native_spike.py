@@ -60,7 +60,7 @@ def native_python(
     """The native Python call of SNIPPET, checked once; its compiled form cached by digest.
     With `spare`, the next call's instance is made ahead on a Rust thread. Returns the
     `_native.PythonRuntime` and the call."""
-    runner = box.python_runtime()
+    runner = box._python_runtime()
     component = Path(runner.component_path)
     digest = hashlib.sha256(component.read_bytes()).hexdigest()[:16]
     compiled = (

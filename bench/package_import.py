@@ -70,7 +70,7 @@ def main() -> None:
     cache = Path.home() / ".cache" / "wasmbox-bench"  # the runtime, built once; packages fresh
     try:
         with wasmbox.Sandbox(cache_dir=cache, package_wheels=wheels) as box:
-            box.python_runtime()
+            box.prepare_python()
             for stale in cache.glob("packages-*"):
                 shutil.rmtree(stale)
             limits = {"fuel": 10**11, "timeout": 60, "memory": "256MiB"}
@@ -89,7 +89,7 @@ def main() -> None:
                 for folder in hidden:  # the same set without its bytecode, for a while
                     folder.rename(folder.with_name("__pycache__.off"))
                 try:
-                    box.python_runtime()._spares.drain()  # none prepared before
+                    box._python_runtime()._spares.drain()  # none prepared before
                     without_time, without_fuel = measure(box, code, grants, max(3, rounds // 4))
                 finally:
                     for folder in hidden:

@@ -31,9 +31,9 @@ import wasmbox
 from wasmbox import _call
 from wasmbox._backends.core import abi as _abi
 from wasmbox._backends.python.runner import (
-    _PREPARING,
+    _INSTANTIATING,
     PythonRuntimeRunner,
-    _Spare,
+    _Prepared,
     encode_request,
 )
 from wasmbox._wasmtime import component_io as _component_io
@@ -49,9 +49,9 @@ def main() -> int:
     options = parser.parse_args()
     if sys.platform == "linux":  # first: a pool whose slots were all reset to the image
         with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=0)) as box:
-            written, touched, image = _dirty(box.python_runtime())
+            written, touched, image = _dirty(box._python_runtime())
     with wasmbox.Sandbox() as box:
-        timings = _timings(box.python_runtime(), options.calls)
+        timings = _timings(box._python_runtime(), options.calls)
     for name, values in timings.items():
         print(f"{name:34} {statistics.median(values):8.0f}")
     if sys.platform == "linux":
@@ -67,12 +67,12 @@ def _timings(runner: PythonRuntimeRunner, calls: int) -> dict[str, list[float]]:
         "free after a run (µs)": [], "free an unused instance (µs)": [],
     }  # fmt: skip
     for i in range(calls + 20):
-        spare, prepare_s = _timed(lambda: runner._prepare(_PREPARING))
+        spare, prepare_s = _timed(lambda: runner._instantiate(_INSTANTIATING))
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         _, run_s = _timed(partial(_run, spare))
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         _, free_s = _timed(spare.discard)
-        unused = runner._prepare(_PREPARING)
+        unused = runner._instantiate(_INSTANTIATING)
         _, unused_s = _timed(unused.discard)
         if i >= 20:  # warmed up
             for name, value in zip(timings, (prepare_s * 1e6, run_s * 1e6, faults, free_s * 1e6, unused_s * 1e6)):
@@ -86,9 +86,9 @@ def _timed(action: Callable[[], object]) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
-def _run(spare: _Spare) -> None:
+def _run(spare: _Prepared) -> None:
     assert spare.run is not None, spare.error
-    with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
+    with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
         reply = _component_io.call_bytes(spare.store, spare.run, REQUEST)
     assert _abi.unpack(reply) == {"ok": 4950}
 
@@ -96,8 +96,8 @@ def _run(spare: _Spare) -> None:
 def _dirty(runner: PythonRuntimeRunner) -> tuple[int, int, int]:
     """Pages of the component's memory image written and mapped by one run, and its size."""
     for _ in range(20):
-        runner._prepare(_PREPARING).discard()
-    spare = runner._prepare(_PREPARING)
+        runner._instantiate(_INSTANTIATING).discard()
+    spare = runner._instantiate(_INSTANTIATING)
     _run(spare)
     written = touched = image = 0
     for line in Path("/proc/self/maps").read_text().splitlines():

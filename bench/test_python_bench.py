@@ -30,7 +30,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[wasmbox.Sandbox]:
         def host_fn(x: int) -> int:
             return x + 1
 
-        sandbox.python_runtime()
+        sandbox.prepare_python()
         yield sandbox
 
 
@@ -41,7 +41,7 @@ def test_python_fresh_interpreter_sum(benchmark, box: wasmbox.Sandbox) -> None: 
 
 def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
     """The baseline: the same component and request, new Store + Linker.instantiate, no limits."""
-    runtime = box.python_runtime()._runtime
+    runtime = box._python_runtime()._runtime
     engine, compiled, linker = plain_component(runtime.component)
     request = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 

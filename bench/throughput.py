@@ -21,7 +21,7 @@ def main() -> int:
     echo = box.load({"name": "echo", "module": str(ROOT / "runtimes/examples/wat/echo.wat")})
     spin = box.load({"name": "busy", "module": str(ROOT / "runtimes/examples/wat/spin.wat"),
                      "limits": {"fuel": 2_000_000}})  # fmt: skip
-    box.python_runtime()
+    box.prepare_python()
     cases: list[tuple[str, Callable[[], object]]] = [
         ("trivial core call (echo)", lambda: echo.call({"n": 1})),
         ("core call burning 2M fuel", lambda: spin.call({})),

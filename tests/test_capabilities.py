@@ -196,3 +196,8 @@ def test_a_module_whose_reading_disagrees_with_wasmtime_is_refused(
         with pytest.raises(wasmbox.ManifestError, match="differ from Wasmtime's"):
             box.load(manifest("no_abi"))
         assert not list(cache.glob("module-*"))
+
+
+def test_an_import_wasi_does_not_have_is_refused_at_load(box: wasmbox.Sandbox) -> None:
+    with pytest.raises(wasmbox.CapabilityError, match="no_such_fn"):
+        box.load(manifest("unknown_wasi"))

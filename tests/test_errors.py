@@ -202,3 +202,35 @@ def test_host_reply_over_the_output_cap_stops_the_guest(box: wasmbox.Sandbox) ->
     result = tool.call({})
     assert result.error is not None and result.error.kind is ErrorKind.OUTPUT_LIMIT
     assert [r.verdict for r in result.host_calls] == ["limit"]
+
+
+def test_no_host_call_is_served_after_the_deadline(box: wasmbox.Sandbox) -> None:
+    calls = []
+
+    @box.host_function("host.fn")
+    def slow(**_: object) -> int:
+        calls.append(1)
+        time.sleep(0.3)
+        return 1
+
+    tool = box.load(manifest("host_thrice", host_functions=["host.fn"], limits={"timeout": "100ms"}))
+    result = tool.call({})
+    assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
+    assert len(calls) == 1  # straight-line code asked twice more; neither ran
+
+
+def test_deeply_nested_result_is_a_bad_response(box: wasmbox.Sandbox) -> None:
+    result = box.load(manifest("deep_result")).call({})
+    assert result.error is not None and result.error.kind is ErrorKind.BAD_RESPONSE
+    assert "nested" in result.error.message
+
+
+
+def test_a_trap_in_a_module_whose_memory_cannot_grow_is_a_trap_not_a_memory_limit(box: wasmbox.Sandbox) -> None:
+    fixed = box.load(manifest("fixed_memory_trap")).call({})
+    assert fixed.error is not None and fixed.error.kind is ErrorKind.TRAP  # not memory_limit
+
+
+def test_a_guest_error_that_mentions_out_of_memory_is_a_guest_error(box: wasmbox.Sandbox) -> None:
+    words = box.load(manifest("oom_words")).call({})
+    assert words.error is not None and words.error.kind is ErrorKind.GUEST_ERROR

@@ -143,7 +143,7 @@ def test_sigint_while_a_guest_spins(box: wasmbox.Sandbox, runtime: str) -> None:
     KeyboardInterrupt is raised when the guest stops: at the latest, at its deadline."""
     spin = box.load(manifest("spin", limits={"fuel": 10**15, "timeout": "300ms"}))
     grants = {"name": "spin_py", "runtime": "python", "limits": {"fuel": 10**15, "timeout": "300ms"}}
-    box.python_runtime()
+    box.prepare_python()
     for _ in range(3):
         timer = _sigint_after(0.05)
         try:
@@ -183,11 +183,11 @@ def test_sigint_while_a_core_guest_sleeps_reaches_the_caller(box: wasmbox.Sandbo
 def test_sigint_at_random_moments_leaves_nothing_behind(box: wasmbox.Sandbox) -> None:
     """Interrupts landing anywhere in the host's code around a call (not only in the guest).
 
-    This used to segfault: an interrupt raised right after `Store.close()` freed the store in
-    C, before wasmtime-py forgot the pointer, so the garbage collector freed it again."""
+    An interrupt raised right after `Store.close()` freed the store in C, before wasmtime-py
+    forgot the pointer, would let the garbage collector free it again (`_call.close_store`)."""
     echo = box.load(manifest("echo"))
     trap = box.load(manifest("trap"))
-    box.python_runtime()
+    box.prepare_python()
     rng = random.Random(5)
     fds_before = len(os.listdir("/proc/self/fd"))
     interrupted = 0
@@ -328,3 +328,30 @@ def test_componentize_py_failure_is_a_runtime_build_error(
         assert_serving(box)
     assert not list(cache.glob(".build-*"))  # the staging directory is cleaned up
     assert not list(cache.glob("python-runtime-*"))  # and nothing half-built is published
+
+
+def test_base_exception_in_host_function_stays_on_its_thread(box: wasmbox.Sandbox) -> None:
+    @box.host_function("host.fn")
+    def interrupt(**_: object) -> int:
+        raise KeyboardInterrupt
+
+    forward = box.load(manifest("forward", host_functions=["host.fn"]))
+    trap = box.load(manifest("trap"))
+    kinds: list[str] = []
+    stop = threading.Event()
+
+    def other_thread() -> None:
+        while not stop.is_set():
+            result = trap.call({})  # must never raise someone else's KeyboardInterrupt
+            kinds.append(result.error.kind.value if result.error else "ok")
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        for _ in range(50):
+            with pytest.raises(KeyboardInterrupt):
+                forward.call({})
+    finally:
+        stop.set()
+        thread.join()
+    assert kinds and set(kinds) == {"trap"}

@@ -228,8 +228,8 @@ def _nested(depth: int) -> dict[str, Any]:
          "enum-str", "nested-65", "nested-5000"],
 )  # fmt: skip
 def test_malformed_input_schemas_are_manifest_errors(schema: dict[str, Any]) -> None:
-    """Each used to raise TypeError/AttributeError/RecursionError at load, or (minLength "3")
-    to load and then make every call raise TypeError."""
+    """Each is refused at load with a ManifestError: not a TypeError, AttributeError or
+    RecursionError from the schema check, nor (minLength "3") loaded to make every call raise."""
     with pytest.raises(ManifestError, match="input_schema"):
         Manifest.load({"name": "echo", "module": wat("echo"), "input_schema": schema})
 

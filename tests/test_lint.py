@@ -84,8 +84,9 @@ def test_python_tool_granted_a_host_function_its_source_never_names(tmp_path: Pa
 def test_read_only_grants_of_system_folders_homes_and_the_cache_are_warned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str, words: str
 ) -> None:
-    """Finding 7: a read-only grant of /proc passed lint, and its guest read the host's
-    secrets from /proc/self/environ."""
+    """A read-only grant of /proc would let its guest read the host's secrets from
+    /proc/self/environ: lint warns about it, and about the other system folders, homes and the
+    cache."""
     home, cache = tmp_path / "home" / "alice", tmp_path / "cache" / "wasmbox"
     (cache / "inside").mkdir(parents=True)
     home.mkdir(parents=True)

@@ -217,3 +217,8 @@ def test_durations(text: object, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_a_fuel_limit_past_u64_is_a_manifest_error(box: wasmbox.Sandbox) -> None:
+    with pytest.raises(wasmbox.ManifestError, match="limits.fuel"):
+        box.load({"name": "echo", "module": wat("echo"), "limits": {"fuel": 2**64 + 5_000_000}})

@@ -206,7 +206,7 @@ def test_an_undeclared_package_fails_saying_how_to_add_it(box: wasmbox.Sandbox) 
 RACE = """
 import sys, wasmbox
 with wasmbox.Sandbox(cache_dir=sys.argv[1], package_wheels=sys.argv[2]) as box:
-    box.python_runtime()
+    box.prepare_python()
     print("ready", flush=True)
     sys.stdin.readline()  # both start installing at the same moment
     print(box.run_python("import racepkg; racepkg.N", {"name": "r", "runtime": "python",
@@ -218,7 +218,7 @@ def test_two_processes_install_a_set_once(cache_dir: Path, wheels: Path) -> None
     # a set no other test installs, in the shared cache (the runtime is built there already)
     build_wheel(wheels, "racepkg", "3.0", {"racepkg.py": "N = 3\n"})
     with wasmbox.Sandbox(cache_dir=cache_dir) as box:
-        box.python_runtime()
+        box.prepare_python()
     processes = [
         subprocess.Popen([sys.executable, "-c", RACE, str(cache_dir), str(wheels)], text=True,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

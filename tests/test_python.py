@@ -86,125 +86,156 @@ def test_python_tool_args_are_checked(box: wasmbox.Sandbox, tmp_path: Path) -> N
     assert missing is not None and "missing 1 required" in missing.message and "'a'" in missing.message
 
 
-def test_a_type_error_inside_a_tool_is_its_own_not_bad_arguments(
-    box: wasmbox.Sandbox, tmp_path: Path
+# Whatever a tool's entry is, it is called straight away; a TypeError is bad arguments only when
+# the call itself raised it, before any of the tool's Python code ran, and the arguments do not
+# fit the entry's signature.
+_TYPED = (
+    "import functools\n"
+    "def logged(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def wrapper(*args, **kwargs):\n"
+    "        return f(*args, **kwargs)\n"
+    "    return wrapper\n"
+    "def helper(x):\n"
+    "    return x\n"
+    "def main(a: int):\n"
+    "    if a == 1:\n"
+    "        return a + 'text'\n"
+    "    return helper(a, a)\n"
+    "wrapped = logged(main)\n"
+)  # fmt: skip
+_RETRYING = (  # a wrapper's own parameters are the wrapper's to take
+    "import functools\n"
+    "from typing import TYPE_CHECKING\n"
+    "if TYPE_CHECKING:\n"
+    "    from decimal import Decimal\n"
+    "def retry(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def wrapper(*args, retries: int = 1, **kwargs):\n"
+    "        return [retries, f(*args, **kwargs)]\n"
+    "    return wrapper\n"
+    "@retry\n"
+    "def main(x: 'Decimal') -> int:\n"
+    "    return int(x)\n"
+)  # fmt: skip
+_KINDS = (  # entries that are not plain functions
+    "import dataclasses, functools\n"
+    "class Cls:\n"
+    "    def __init__(self, a, b=1):\n"
+    "        self.value = a + b\n"
+    "@dataclasses.dataclass\n"
+    "class Data:\n"
+    "    a: int\n"
+    "def add(a, b):\n"
+    "    return a + b\n"
+    "partial = functools.partial(add, b=5)\n"
+    "class Callable:\n"
+    "    def __call__(self, a):\n"
+    "        return a\n"
+    "instance = Callable()\n"
+    "method = Callable().__call__\n"
+    "def logged(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def wrapper(a, *args, **kwargs):\n"
+    "        return f(a, *args, **kwargs)\n"
+    "    return wrapper\n"
+    "wrapped_add = logged(add)\n"
+    "def inject(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def wrapper(*args, **kwargs):\n"
+    "        return f(*args, ctx=10, **kwargs)\n"
+    "    return wrapper\n"
+    "def retry(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def wrapper(*args, retries=1, **kwargs):\n"
+    "        return f(*args, **kwargs)\n"
+    "    return wrapper\n"
+    "@logged\n"
+    "@retry\n"
+    "@inject\n"
+    "def stacked(a, ctx):\n"
+    "    return a + ctx\n"
+    "import enum\n"
+    "class Level(enum.IntEnum):\n"
+    "    LOW = 1\n"
+    "def labelled(f):\n"
+    "    @functools.wraps(f)\n"
+    "    def wrapper(*args, **kwargs):\n"
+    "        return 'result: ' + f(*args, ctx=10, **kwargs)\n"
+    "    return wrapper\n"
+    "@labelled\n"
+    "def posted(a, ctx):\n"
+    "    return a + ctx\n"
+)  # fmt: skip
+
+
+def _tool_of(box: wasmbox.Sandbox, tmp_path: Path, source: str, entry: str = "main") -> wasmbox.Tool:
+    path = tmp_path / "tool.py"
+    path.write_text(source)
+    return box.load({"name": f"tool_{entry}", "runtime": "python", "source": str(path), "entry": entry})
+
+
+@pytest.mark.parametrize("args", [{"a": 1}, {"a": 2}], ids=["its-own", "from-a-nested-call"])
+def test_a_type_error_raised_in_a_tools_code_is_a_guest_error(
+    box: wasmbox.Sandbox, tmp_path: Path, args: dict[str, int]
 ) -> None:
-    """The tool is called straight away, whatever it is; a TypeError is bad arguments only
-    when the call itself raised it, before any of the tool's Python code ran, and the
-    arguments do not fit the entry's signature."""
-    source = tmp_path / "typed.py"
-    source.write_text(
-        "import functools\n"
-        "def logged(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(*args, **kwargs):\n"
-        "        return f(*args, **kwargs)\n"
-        "    return wrapper\n"
-        "def helper(x):\n"
-        "    return x\n"
-        "def main(a: int):\n"
-        "    if a == 1:\n"
-        "        return a + 'text'\n"
-        "    return helper(a, a)\n"
-        "wrapped = logged(main)\n"
-    )  # fmt: skip
-    manifest = {"name": "typed", "runtime": "python", "source": str(source)}
-    tool = box.load(manifest)
-    for args in ({"a": 1}, {"a": 2}):  # a TypeError of its own, and one from a nested call
-        result = tool.call(args)
-        assert kind(result) == "guest_error" and "TypeError" in result.error.message  # type: ignore[union-attr]
-    wrapped = box.load({**manifest, "name": "wrapped", "entry": "wrapped"})
+    result = _tool_of(box, tmp_path, _TYPED).call(args)
+    assert kind(result) == "guest_error" and "TypeError" in result.error.message  # type: ignore[union-attr]
+
+
+def test_args_a_wrapper_refuses_are_a_guest_error(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    wrapped = _tool_of(box, tmp_path, _TYPED, entry="wrapped")
     misfit = wrapped.call({"b": 1})  # refused inside the wrapper, which ran: reported as such
     assert kind(misfit) == "guest_error" and "unexpected keyword argument 'b'" in misfit.error.message  # type: ignore[union-attr]
     assert kind(wrapped.call({"a": 1})) == "guest_error"
-    retrying = tmp_path / "retrying.py"  # a wrapper's own parameters are the wrapper's to take
-    retrying.write_text(
-        "import functools\n"
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n"
-        "    from decimal import Decimal\n"
-        "def retry(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(*args, retries: int = 1, **kwargs):\n"
-        "        return [retries, f(*args, **kwargs)]\n"
-        "    return wrapper\n"
-        "@retry\n"
-        "def main(x: 'Decimal') -> int:\n"
-        "    return int(x)\n"
-    )  # fmt: skip
-    retried = box.load({"name": "retrying", "runtime": "python", "source": str(retrying)})
+
+
+def test_a_wrappers_own_parameters_are_the_wrappers_to_take(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    retried = _tool_of(box, tmp_path, _RETRYING)
     assert retried.call({"x": 2, "retries": 3}).value == [3, 2]  # Decimal is never imported
     assert "unexpected keyword argument 'y'" in retried.call({"x": 2, "y": 3}).error.message  # type: ignore[union-attr]
-    kinds = tmp_path / "kinds.py"  # entries that are not plain functions: checked, then called
-    kinds.write_text(
-        "import dataclasses, functools\n"
-        "class Cls:\n"
-        "    def __init__(self, a, b=1):\n"
-        "        self.value = a + b\n"
-        "@dataclasses.dataclass\n"
-        "class Data:\n"
-        "    a: int\n"
-        "def add(a, b):\n"
-        "    return a + b\n"
-        "partial = functools.partial(add, b=5)\n"
-        "class Callable:\n"
-        "    def __call__(self, a):\n"
-        "        return a\n"
-        "instance = Callable()\n"
-        "method = Callable().__call__\n"
-        "def logged(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(a, *args, **kwargs):\n"
-        "        return f(a, *args, **kwargs)\n"
-        "    return wrapper\n"
-        "wrapped_add = logged(add)\n"
-        "def inject(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(*args, **kwargs):\n"
-        "        return f(*args, ctx=10, **kwargs)\n"
-        "    return wrapper\n"
-        "def retry(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(*args, retries=1, **kwargs):\n"
-        "        return f(*args, **kwargs)\n"
-        "    return wrapper\n"
-        "@logged\n"
-        "@retry\n"
-        "@inject\n"
-        "def stacked(a, ctx):\n"
-        "    return a + ctx\n"
-        "import enum\n"
-        "class Level(enum.IntEnum):\n"
-        "    LOW = 1\n"
-        "def labelled(f):\n"
-        "    @functools.wraps(f)\n"
-        "    def wrapper(*args, **kwargs):\n"
-        "        return 'result: ' + f(*args, ctx=10, **kwargs)\n"
-        "    return wrapper\n"
-        "@labelled\n"
-        "def posted(a, ctx):\n"
-        "    return a + ctx\n"
-    )  # fmt: skip
-    expected = {"Cls": None, "Data": {"a": 1}, "partial": 6, "instance": 1, "method": 1, "wrapped_add": 3,
-                "stacked": 11, "Level": 1}  # fmt: skip
-    special = {"wrapped_add": {"a": 1, "b": 2}, "stacked": {"a": 1, "retries": 3}, "Level": {"value": 1}}
-    for entry, value in expected.items():
-        tool = box.load({"name": f"kind_{entry}", "runtime": "python", "source": str(kinds), "entry": entry})
-        result = tool.call(special.get(entry, {"a": 1}))
-        if value is None:  # it ran: an instance comes back, which cannot be sent (a dataclass's fields can)
-            assert "cannot be sent" in result.error.message, (entry, result.error)  # type: ignore[union-attr]
-        else:
-            assert result.value == value, (entry, result.error)
-        assert kind(tool.call({"zzz": 1})) == "invalid_arguments", entry
-    posted = box.load({"name": "posted", "runtime": "python", "source": str(kinds), "entry": "posted"})
-    bug = posted.call({"a": 1})  # the wrapper's own TypeError, after the function returned
+
+
+@pytest.mark.parametrize(
+    ("entry", "args", "value"),
+    [
+        ("Cls", {"a": 1}, None),  # it ran: an instance comes back, which cannot be sent
+        ("Data", {"a": 1}, {"a": 1}),  # (a dataclass's fields can)
+        ("partial", {"a": 1}, 6),
+        ("instance", {"a": 1}, 1),
+        ("method", {"a": 1}, 1),
+        ("wrapped_add", {"a": 1, "b": 2}, 3),
+        ("stacked", {"a": 1, "retries": 3}, 11),
+        ("Level", {"value": 1}, 1),
+    ],
+)
+def test_an_entry_that_is_not_a_plain_function_is_checked_then_called(
+    box: wasmbox.Sandbox, tmp_path: Path, entry: str, args: dict[str, int], value: object
+) -> None:
+    tool = _tool_of(box, tmp_path, _KINDS, entry=entry)
+    result = tool.call(args)
+    if value is None:
+        assert "cannot be sent" in result.error.message, result.error  # type: ignore[union-attr]
+    else:
+        assert result.value == value, result.error
+    assert kind(tool.call({"zzz": 1})) == "invalid_arguments"
+
+
+def test_a_wrappers_type_error_after_the_function_returned_is_a_guest_error(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    bug = _tool_of(box, tmp_path, _KINDS, entry="posted").call({"a": 1})
     assert kind(bug) == "guest_error" and "can only concatenate" in bug.error.message  # type: ignore[union-attr]
-    cached = tmp_path / "cached.py"  # a C wrapper: its TypeError comes from no Python frame
-    cached.write_text("import functools\n@functools.lru_cache\ndef main(items):\n    return len(items)\n")
-    cached_tool = box.load({"name": "cached", "runtime": "python", "source": str(cached)})
-    unhashable = cached_tool.call({"items": [1]})
+
+
+def test_a_c_wrappers_type_error_is_a_guest_error_and_misfit_args_are_invalid(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    """functools.lru_cache is a C wrapper: its TypeError comes from no Python frame."""
+    cached = _tool_of(box, tmp_path, "import functools\n@functools.lru_cache\ndef main(items):\n    return len(items)\n")
+    unhashable = cached.call({"items": [1]})
     assert kind(unhashable) == "guest_error" and "unhashable" in unhashable.error.message  # type: ignore[union-attr]
-    assert kind(cached_tool.call({"zzz": 1})) == "invalid_arguments"
+    assert kind(cached.call({"zzz": 1})) == "invalid_arguments"
 
 
 def test_python_tool_exception_is_a_guest_error_with_its_traceback(
@@ -305,7 +336,7 @@ def test_a_tool_that_cannot_be_compiled_now_is_not_blamed_on_its_source(
     settings = wasmbox.EngineSettings(pool_slots=4)  # room for one Python instance
     with wasmbox.Sandbox(cache_dir=cache_dir, settings=settings) as box:
         box.register_host_function("test.hold", lambda: started.set() or release.wait(10))
-        box.python_runtime()
+        box.prepare_python()
         holding = grants(host_functions=["test.hold"], limits={"timeout": "20s"})
         busy = threading.Thread(
             target=box.run_python, args=("import wasmbox_guest\nwasmbox_guest.call_host('test.hold')", holding)
@@ -421,7 +452,7 @@ def test_stdlib_beyond_the_snapshot_imports_lazily(box: wasmbox.Sandbox) -> None
 # -- grants -----------------------------------------------------------------------------
 
 
-def test_read_only_preopen_refuses_writes(box: wasmbox.Sandbox, data: Path) -> None:
+def test_read_only_preopen_refuses_python_writes(box: wasmbox.Sandbox, data: Path) -> None:
     read = box.run_python("open('/data/numbers.txt').read()", grants(data))
     assert read.value == "1\n2\n3\n"
     for code in ["open('/data/new.txt', 'w')", "open('/data/numbers.txt', 'a')",
@@ -450,7 +481,7 @@ def test_python_manifest_may_not_claim_the_stdlib_path(box: wasmbox.Sandbox, dat
                              "preopens": [{"host": str(data), "guest": "/python"}]})  # fmt: skip
 
 
-def test_host_env_is_invisible(box: wasmbox.Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_env_is_invisible_to_python(box: wasmbox.Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WASMBOX_TEST_SECRET", "hunter2")
     assert box.run_python("import os\ndict(os.environ)").value == {}
     assert box.run_python("import os\ndict(os.environ)", grants(env={"TZ": "UTC"})).value == {"TZ": "UTC"}
@@ -626,7 +657,7 @@ def test_new_process_neither_rebuilds_nor_recompiles(
 def _runtime_built_once(cache_dir: Path) -> Iterator[None]:
     """Build the runtime once, up front, so the first test's timings are not the build's."""
     with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
-        sandbox.python_runtime()
+        sandbox.prepare_python()
     yield
 
 
@@ -673,7 +704,7 @@ def test_spare_instances_get_full_fuel_and_a_fresh_deadline(box: wasmbox.Sandbox
     import time
 
     manifest = wasmbox.Manifest.load(grants(limits={"fuel": 3_000_000, "timeout": "60s"}))
-    spares = box.python_runtime()._spares
+    spares = box._python_runtime()._spares
     for _ in range(3):
         box.run_python("1", manifest)  # a spare for the next call under these grants is made
         stop = time.monotonic() + 30  # (only so that a broken run cannot hang)

@@ -324,7 +324,7 @@ def test_mcp_serve_sessions_over_stdio(cache_dir: Path) -> None:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     with wasmbox.Sandbox(cache_dir=cache_dir) as warm:
-        warm.python_runtime()  # (built in this cache already: the server only loads it)
+        warm.prepare_python()  # (built in this cache already: the server only loads it)
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "wasmbox", "mcp", "serve", "--python", "--sessions"],
         env={"WASMBOX_CACHE_DIR": str(cache_dir), "PYTHONPATH": os.pathsep.join(sys.path)},

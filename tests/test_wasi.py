@@ -1,14 +1,19 @@
-"""WASI grants, tried from a real C command module (fsprobe): only what the manifest names."""
+"""WASI grants, tried from a real C command module (fsprobe): only what the manifest names;
+and WASI's clock: a sleep ends at the call's deadline."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import wasmbox
+from wasmbox import ErrorKind
+
+from .conftest import manifest
 
 SECRET = "top-secret-do-not-leak"
 
@@ -76,7 +81,7 @@ def test_paths_outside_the_grant_are_refused(
     assert SECRET not in result.stdout + result.stderr
 
 
-def test_read_only_preopen_refuses_writes(
+def test_read_only_preopen_refuses_a_commands_writes(
     box: wasmbox.Sandbox, built_examples: Path, tree: Path
 ) -> None:
     for path in ["/data/new.txt", "/data/inside.txt", "/data/sub/new.txt"]:
@@ -110,7 +115,7 @@ def test_no_preopen_means_no_filesystem(box: wasmbox.Sandbox, built_examples: Pa
         assert result.ok and result.value == {"exit_code": 1}, argv
 
 
-def test_host_env_is_invisible(
+def test_host_env_is_invisible_to_a_command(
     box: wasmbox.Sandbox, built_examples: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WASMBOX_TEST_SECRET", SECRET)
@@ -145,3 +150,29 @@ def test_command_output_over_the_cap(box: wasmbox.Sandbox, built_examples: Path)
     result = tool.call(argv=["cat"], stdin=b"x" * 10_000)
     assert result.error is not None and result.error.kind is wasmbox.ErrorKind.OUTPUT_LIMIT
     assert result.truncated and len(result.stdout) == 1024
+
+
+# -- WASI's clock: a sleep (poll_oneoff) ends at the call's deadline ----------------------
+
+
+def test_sleep_is_cut_at_the_deadline(box: wasmbox.Sandbox) -> None:
+    started = time.perf_counter()
+    result = box.load(manifest("sleep", limits={"timeout": "200ms"})).call({})
+    assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
+    assert time.perf_counter() - started < 5  # it asked for 10 s
+
+
+def test_nothing_runs_after_a_sleep_cut_at_the_deadline(box: wasmbox.Sandbox) -> None:
+    tool = box.load(manifest("security/sleep_then_write", name="sleep_then_write", limits={"timeout": "200ms"}))
+    result = tool.call()
+    assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
+    assert result.stdout == ""  # the guest stopped in the sleep, before its write
+
+
+def test_short_sleep_still_works(box: wasmbox.Sandbox) -> None:
+    assert box.load(manifest("nap")).call({}).unwrap() == 7
+
+
+def test_poll_oneoff_refuses_huge_subscription_counts(box: wasmbox.Sandbox) -> None:
+    result = box.load(manifest("poll_bomb", limits={"memory": "32MiB"})).call({})
+    assert result.unwrap() == 28  # EINVAL, before the deadline could cut a poll of them all

@@ -6,7 +6,9 @@
 """
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
+from ._backends.python.build import RuntimeBuildError
 from ._backends.python.session import Session, SessionLimits
+from ._cache import CacheStats
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -28,8 +30,18 @@ from ._errors import (
     TrapError,
     WasmboxError,
 )
-from ._inspect import ToolKind
-from ._manifest import Limits, Manifest, Preopen
+from ._inspect import ModuleImport, ModuleInfo, ToolKind
+from ._manifest import (
+    Allocator,
+    Command,
+    Limits,
+    Manifest,
+    Network,
+    OutputFile,
+    Preopen,
+    Reactor,
+    ReactorParam,
+)
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._tool import Tool
@@ -38,13 +50,16 @@ from ._wasmtime.engine import EngineSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "Allocator",
     "AuditLog",
     "AuditRecord",
     "BadResponseError",
+    "CacheStats",
     "CallError",
     "CallResult",
     "CapabilityDeniedError",
     "CapabilityError",
+    "Command",
     "EngineSettings",
     "ErrorKind",
     "GuestError",
@@ -55,9 +70,16 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "MemoryLimitError",
+    "ModuleImport",
+    "ModuleInfo",
+    "Network",
     "OutOfFuelError",
+    "OutputFile",
     "OutputLimitError",
     "Preopen",
+    "Reactor",
+    "ReactorParam",
+    "RuntimeBuildError",
     "Sandbox",
     "Session",
     "SessionEndedError",

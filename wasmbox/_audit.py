@@ -37,8 +37,9 @@ from ._manifest import Limits
 from ._results import CallResult, HostCallRecord
 
 GENESIS = "0" * 64  # the `prev` of a log's first line
-# An AuditLog's thread gathers records this long before writing them. Woken per record, it
-# contended for the GIL with the calling threads and doubled the cost of a trivial call.
+# An AuditLog's thread gathers records this long before writing them: woken per record, it
+# would contend for the GIL with the calling threads in every call (bench/README.md,
+# "Built-in capabilities").
 _LINGER_S = 0.02
 _log = logging.getLogger("wasmbox.audit")
 

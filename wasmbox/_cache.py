@@ -335,8 +335,8 @@ _PIECE = 16 * 1024 * 1024
 
 def artifact_digest(data: bytes | mmap.mmap) -> str:
     """The sha256 of `data`; past 16 MiB, the sha256 of its 16 MiB pieces' sha256s, hashed on
-    several threads (hashlib lets go of the GIL), so the ~50 MB Python runtime is checked in
-    half the time on two cores."""
+    several threads (hashlib lets go of the GIL), so a big artifact such as the Python runtime
+    is checked on every core."""
     with memoryview(data) as view:
         if len(view) <= _PIECE:
             return hashlib.sha256(view).hexdigest()

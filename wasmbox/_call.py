@@ -71,9 +71,9 @@ def current() -> CallState:
 
 
 # How deep calls may nest on one thread (a host function calling a tool whose guest calls a
-# host function that calls a tool ...). Each level costs ~15 Python frames and some native
-# stack; unbounded, a guest could drive the host into a RecursionError inside a ctypes
-# callback, which aborted the process.
+# host function that calls a tool ...). Each level costs Python frames and native stack;
+# unbounded, a guest could drive the host into a RecursionError inside a ctypes callback,
+# which aborts the process.
 MAX_NESTED_CALLS = 16
 
 

@@ -74,42 +74,62 @@ class ToolError(WasmboxError):
 
 
 class OutOfFuelError(ToolError):
+    """The guest used its fuel (`limits.fuel`)."""
+
     kind = ErrorKind.OUT_OF_FUEL
 
 
 class ToolTimeoutError(ToolError):
+    """The call's wall-clock deadline (`limits.timeout`) passed."""
+
     kind = ErrorKind.TIMEOUT
 
 
 class MemoryLimitError(ToolError):
+    """Linear memory hit `limits.memory`."""
+
     kind = ErrorKind.MEMORY_LIMIT
 
 
 class TrapError(ToolError):
+    """A wasm trap other than the limits' (unreachable, divide by zero, stack overflow, ...)."""
+
     kind = ErrorKind.TRAP
 
 
 class GuestError(ToolError):
+    """The guest reported an error (or a command exited nonzero under `fail_on_exit_code`)."""
+
     kind = ErrorKind.GUEST_ERROR
 
 
 class CapabilityDeniedError(ToolError):
+    """A request the grants do not allow; a host function raises it to refuse one."""
+
     kind = ErrorKind.CAPABILITY_DENIED
 
 
 class InvalidArgumentsError(ToolError):
+    """The call's args do not match the tool's schema."""
+
     kind = ErrorKind.INVALID_ARGUMENTS
 
 
 class OutputLimitError(ToolError):
+    """stdout, stderr, the result or an output file passed `limits.output`."""
+
     kind = ErrorKind.OUTPUT_LIMIT
 
 
 class BadResponseError(ToolError):
+    """The guest's result is not a valid reply of its ABI."""
+
     kind = ErrorKind.BAD_RESPONSE
 
 
 class HostError(ToolError):
+    """The host failed the call: a host function raised, or a Sandbox resource ran out."""
+
     kind = ErrorKind.HOST_ERROR
 
 

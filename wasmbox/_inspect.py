@@ -30,7 +30,9 @@ class ToolKind(str, Enum):
 
 
 @dataclass(frozen=True)
-class Import:
+class ModuleImport:
+    """One import of a module: `module`.`name` and its type as text, e.g. "(i32, i32) -> i64"."""
+
     module: str
     name: str
     type: str
@@ -40,7 +42,7 @@ class Import:
 class ModuleInfo:
     """The import/export surface of a module and the grants it would need."""
 
-    imports: tuple[Import, ...]
+    imports: tuple[ModuleImport, ...]
     exports: tuple[tuple[str, str], ...]  # (name, type)
     kind: ToolKind | None
 
@@ -90,19 +92,19 @@ def read_module_info(wasm: bytes, origin: str) -> ModuleInfo | None:
     surface = read_surface(wasm, origin)
     if surface is None:
         return None
-    return _info(tuple(Import(*imp) for imp in surface.imports), surface.exports)
+    return _info(tuple(ModuleImport(*imp) for imp in surface.imports), surface.exports)
 
 
 def inspect_module(module: wasmtime.Module) -> ModuleInfo:
     """The surface of a compiled module, as Wasmtime describes it."""
     imports = tuple(
-        Import(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
+        ModuleImport(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
     )
     exports = tuple((exp.name, _describe(exp.type)) for exp in module.exports)
     return _info(imports, exports)
 
 
-def _info(imports: tuple[Import, ...], exports: tuple[tuple[str, str], ...]) -> ModuleInfo:
+def _info(imports: tuple[ModuleImport, ...], exports: tuple[tuple[str, str], ...]) -> ModuleInfo:
     types = dict(exports)
     kind = None
     if _has_reactor_exports(types):

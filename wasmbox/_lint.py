@@ -15,7 +15,7 @@ from pathlib import Path
 from ._backends.core.command import Template
 from ._backends.core.reactor import command_c_api
 from ._cache import default_cache_dir
-from ._capabilities.allowlist import AddressRule, forbidden_reason
+from ._capabilities.allowlist import AddressRule, forbidden_reason, parse_rules
 from ._files import read_regular_file
 from ._inspect import inspect_file
 from ._manifest import Manifest
@@ -102,7 +102,7 @@ def _preopen_warnings(manifest: Manifest) -> list[str]:
         sensitive = _sensitive_folder(preopen.host)
         if sensitive is not None:
             warnings.append(f"preopen {preopen.guest}: grants {preopen.host}, {sensitive}")
-        resolved = preopen.resolved
+        resolved = preopen._resolved
         if resolved is not None and resolved.lookup.links:
             links = ", ".join(resolved.lookup.links)
             warnings.append(
@@ -179,7 +179,7 @@ def _network_warnings(manifest: Manifest) -> list[str]:
     if manifest.network is None:
         return []
     warnings = []
-    for entry, rule in zip(manifest.network.allow, manifest.network.rules):
+    for entry, rule in zip(manifest.network.allow, parse_rules(manifest.network.allow)):
         if not isinstance(rule, AddressRule):
             continue
         broad = 24 if rule.network.version == 4 else 48

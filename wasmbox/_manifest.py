@@ -1,4 +1,5 @@
-"""The capability manifest: one tool and everything it may touch (README, "Manifests")."""
+"""The capability manifest: one tool and everything it may touch (ARCHITECTURE.md, "Limits →
+Wasmtime": what each limit and grant becomes)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from . import _schema
 from ._backends.core import command as _command
 from ._backends.python import packages as _packages
 from ._capabilities import grants as _grants
-from ._capabilities.allowlist import FETCH, Rule, parse_rules
+from ._capabilities.allowlist import FETCH, parse_rules
 from ._capabilities.grants import overlapping_preopens
 from ._errors import ManifestError
 from ._files import read_regular_file
@@ -89,6 +90,7 @@ class Preopen(_Strict):
     host: Path = Field(description="Host directory, relative to the manifest's folder.")
     guest: str = Field(description="Absolute path inside the guest, e.g. /data.")
     writable: bool = False
+    # how `host` was resolved, for the grant checks (None for a Preopen made without validation)
     _resolved: _grants.Resolved | None = PrivateAttr(None)
 
     @field_validator("host", mode="before")
@@ -114,11 +116,6 @@ class Preopen(_Strict):
         self._resolved = resolved
         return self
 
-    @property
-    def resolved(self) -> _grants.Resolved | None:
-        """How `host` was resolved (None for a Preopen made without validation)."""
-        return self._resolved
-
     @field_validator("guest")
     @classmethod
     def _guest_path(cls, value: str) -> str:
@@ -143,10 +140,6 @@ class Network(_Strict):
     def _allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         parse_rules(value)  # ValueError names the entry
         return value
-
-    @property
-    def rules(self) -> tuple[Rule, ...]:
-        return parse_rules(self.allow)
 
 
 MEDIA_TYPE = r"^[a-z]+/[A-Za-z0-9][A-Za-z0-9.+_-]*$"

@@ -228,7 +228,7 @@ class Sandbox:
         assert manifest.module is not None
         wasm = read_wasm(manifest.module)
         code_digest = hashlib.sha256(wasm).hexdigest()
-        # read from the binary and checked before the (for a big module, minute-long) compile
+        # read from the binary and checked before the compile (long, for a big module)
         read = read_module_info(wasm, str(manifest.module))
         checked = self._check_module(manifest, read) if read is not None else None
         try:
@@ -336,7 +336,7 @@ class Sandbox:
         if self._allow_system_grants:
             return None
         for preopen in manifest.preopens:
-            resolved = preopen.resolved
+            resolved = preopen._resolved
             for system in _SYSTEM_FOLDERS:
                 try:
                     device = os.stat(system).st_dev
@@ -387,12 +387,12 @@ class Sandbox:
             source = read_regular_file(manifest.source).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
-        runtime = self.python_runtime()
+        runtime = self._python_runtime()
         self._install_packages(manifest)
 
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
-            # belong to load time, and calls then skip compiling (~1 ms in a fresh interpreter)
+            # belong to load time, and calls then skip compiling (its cost: bench/README.md)
             compiled = runtime.compile_tool(manifest, source)
             if compiled.stderr:  # SyntaxWarnings: here, before the bytecode is cached (so a
                 # warnings-as-errors filter keeps it out), not in every call's stderr
@@ -405,7 +405,7 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: the runtime returned no bytecode")
             return _abi.pack(compiled.value)  # cached with the entry's signature
 
-        inputs = f"{runtime.key}\0{manifest.source.name}\0{manifest.entry}\0{source}"
+        inputs = f"{runtime.build_digest}\0{manifest.source.name}\0{manifest.entry}\0{source}"
         compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
         schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
@@ -416,9 +416,15 @@ class Sandbox:
             signature_schema=schema, docstring=summary,
         )  # fmt: skip
 
-    def python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
-        """The CPython runtime, built and compiled on first use (progress on stderr) and
-        cached on disk, so later processes only load it."""
+    def prepare_python(self, progress: Progress = stderr_progress) -> None:
+        """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
+        first Python tool or `run_python` call does not wait for it. Raises RuntimeBuildError
+        when it cannot be built, WasmboxError when the Sandbox is closed."""
+        self._python_runtime(progress)
+
+    def _python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
+        """The CPython runtime, built and compiled on first use and cached on disk, so later
+        processes only load it."""
         with self._python_lock:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
@@ -479,7 +485,7 @@ class Sandbox:
         Raises ManifestError when they cannot be installed or are not pure Python."""
         if not manifest.packages:
             return
-        runtime = self.python_runtime()
+        runtime = self._python_runtime()
         try:
             installed = self._packages.install(
                 manifest.packages, partial(self._precompile_packages, manifest.packages), stderr_progress
@@ -499,7 +505,7 @@ class Sandbox:
     def _precompile_packages(self, packages: tuple[str, ...], site: Path) -> None:
         """Byte-compile a freshly installed package set with the runtime (as the stdlib is),
         so an import reads bytecode instead of compiling the package in every call."""
-        runner = self.python_runtime().sibling()
+        runner = self._python_runtime().sibling()
         runner.add_packages(packages, site, writable=True)
         grants = Manifest(
             name="precompile", runtime="python", packages=packages,
@@ -525,10 +531,10 @@ class Sandbox:
                 tool = self._interpreters.get(key)
             if tool is not None:
                 return tool
-        runtime = self.python_runtime()
+        runtime = self._python_runtime()
         tool = Tool(
             grants, PythonSnippetRunner(runtime, grants, key), self._executor, self._auditor,
-            manifest_digest=key, code_digest=runtime.key, args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA),
+            manifest_digest=key, code_digest=runtime.build_digest, args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA),
             docstring=RUN_PYTHON_DESCRIPTION,
         )  # fmt: skip
         if grants is _NO_GRANTS:
@@ -576,7 +582,7 @@ class Sandbox:
         Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
         manifest. README: "Sessions" has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
-        runtime = self.python_runtime()
+        runtime = self._python_runtime()
         totals = limits if limits is not None else self._session_limits
         if not isinstance(totals, SessionLimits):
             raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
@@ -599,7 +605,7 @@ class Sandbox:
 
     async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
-        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+        import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))

@@ -143,7 +143,7 @@ class Tool:
         stdin: bytes | str = b"",
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running."""
-        import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
+        import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(

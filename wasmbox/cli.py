@@ -206,7 +206,7 @@ def _build() -> int:
     from ._sandbox import Sandbox
 
     with Sandbox() as box:
-        runtime = box.python_runtime()
+        runtime = box._python_runtime()
     print(f"wasmbox: the Python runtime is ready ({runtime.component_path})", file=sys.stderr)
     return 0
 
@@ -321,7 +321,7 @@ def _mcp_serve(options: argparse.Namespace) -> int:
             # fails here, not at every call
             box.run_python("None", python)
         elif python:
-            box.python_runtime()  # built (or loaded) now, not during the first call
+            box.prepare_python()  # built (or loaded) now, not during the first call
 
         def listening(url: str) -> None:
             print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)

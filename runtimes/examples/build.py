@@ -65,11 +65,15 @@ def build_examples(force: bool = False) -> list[Path]:
     headers = [HEADER, *SOURCES.glob("*.h")]  # shared by the sources that include them
     deps = max(p.stat().st_mtime_ns for p in [*headers, Path(__file__)])
     outputs = []
+    announced = False
     for source in sorted(SOURCES.glob("*.c")):
         target = BUILD / f"{source.stem}.wasm"
         outputs.append(target)
         if not force and _newer(target, max(deps, source.stat().st_mtime_ns)):
             continue
+        if not announced:
+            print(f"building the example guests in {BUILD.relative_to(RUNTIMES.parent)} ...", file=sys.stderr)
+            announced = True
         command = _is_command(source)
         _compile(source, target, command)
         print(f"built {target.relative_to(RUNTIMES.parent)} "

@@ -245,7 +245,7 @@ class Guarded:
 def hostile_guests(built_examples: Path, cache_dir: Path) -> Path:
     """The C guests built, and the Python runtime in the session cache (built once)."""
     with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
-        sandbox.python_runtime()
+        sandbox.prepare_python()
         sandbox.run_python("1")
     return built_examples
 

@@ -35,9 +35,9 @@ from .._errors import (
 )
 from .._manifest import Network
 from .._units import format_size
-from .allowlist import IPAddress, unlisted, verdict
+from .allowlist import IPAddress, parse_rules, unlisted, verdict
 
-if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading they cost ~25 ms at start-up
+if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading, they would slow start-up
     import http.client
     import ssl
 
@@ -132,12 +132,13 @@ class Fetcher:
             raise InvalidArgumentsError(f"invalid URL: {exc}") from None
         if not host:
             raise InvalidArgumentsError("the URL has no host")
-        reason = unlisted(network.rules, host, port)
+        rules = parse_rules(network.allow)
+        reason = unlisted(rules, host, port)
         if reason is not None:
             raise CapabilityDeniedError(f"refused: {reason}")
         addresses = self._addresses(host, port, deadline)
         for address in addresses:
-            reason = verdict(network.rules, host, port, address)
+            reason = verdict(rules, host, port, address)
             if reason is not None:
                 raise CapabilityDeniedError(f"refused: {reason}")
         path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))

@@ -133,7 +133,7 @@ class GrantMoved(OSError):
 def open_granted(preopen: Preopen) -> int:
     """A descriptor of `preopen`'s directory, reached as `open_walk` does and checked to be
     the directory resolved with its manifest. OSError when it is gone or is another one."""
-    resolved = preopen.resolved
+    resolved = preopen._resolved
     if resolved is None or resolved.real != preopen.host:  # e.g. a copy with another host
         raise GrantMoved(f"{preopen.host} was not resolved as a grant")
     fd = open_walk(preopen.host)
@@ -166,10 +166,10 @@ def overlapping_preopens(ours: Iterable[Preopen], theirs: Iterable[Preopen]) -> 
             continue
         if a.host in b.host.parents:
             return f"writable preopen {a.host} contains another granted directory {b.host}"
-        if b.resolved is not None:
-            through = {Path(f) for f in b.resolved.lookup.folders} - set(b.host.parents)  # (by a symlink)
+        if b._resolved is not None:
+            through = {Path(f) for f in b._resolved.lookup.folders} - set(b.host.parents)  # (by a symlink)
             if any(a.host == folder or a.host in folder.parents for folder in through):
-                links = ", ".join(b.resolved.lookup.links)
+                links = ", ".join(b._resolved.lookup.links)
                 return (f"preopen {b.host} is given through a symlink ({links}) that writable "
                         f"preopen {a.host} holds: a guest could have chosen where it leads")  # fmt: skip
     return None

@@ -1,9 +1,9 @@
 """`list<u8>` in and out of a component at C speed.
 
-wasmtime-py converts a `list<u8>` one element at a time, with a Python call per byte: a 1 KiB
-tool source cost ~1 ms each way, and a guest asking `call-host` with a 24 MB name kept the
-host busy for 17 s. In the C API each element is a 32-byte `wasmtime_component_val_t`, so
-here the array is built and read with strided byte slicing instead. Only for the two
+wasmtime-py converts a `list<u8>` one element at a time, with a Python call per byte: slow for
+a tool's source, and a guest could keep the host busy for as long as its `call-host` name is
+long. In the C API each element is a 32-byte `wasmtime_component_val_t`, so here the array is
+built and read with strided byte slicing instead (what it saves: bench/README.md). Only for the two
 functions of the runtime's world, whose types are fixed (`wasmbox/_backends/python/wit/world.wit`).
 """
 

@@ -24,8 +24,8 @@ class EngineSettings:
     """How the Sandbox's Engine is set up. The compile settings are part of every cache key.
 
     With `pooling` (the default), instances take their memories, tables and contexts from
-    slots reserved once, instead of mapping and unmapping them per call: about 40 % off a
-    trivial core call here. A slot is reset to the module's initial image before reuse, so no
+    slots reserved once, instead of mapping and unmapping them per call (what that saves:
+    bench/README.md). A slot is reset to the module's initial image before reuse, so no
     call sees another's data. `pool_slots` bounds how many core instances (and memories) can
     be live at once across all threads; a component (the Python runtime) uses several.
     """
@@ -66,7 +66,7 @@ def _use_pooling_allocator(config: wasmtime.Config, settings: EngineSettings) ->
     pool = ffi.wasmtime_pooling_allocation_config_new()
     slots = settings.pool_slots
     for setter, value in (
-        # a Python call uses ~14 core instances but few memories
+        # a Python call instantiates many core instances (the component's modules and shims) but few memories
         (ffi.wasmtime_pooling_allocation_config_total_core_instances_set, 4 * slots),
         (ffi.wasmtime_pooling_allocation_config_total_memories_set, slots),
         (ffi.wasmtime_pooling_allocation_config_total_tables_set, 2 * slots),

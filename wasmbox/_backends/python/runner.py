@@ -73,7 +73,7 @@ class PythonRuntimeRunner:
         self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
         self._packages: dict[tuple[str, ...], tuple[Path, bool]] = {}  # by `Manifest.packages`
         self._spares = _Spares(spares)
-        self._keeper = _Housekeeper(self._spares, weakref.WeakMethod(self._prepare))
+        self._keeper = _Housekeeper(self._spares, weakref.WeakMethod(self._instantiate))
         # Released when closed, or when the Sandbox is dropped without closing it: nothing
         # here may keep the runner (and its engine's pool reservation) alive.
         self._release = weakref.finalize(
@@ -81,7 +81,7 @@ class PythonRuntimeRunner:
         )
 
     @property
-    def key(self) -> str:
+    def build_digest(self) -> str:
         """The digest of the runtime's build inputs (what bytecode it makes depends on)."""
         return self._runtime.key
 
@@ -103,14 +103,15 @@ class PythonRuntimeRunner:
         self._packages[packages] = (site, writable)
 
     def call(
-        self, manifest: Manifest, key: str, request: dict[str, Any], *, prepare_next: bool = True
+        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], *, prepare_next: bool = True
     ) -> CallResult:
-        """Send one request to a fresh instance under `manifest`'s grants and limits; `key` is
-        `manifest.digest()`, which names the grant set (callers compute it once). With
-        `prepare_next`, a spare instance for the next call under these grants is made meanwhile."""
+        """Send one request to a fresh instance under `manifest`'s grants and limits;
+        `grants_digest` is `manifest.digest()`, which names the grant set (callers compute it
+        once). With `prepare_next`, a spare instance for the next call under these grants is made
+        meanwhile."""
         self._ticker.enter()
         try:
-            return self._call(manifest, key, request, prepare_next)
+            return self._call(manifest, grants_digest, request, prepare_next)
         finally:
             self._ticker.leave()
 
@@ -127,7 +128,9 @@ class PythonRuntimeRunner:
         }  # fmt: skip
         return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
-    def _call(self, manifest: Manifest, key: str, request: dict[str, Any], prepare_next: bool) -> CallResult:
+    def _call(
+        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool
+    ) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
         if manifest.packages:
@@ -140,50 +143,50 @@ class PythonRuntimeRunner:
                 time.perf_counter() - started,
             )  # fmt: skip
         state = _call.CallState.start(manifest, started)
-        spare = self._spares.take(key, manifest)
-        made_ahead = spare is not None
-        if spare is None:
-            spare = self._prepare(manifest)  # (its WASI context opened the preopens just now)
+        prepared = self._spares.take(grants_digest, manifest)
+        made_ahead = prepared is not None
+        if prepared is None:
+            prepared = self._instantiate(manifest)  # (its WASI context opened the preopens just now)
         else:
-            spare.renew(self._ticker)
+            prepared.renew(self._ticker)
         if prepare_next:  # the next call under these grants finds one ready
-            self._keeper.prepare(manifest, key)
+            self._keeper.request_spare(manifest, grants_digest)
         value: Any = None
-        error = spare.error
+        error = prepared.error
         scratch_over: str | None = None
         try:
             if error is None:
                 if made_ahead:  # its preopens were opened when it was made: still the grants?
                     _call.check_preopens(manifest)
                 with _call.running(state):
-                    if spare.scratch is not None:
-                        spare.scratch.arm(spare.store)
-                    assert spare.run is not None
-                    response = _component_io.call_bytes(spare.store, spare.run, payload)
+                    if prepared.scratch is not None:
+                        prepared.scratch.arm(prepared.store)
+                    assert prepared.run is not None
+                    response = _component_io.call_bytes(prepared.store, prepared.run, payload)
                 value = self._decode(response, limits.output)
         except _outcome.RUN_ENDS as exc:
             error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
         finally:
-            spare.stdout.detach()
-            spare.stderr.detach()
-            if spare.scratch is not None:
-                scratch_over = spare.scratch.settle()
+            prepared.stdout.detach()
+            prepared.stderr.detach()
+            if prepared.scratch is not None:
+                scratch_over = prepared.scratch.settle()
         try:
             return _call.finish(
-                state, spare.store, started, value, error, spare.stdout, spare.stderr,
-                None, close=self._keeper.close, scratch_over=scratch_over,
+                state, prepared.store, started, value, error, prepared.stdout, prepared.stderr,
+                None, close=self._keeper.retire_store, scratch_over=scratch_over,
             )  # fmt: skip
         finally:
-            if spare.scratch is not None:
-                spare.scratch.remove()
+            if prepared.scratch is not None:
+                prepared.scratch.remove()
 
-    def _prepare(self, manifest: Manifest) -> _Spare:
+    def _instantiate(self, manifest: Manifest) -> _Prepared:
         """A store and instance for one call under `manifest`, not yet run. Never raises:
-        a failure is kept in the spare and becomes the call's error."""
+        a failure is kept in what it returns and becomes the call's error."""
         limits = manifest.limits
         stdout, stderr = Output(limits.output), Output(limits.output)
         store = _call.new_store(self._engine, limits, self._ticker)
-        spare = _Spare(manifest, store, stdout, stderr)
+        prepared = _Prepared(manifest, store, stdout, stderr)
         try:
             extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
             if manifest.packages:
@@ -192,18 +195,18 @@ class PythonRuntimeRunner:
                     raise Failure(ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox")
                 extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
             if manifest.scratch is not None:
-                spare.scratch = self._scratch.create(manifest.scratch)
-                extra = (*extra, spare.scratch.preopen)
+                prepared.scratch = self._scratch.create(manifest.scratch)
+                extra = (*extra, prepared.scratch.preopen)
             wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
             store.set_wasi(wasi)
-            with _call.running(_call.CallState.start(_PREPARING, time.perf_counter())):
+            with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
                 instance = self._linker.instantiate(store, self._component)
-            spare.run = instance.get_func(store, self._run)
+            prepared.run = instance.get_func(store, self._run)
         except _outcome.RUN_ENDS as exc:
-            spare.error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
-        except Exception as exc:  # noqa: BLE001 - a spare never raises; its call reports it
-            spare.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
-        return spare
+            prepared.error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
+        except Exception as exc:  # noqa: BLE001 - this never raises; the call reports it
+            prepared.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
+        return prepared
 
     def close(self) -> None:
         """Stop the housekeeping thread, free the spare instances and the linker (which
@@ -259,8 +262,8 @@ def _replace_monotonic_clock(
     """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps.
 
     Wasmtime's `subscribe-duration`/`subscribe-instant` let a guest block inside the host
-    (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: one
-    sleeping call held its thread and ~14 pool slots for as long as it liked. wasmtime-py cannot
+    (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: a
+    sleeping call would hold its thread and its pool slots for as long as it liked. wasmtime-py cannot
     make the pollables a capped sleep would need, so sleeping is refused outright, as a
     guest error with a message that says why.
     """
@@ -283,11 +286,11 @@ _NO_SLEEP = (
     "it would hold the host past the call's deadline"
 )
 _NO_INPUT = CallInput({})
-# A 20 KB source takes ~30M fuel to compile; these bound a hostile one.
+# Far above what compiling any real tool's source costs (bench/README.md); they bound a hostile one.
 _COMPILE_LIMITS = Limits(fuel=2_000_000_000, memory=512 * 1024**2, timeout=10.0, output=64 * 1024**2)
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
-# The grants a spare is instantiated under: none (the component's start-up calls no host function).
-_PREPARING = Manifest(name="preparing", runtime="python")
+# The grants an instance is made under: none (the component's start-up calls no host function).
+_INSTANTIATING = Manifest(name="preparing", runtime="python")
 
 
 def _release(
@@ -300,8 +303,8 @@ def _release(
     _component_io.forget(handle)
 
 
-class _Spare:
-    """One store + instance made ahead of its call; used for exactly one call."""
+class _Prepared:
+    """One store + instance for exactly one call: made ahead of it (a spare) or for it."""
 
     def __init__(self, manifest: Manifest, store: wasmtime.Store, stdout: Output, stderr: Output) -> None:
         self.manifest = manifest
@@ -310,16 +313,16 @@ class _Spare:
         self.stderr = stderr
         self.run: component.Func | None = None
         self.error: CallError | None = None
-        self.scratch: _scratch.CallScratch | None = None  # this call's /tmp, made with the spare
+        self.scratch: _scratch.CallScratch | None = None  # this call's /tmp, made with the instance
 
     def discard(self) -> None:
-        """Free an unused spare: its store and its scratch directory."""
+        """Free it unused: its store and its scratch directory."""
         _store.close_store(self.store)
         if self.scratch is not None:
             self.scratch.remove()
 
     def renew(self, ticker: EpochTicker) -> None:
-        """Full fuel and a deadline counted from now, not from when the spare was made."""
+        """Full fuel and a deadline counted from now, not from when it was made ahead."""
         _call.renew(self.store, self.manifest.limits, ticker)
 
 
@@ -329,63 +332,65 @@ class _Spares:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._ready: dict[str, _Spare] = {}
+        self._ready: dict[str, _Prepared] = {}
         self._lock = threading.Lock()
 
-    def take(self, key: str, manifest: Manifest) -> _Spare | None:
+    def take(self, grants_digest: str, manifest: Manifest) -> _Prepared | None:
         with self._lock:
-            spare = self._ready.pop(key, None)
+            spare = self._ready.pop(grants_digest, None)
         if spare is not None and spare.manifest != manifest:  # never another grant set's
             spare.discard()
             return None
         return spare
 
-    def wanted(self, key: str) -> bool:
+    def wanted(self, grants_digest: str) -> bool:
         with self._lock:
-            return self.limit > 0 and key not in self._ready
+            return self.limit > 0 and grants_digest not in self._ready
 
-    def put(self, key: str, spare: _Spare) -> list[_Spare]:
-        """Keep `spare` for grant set `key`; return the spares it displaced (to be closed)."""
+    def put(self, grants_digest: str, spare: _Prepared) -> list[_Prepared]:
+        """Keep `spare` for grant set `grants_digest`; return the spares it displaced (to be closed)."""
         with self._lock:
             displaced = []
-            old = self._ready.pop(key, None)
+            old = self._ready.pop(grants_digest, None)
             if old is not None:
                 displaced.append(old)
-            self._ready[key] = spare
+            self._ready[grants_digest] = spare
             while len(self._ready) > self.limit:
                 displaced.append(self._ready.pop(next(iter(self._ready))))
             return displaced
 
-    def drain(self) -> list[_Spare]:
+    def drain(self) -> list[_Prepared]:
         with self._lock:
             spares, self._ready = list(self._ready.values()), {}
             return spares
 
 
 class _Housekeeper:
-    """A background thread that closes finished stores (their teardown takes a few hundred
-    µs the caller need not wait for) and prepares spare instances. Its queue is short, so
+    """A background thread that closes finished stores (a teardown the caller need not wait
+    for) and prepares spare instances. Its queue is short, so
     retired stores hold their pool slots and files only briefly; when it is full the caller
     closes its own store and skips the spare."""
 
-    def __init__(self, spares: _Spares, prepare: Callable[[], Callable[[Manifest], _Spare] | None]) -> None:
+    def __init__(
+        self, spares: _Spares, instantiate: Callable[[], Callable[[Manifest], _Prepared] | None]
+    ) -> None:
         self._spares = spares
-        self._make = prepare  # a weak reference to the runner's method
+        self._make = instantiate  # a weak reference to the runner's method
         self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=4)
         self._thread = threading.Thread(target=self._run, name="wasmbox-python", daemon=True)
         self._thread.start()
         atexit.register(self.stop)  # finish before the interpreter finalizes
 
-    def close(self, store: wasmtime.Store) -> None:
+    def retire_store(self, store: wasmtime.Store) -> None:
         try:
             self._tasks.put_nowait(("close", store))
         except queue.Full:
             _store.close_store(store)
 
-    def prepare(self, manifest: Manifest, key: str) -> None:
-        if self._spares.wanted(key):
+    def request_spare(self, manifest: Manifest, grants_digest: str) -> None:
+        if self._spares.wanted(grants_digest):
             with contextlib.suppress(queue.Full):
-                self._tasks.put_nowait(("prepare", (manifest, key)))
+                self._tasks.put_nowait(("spare", (manifest, grants_digest)))
 
     def _run(self) -> None:
         while (task := self._tasks.get()) is not None:
@@ -394,20 +399,20 @@ class _Housekeeper:
                 if action == "close":
                     item.close()
                 else:
-                    self._prepare(*item)
+                    self._make_spare(*item)
             except Exception:  # noqa: BLE001, S110 - housekeeping must outlive any one failure
                 pass
             del task, item  # hold nothing (a store, the runner) while waiting for the next
 
-    def _prepare(self, manifest: Manifest, key: str) -> None:
+    def _make_spare(self, manifest: Manifest, grants_digest: str) -> None:
         make = self._make()  # None once the runner is gone; a local, so released on return
-        if make is None or not self._spares.wanted(key):
+        if make is None or not self._spares.wanted(grants_digest):
             return
         spare = make(manifest)
         if spare.error is not None:  # e.g. the pool is full now: try again later
             spare.discard()
             return
-        for old in self._spares.put(key, spare):
+        for old in self._spares.put(grants_digest, spare):
             old.discard()
 
     def stop(self) -> None:
@@ -423,14 +428,14 @@ class PythonSnippetRunner:
 
     kind = ToolKind.PYTHON
 
-    def __init__(self, runtime: PythonRuntimeRunner, grants: Manifest, key: str) -> None:
+    def __init__(self, runtime: PythonRuntimeRunner, grants: Manifest, grants_digest: str) -> None:
         self._runtime = runtime
         self._grants = grants
-        self._key = key  # `grants.digest()`
+        self._grants_digest = grants_digest
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, self._key, {"mode": "code", "code": call.args["code"]})
+        return self._runtime.call(self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]})
 
 
 class PythonToolRunner:
@@ -439,13 +444,13 @@ class PythonToolRunner:
     kind = ToolKind.PYTHON
 
     def __init__(
-        self, runtime: PythonRuntimeRunner, manifest: Manifest, key: str, source: str, code: bytes
+        self, runtime: PythonRuntimeRunner, manifest: Manifest, grants_digest: str, source: str, code: bytes
     ) -> None:
         """`code` is what `PythonRuntimeRunner.compile_tool` made of `source` (which travels
         too, for tracebacks)."""
         self._runtime = runtime
         self._manifest = manifest
-        self._key = key
+        self._grants_digest = grants_digest
         assert manifest.source is not None
         self._request = {
             "mode": "tool", "code": code, "source": source, "filename": manifest.source.name,
@@ -453,4 +458,5 @@ class PythonToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(self._manifest, self._key, {**self._request, "args": dict(call.args)})
+        request = {**self._request, "args": dict(call.args)}
+        return self._runtime.call(self._manifest, self._grants_digest, request)

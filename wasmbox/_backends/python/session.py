@@ -40,7 +40,7 @@ from ..._manifest import PACKAGES_GUEST_PATH, Manifest
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
-from .runner import PythonRuntimeRunner, _Spare, encode_request
+from .runner import PythonRuntimeRunner, _Prepared, encode_request
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
@@ -97,12 +97,12 @@ class Session:
         self._opened = self._last = table.clock()
         self._ended: str | None = None
         self._reported = False  # whether a run's result or a raised error told of the end
-        spare = runner._prepare(manifest)
+        spare = runner._instantiate(manifest)
         if spare.error is not None:
             spare.discard()
             message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
             raise SessionError(message)
-        self._spare: _Spare | None = spare
+        self._spare: _Prepared | None = spare
 
     # -- totals (read-only) ----------------------------------------------------------------
 
@@ -270,7 +270,7 @@ class Session:
 
 
 def run_once(
-    runner: PythonRuntimeRunner, spare: _Spare, manifest: Manifest, code: str
+    runner: PythonRuntimeRunner, spare: _Prepared, manifest: Manifest, code: str
 ) -> tuple[CallResult, bool]:
     """One run in a session's instance, which stays open: its result, and whether the guest
     returned (False: it was stopped, by a trap or a host verdict, part way)."""

@@ -4,8 +4,8 @@ componentize-py imports this module at build time and snapshots the interpreter,
 import below is already done when a call starts. Each call is a fresh instance of that
 snapshot: nothing here survives from one call to the next.
 
-Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since each
-entry of a map costs ~40k fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
+Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since every
+entry of a map costs fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
       (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
@@ -22,7 +22,7 @@ Response (MessagePack map):
 
 A tool is compiled once, when the host loads it, by a "compile" request to an instance that
 runs nothing else; its calls then send those bytes (the marshalled code object) with the source
-(for tracebacks), so a call skips compiling, which costs ~1 ms in a fresh interpreter.
+(for tracebacks), so a call skips compiling, which costs more than many a tool's run.
 
 No exception may escape `run`: in the component it would become a Rust panic and a trap.
 """

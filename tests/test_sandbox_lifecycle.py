@@ -1,0 +1,95 @@
+"""A Sandbox's life: closing refuses new calls and waits for those in flight; a closed or
+dropped Sandbox leaves no host function behind; a failed call frees its instance at once."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wasmbox
+from wasmbox import ErrorKind
+from wasmbox._backends.core import hostcall as _hostcall
+from wasmbox._wasmtime import component_io as _component_io
+
+from .conftest import CAPABILITIES, manifest
+
+
+def test_closed_sandbox_refuses_calls(cache_dir: Path) -> None:
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    tool = box.load(manifest("echo"))
+    box.close()
+    with pytest.raises(wasmbox.WasmboxError, match="closed"):
+        tool.call({})
+
+
+def test_close_waits_for_calls_in_flight(cache_dir: Path) -> None:
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    spin = box.load(manifest("spin", limits={"fuel": 10**15, "timeout": "500ms"}))
+    results: list[wasmbox.CallResult] = []
+    thread = threading.Thread(target=lambda: results.append(spin.call({})))
+    thread.start()
+    time.sleep(0.1)
+    box.close()  # must not strand the running call without a deadline
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert results[0].error is not None and results[0].error.kind is ErrorKind.TIMEOUT
+
+
+class _Tenant:
+    """What a host function closes over: a tenant's state, and (as a host function that calls
+    back into its Sandbox does) the Sandbox itself, a cycle that only the GC frees."""
+
+    def __init__(self, box: wasmbox.Sandbox) -> None:
+        self.box = box
+
+    def serve(self, **args: Any) -> Any:
+        return {"served": args}
+
+
+@pytest.mark.parametrize("kind", ["core", "python"])
+def test_closed_or_dropped_sandboxes_leave_no_host_function_behind(
+    cache_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    """A Sandbox per tenant: each registers a host function over the tenant's state and loads
+    a tool that calls it. Once each Sandbox is closed (or only dropped), nothing of it stays
+    reachable from the module-level registries of callbacks."""
+    source = tmp_path / "asks.py"
+    source.write_text("import wasmbox_guest\n\ndef main(**args):\n    return wasmbox_guest.call_host('host.fn', **args)\n")
+    registries = {"host functions": _hostcall._functions, "call-host handlers": _component_io._handlers}
+    gc.collect()
+    before = {name: len(registry._items) for name, registry in registries.items()}
+    tenants, boxes = [], []
+    for n in range(20):
+        box = wasmbox.Sandbox(cache_dir=cache_dir)
+        tenant = _Tenant(box)
+        box.register_host_function("host.fn", tenant.serve)
+        if kind == "core":
+            tool = box.load(manifest("forward", host_functions=["host.fn"]))
+        else:
+            tool = box.load({"name": "asks", "runtime": "python", "source": str(source), "host_functions": ["host.fn"]})
+        assert tool.call({"n": n}).unwrap() == {"served": {"n": n}}
+        if n % 2 == 0:
+            box.close()  # the other half are only dropped
+        tenants.append(weakref.ref(tenant))
+        boxes.append(weakref.ref(box))
+        del box, tenant, tool
+    gc.collect()
+    assert [n for n, ref in enumerate(tenants) if ref() is not None] == []
+    assert [n for n, ref in enumerate(boxes) if ref() is not None] == []
+    assert {name: len(registry._items) for name, registry in registries.items()} == before
+
+
+def test_failed_calls_release_their_instance_at_once(box: wasmbox.Sandbox, built_examples: Path) -> None:
+    tool = box.load(CAPABILITIES / "fsprobe.toml")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        result = tool.call(argv=["exit", "126"])  # Wasmtime refuses the status: a trap
+        assert result.error is not None and result.error.kind is ErrorKind.TRAP
+    assert len(os.listdir("/proc/self/fd")) <= before + 2  # no preopen fds held by garbage
