@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -193,6 +194,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
         self._scientific: ScientificRunner | None = None
+        self._scientific_ticker: EpochTicker | None = None  # its engine's (see scientific_runtime)
         self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
         # run_python grant set digest; all given back when the Sandbox is closed or collected.
@@ -484,15 +486,22 @@ class Sandbox:
                     if self._runtime_dir is None:  # under the scratch root, which no grant may reach
                         self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
                     directory = Path(self._runtime_dir)
-                runtime = build.ensure_runtime(directory, self.engine, self.settings.epoch_tick_s, progress)
+                # An engine of its own, without the pooling allocator: a pooled slot is reset
+                # when its call ends (`pool_keep_resident` bytes rewritten, the rest unmapped),
+                # which for this ~65 MB memory cost more than the call; an instance of its own
+                # maps the snapshot copy-on-write and unmaps only the pages the call touched.
+                settings = dataclasses.replace(self.settings, pooling=False)
+                engine = make_engine(settings)
+                cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
+                runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
                 wasm = read_regular_file(runtime.module)
-                module = self._cache.module(
-                    self.engine, wasm, runtime.module_sha256,
-                    partial(self._compiling, runtime.module, len(wasm)),
-                )  # fmt: skip
+                module = cache.module(
+                    engine, wasm, runtime.module_sha256, partial(self._compiling, runtime.module, len(wasm))
+                )
                 del wasm
+                self._scientific_ticker = EpochTicker(engine, settings.epoch_tick_s)
                 self._scientific = ScientificRunner(
-                    self.engine, module, runtime, self._ticker, self._scratch_space
+                    engine, module, runtime, self._scientific_ticker, self._scratch_space
                 )
             return self._scientific
 
@@ -733,6 +742,8 @@ class Sandbox:
         with self._python_lock, self._lock:
             self._closed = True
         idle = self._ticker.close()
+        if self._scientific_ticker is not None:
+            idle = self._scientific_ticker.close() and idle
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()

@@ -41,9 +41,7 @@ def test_no_environment(
     bare = run(scientific_box, guarded, "import os\ndict(os.environ)")
     assert bare.ok, bare.error
     assert bare.value == {}
-    given = run(
-        scientific_box, guarded, "import os\ndict(os.environ)", env={"ONLY": "this"}
-    )
+    given = run(scientific_box, guarded, "import os\ndict(os.environ)", env={"ONLY": "this"})
     assert given.value == {"ONLY": "this"}
     guarded.assert_untouched()
 
@@ -100,9 +98,7 @@ outcomes
     guarded.assert_untouched()
 
 
-def test_files_only_through_grants(
-    scientific_box: wasmbox.Sandbox, guarded: Guarded
-) -> None:
+def test_files_only_through_grants(scientific_box: wasmbox.Sandbox, guarded: Guarded) -> None:
     code = """
 import os
 seen = {"inside": open("/data/inside.txt").read(), "root": sorted(os.listdir("/"))}
@@ -125,16 +121,12 @@ seen
     seen = result.value
     assert seen.pop("inside") == "inside\n"
     assert set(seen.pop("root")) <= {"data", "usr"}
-    assert all(
-        outcome != "written" and SECRET not in outcome for outcome in seen.values()
-    ), seen
+    assert all(outcome != "written" and SECRET not in outcome for outcome in seen.values()), seen
     assert SECRET not in result.stdout + result.stderr
     guarded.assert_untouched()
 
 
-def test_a_writable_grant_takes_no_symlink(
-    scientific_box: wasmbox.Sandbox, guarded: Guarded
-) -> None:
+def test_a_writable_grant_takes_no_symlink(scientific_box: wasmbox.Sandbox, guarded: Guarded) -> None:
     code = """
 import os
 open("/data/made.txt", "w").write("made")
@@ -154,9 +146,7 @@ outcome
     guarded.assert_untouched(granted_too=False)
 
 
-def test_scratch_is_the_calls_own(
-    scientific_box: wasmbox.Sandbox, guarded: Guarded
-) -> None:
+def test_scratch_is_the_calls_own(scientific_box: wasmbox.Sandbox, guarded: Guarded) -> None:
     first = run(
         scientific_box,
         guarded,
@@ -164,9 +154,7 @@ def test_scratch_is_the_calls_own(
         scratch="1MiB",
     )
     assert first.value == ["left.txt"]
-    second = run(
-        scientific_box, guarded, "import os\nos.listdir('/tmp')", scratch="1MiB"
-    )
+    second = run(scientific_box, guarded, "import os\nos.listdir('/tmp')", scratch="1MiB")
     assert second.value == []
     over = run(
         scientific_box,

