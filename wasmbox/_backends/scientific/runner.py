@@ -141,7 +141,9 @@ class ScientificRunner:
         if problem is not None:
             return CallResult.failed(manifest.name, ErrorKind.MEMORY_LIMIT, problem)
         try:
-            payload = json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogatepass")
+            payload = json.dumps({**request, "env": manifest.env}, ensure_ascii=False).encode(
+                "utf-8", "surrogatepass"
+            )
         except (TypeError, ValueError) as exc:
             return CallResult.failed(
                 manifest.name,
