@@ -407,7 +407,7 @@ static inline int64_t wb__call(wb_handler handler, int32_t ptr, int32_t len) {
 
 /* Memory for the host: the args, and host-function replies. If there is none left, it grows
  * memory until that fails too and then traps: the host sees the cap reached and reports
- * memory_limit (DESIGN.md §5), not a bare trap. */
+ * memory_limit (ARCHITECTURE.md, "The outcome table"), not a bare trap. */
 static inline int32_t wb__alloc(int32_t len) {
     void *p = malloc((uint32_t)len ? (uint32_t)len : 1);
     if (!p) {

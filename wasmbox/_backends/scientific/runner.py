@@ -22,15 +22,19 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _scratch, _wasi_files, _wasi_poll
+from ... import _call, _outcome
 from ..._call import CallInput, Failure
-from ..._engine import EpochTicker
+from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import Manifest
-from ..._output import Output
 from ..._results import CallError, CallResult
 from ..._units import format_size
+from ..._wasmtime import wasi_files as _wasi_files
+from ..._wasmtime import wasi_poll as _wasi_poll
+from ..._wasmtime.engine import EpochTicker
+from ..._wasmtime.output import Output
+from ..core import abi as _abi
 from . import build
 
 # The guest's own instance and the file forwarder of `_wasi_files`, one memory; the table
@@ -156,6 +160,7 @@ class ScientificRunner:
         memory: wasmtime.Memory | None = None
         value: Any = None
         error: CallError | None = None
+        scratch_over: str | None = None
         try:
             extra: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
             if scratch is not None:
@@ -175,7 +180,7 @@ class ScientificRunner:
         except wasmtime.ExitTrap as exit_trap:
             error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _call.classify(exc, limits)
+            error = _outcome.from_trap(exc, limits)
         except build.RuntimeBuildError as exc:  # host_alloc found no room for the request
             error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=str(exc))
         finally:
@@ -183,10 +188,12 @@ class ScientificRunner:
             stdout.detach()
             stderr.detach()
             if scratch is not None:
-                error = scratch.settle(error)
+                scratch_over = scratch.settle()
         try:
             peak = memory.data_len(store) if memory is not None else None
-            return _call.finish(state, store, started, value, error, stdout, stderr, peak)
+            return _call.finish(
+                state, store, started, value, error, stdout, stderr, peak, scratch_over=scratch_over
+            )
         finally:
             _wasi_files.release(state)
 

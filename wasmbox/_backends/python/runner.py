@@ -21,24 +21,20 @@ from typing import Any
 import wasmtime
 from wasmtime import component
 
-from . import _abi, _call, _component_io, _scratch
-from ._call import CallInput, Failure
-from ._engine import EpochTicker
-from ._errors import ErrorKind
-from ._hostfuncs import HostFunction
-from ._inspect import ToolKind
-from ._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
-from ._output import Output
-from ._pyruntime import PythonRuntime
-from ._results import CallError, CallResult
-
-# Kinds the driver may report; anything else a guest claims is a guest error.
-_DRIVER_KINDS = {
-    "guest_error": ErrorKind.GUEST_ERROR,
-    "invalid_arguments": ErrorKind.INVALID_ARGUMENTS,
-    "memory_limit": ErrorKind.MEMORY_LIMIT,
-    "bad_response": ErrorKind.BAD_RESPONSE,
-}
+from ... import _call, _outcome
+from ..._call import CallInput, Failure
+from ..._capabilities import scratch as _scratch
+from ..._capabilities.hostfuncs import HostFunction
+from ..._errors import ErrorKind
+from ..._inspect import ToolKind
+from ..._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
+from ..._results import CallError, CallResult
+from ..._wasmtime import component_io as _component_io
+from ..._wasmtime import store as _store
+from ..._wasmtime.engine import EpochTicker
+from ..._wasmtime.output import Output
+from ..core import abi as _abi
+from .build import PythonRuntime
 
 
 class PythonRuntimeRunner:
@@ -153,6 +149,7 @@ class PythonRuntimeRunner:
             self._keeper.prepare(manifest, key)
         value: Any = None
         error = spare.error
+        scratch_over: str | None = None
         try:
             if error is None:
                 if made_ahead:  # its preopens were opened when it was made: still the grants?
@@ -166,16 +163,16 @@ class PythonRuntimeRunner:
         except Failure as failure:
             error = failure.error
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _call.classify(exc, limits)
+            error = _outcome.from_trap(exc, limits)
         finally:
             spare.stdout.detach()
             spare.stderr.detach()
             if spare.scratch is not None:
-                error = spare.scratch.settle(error)
+                scratch_over = spare.scratch.settle()
         try:
             return _call.finish(
                 state, spare.store, started, value, error, spare.stdout, spare.stderr,
-                None, close=self._keeper.close,
+                None, close=self._keeper.close, scratch_over=scratch_over,
             )  # fmt: skip
         finally:
             if spare.scratch is not None:
@@ -206,7 +203,7 @@ class PythonRuntimeRunner:
         except Failure as failure:
             spare.error = failure.error
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            spare.error = _call.classify(exc, limits)
+            spare.error = _outcome.from_trap(exc, limits)
         except Exception as exc:  # noqa: BLE001 - a spare never raises; its call reports it
             spare.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
         return spare
@@ -236,7 +233,7 @@ class PythonRuntimeRunner:
                 )
             raise Failure(ErrorKind.BAD_RESPONSE, f"the runtime withheld a result of {size} bytes that fits")
         if isinstance(message, dict) and isinstance(message.get("error"), str):
-            kind = _DRIVER_KINDS.get(message.get("kind", ""), ErrorKind.GUEST_ERROR)
+            kind = _outcome.GUEST_CLAIMS.get(message.get("kind", ""), ErrorKind.GUEST_ERROR)
             trace = message.get("traceback")
             raise Failure(kind, trace if isinstance(trace, str) and trace else message["error"])
         raise Failure(ErrorKind.BAD_RESPONSE, "the runtime's response is not an ok/error map")
@@ -280,7 +277,7 @@ def _replace_monotonic_clock(
 
 
 def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
-    _call.abort(store._context(), ErrorKind.GUEST_ERROR, _NO_SLEEP)
+    _call.abort(_store.context(store), ErrorKind.GUEST_ERROR, _NO_SLEEP)
     raise wasmtime.WasmtimeError(_NO_SLEEP)  # stops the guest now; the abort names the kind
 
 
@@ -320,13 +317,13 @@ class _Spare:
 
     def discard(self) -> None:
         """Free an unused spare: its store and its scratch directory."""
-        _call.close_store(self.store)
+        _store.close_store(self.store)
         if self.scratch is not None:
             self.scratch.remove()
 
     def renew(self, ticker: EpochTicker) -> None:
         """Full fuel and a deadline counted from now, not from when the spare was made."""
-        _call.renew(self.store._context(), self.manifest.limits, ticker)
+        _call.renew(self.store, self.manifest.limits, ticker)
 
 
 class _Spares:
@@ -386,7 +383,7 @@ class _Housekeeper:
         try:
             self._tasks.put_nowait(("close", store))
         except queue.Full:
-            _call.close_store(store)
+            _store.close_store(store)
 
     def prepare(self, manifest: Manifest, key: str) -> None:
         if self._spares.wanted(key):

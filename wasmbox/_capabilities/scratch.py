@@ -26,16 +26,16 @@ import weakref
 from pathlib import Path
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
-from . import _call, _rawcall
-from ._errors import ErrorKind
-from ._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
-from ._results import CallError
-from ._units import format_size
+from .. import _call, _outcome
+from .._errors import ErrorKind
+from .._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
+from .._results import CallError
+from .._units import format_size
+from .._wasmtime import capi as _capi
+from .._wasmtime import store as _store
 
 ENTRY_MIN = 4096  # each file or directory counts at least this much (an inode, a block)
-_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
 
 
 class ScratchSpace:
@@ -142,16 +142,13 @@ class CallScratch:
     def arm(self, store: wasmtime.Store) -> None:
         """Check at every tick of `store` from now until `settle` (on the call's thread)."""
         self._id = _watches.add(self)
-        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _rawcall.NO_FINALIZER)
-        store.set_epoch_deadline(1)
+        _store.on_epoch_deadline(store, _on_tick, self._id, _capi.NO_FINALIZER)
 
-    def settle(self, error: CallError | None) -> CallError | None:
-        """Stop checking; the call's error once the guest has stopped: `output_limit` if the
-        directory ended over its cap (a call shorter than a tick is measured only here)."""
+    def settle(self) -> str | None:
+        """Stop checking; once the guest has stopped, why the folder is over its cap, if it is
+        (a call shorter than a tick is measured only here): evidence for `_outcome.decide`."""
         _watches.discard(self._id)
-        if (error is None or error.kind is ErrorKind.GUEST_ERROR) and self.over():
-            return CallError(kind=ErrorKind.OUTPUT_LIMIT, message=self.message)
-        return error
+        return self.message if self.over() else None
 
     def over(self) -> bool:
         return usage(self.path, self.cap) > self.cap
@@ -209,15 +206,12 @@ def read_file(root: Path, relative: str, cap: int) -> bytes | None:
             os.close(fd)
 
 
-_watches: _rawcall.Handles[CallScratch] = _rawcall.Handles()  # armed ones, for their stores' callback
+_watches: _capi.Handles[CallScratch] = _capi.Handles()  # armed ones, for their stores' callback
 
 
-@ctypes.CFUNCTYPE(
-    ctypes.c_size_t, ctypes.POINTER(ffi.wasmtime_context_t), ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
-)  # fmt: skip
+@_store.EpochCallback
 def _on_tick(
-    context: ctypes._Pointer[ffi.wasmtime_context_t],
+    context: _capi.Context,
     handle: int | None,
     delta: ctypes._Pointer[ctypes.c_uint64],
     kind: ctypes._Pointer[ctypes.c_uint8],
@@ -229,17 +223,17 @@ def _on_tick(
             return _stop(context, ErrorKind.HOST_ERROR, "the call's scratch watch is gone")
         state = _call.current()
         if time.perf_counter() > state.deadline:
-            return _stop(context, ErrorKind.TIMEOUT, _call.deadline_message(state.manifest.limits))
+            return _stop(context, ErrorKind.TIMEOUT, _outcome.deadline_message(state.manifest.limits))
         if watch.over():
             return _stop(context, ErrorKind.OUTPUT_LIMIT, watch.message)
     except BaseException as exc:  # never unwind into Wasmtime
         return _stop(context, ErrorKind.HOST_ERROR, _call.callback_failed(context, "scratch check", exc))
     delta[0] = 1
-    kind[0] = _CONTINUE
+    kind[0] = _store.EPOCH_CONTINUE
     return 0
 
 
-def _stop(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> int:
+def _stop(context: _capi.Context, kind: ErrorKind, message: str) -> int:
     if _call.inside_call():
         _call.abort(context, kind, message)
-    return _rawcall.error_pointer(message)
+    return _capi.error_pointer(message)

@@ -1,6 +1,6 @@
 """Builds the CPython runtime component with componentize-py, once per set of inputs.
 
-Inputs are `runtimes/python/` (the WIT world and the guest driver), msgpack's pure-Python
+Inputs are `guest/` and `wit/` beside this module (the guest driver and the WIT world), msgpack's pure-Python
 codec (bundled into the guest) and the pinned componentize-py. Their digest names a directory
 in the cache holding `runtime.wasm` (the pre-initialized component) and `stdlib/` (CPython's
 standard library, taken from the archive componentize-py embeds, preopened read-only in every
@@ -24,15 +24,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._dist import version
-from ._errors import WasmboxError
+from ..._dist import version
+from ..._errors import WasmboxError
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written whole)
-# In a checkout (or editable install) the sources are runtimes/python; a wheel carries them as
-# wasmbox/runtime_python (see pyproject.toml).
-_CHECKOUT = Path(__file__).resolve().parent.parent / "runtimes" / "python"
-SOURCES = _CHECKOUT if _CHECKOUT.is_dir() else Path(__file__).resolve().parent / "runtime_python"
+# The runtime's own sources (the WIT world and the guest driver) sit beside this module, in a
+# checkout and in a wheel alike (package data, see pyproject.toml).
+SOURCES = Path(__file__).resolve().parent
+# The byte-compile step's program (run in the runtime by the host; part of the build's inputs).
+PRECOMPILE = SOURCES / "programs" / "precompile.py"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -129,6 +130,12 @@ def _build(stage: Path, progress: Progress) -> None:
     progress(f"built the Python runtime ({size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
 
 
+def precompile_program(root: str) -> str:
+    """The snippet that byte-compiles the guest folder `root` (`programs/precompile.py`); its
+    value is the .py files left without bytecode."""
+    return f"{PRECOMPILE.read_text()}\nprecompile({root!r})\n"
+
+
 def _inputs_digest() -> str:
     digest = hashlib.sha256()
     digest.update(f"recipe={RECIPE} componentize-py={version('componentize-py')}".encode())
@@ -138,7 +145,7 @@ def _inputs_digest() -> str:
             f"the Python runtime needs componentize-py=={COMPONENTIZE_PY}, "
             f"found {version('componentize-py')}"
         )
-    files = sorted(p for p in SOURCES.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files = sorted([*(SOURCES / "guest").glob("*.py"), *(SOURCES / "wit").glob("*.wit"), PRECOMPILE])
     if not files:
         raise RuntimeBuildError(f"the runtime sources are missing: {SOURCES}")
     for path in files:

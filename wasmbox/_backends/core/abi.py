@@ -1,4 +1,7 @@
-"""The wasmbox ABI v1 framing (DESIGN.md §4): MessagePack payloads and packed (ptr, len) results."""
+"""The wasmbox ABI v1 framing: MessagePack payloads and packed (ptr, len) results.
+
+ARCHITECTURE.md, "Guest contracts", has the whole contract.
+"""
 
 from __future__ import annotations
 

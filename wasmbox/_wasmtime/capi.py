@@ -14,13 +14,24 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi
+from .._backends.core import abi as _abi
 
 T = TypeVar("T")
 
-if TYPE_CHECKING:  # the arguments of a raw host callback (`wasmtime_func_unchecked_callback_t`)
+if TYPE_CHECKING:  # the C pointer types that raw calls and callbacks take
     Caller: TypeAlias = ctypes._Pointer[ffi.wasmtime_caller_t]
     Values: TypeAlias = ctypes._Pointer[ffi.wasmtime_val_raw_t]
+    Context: TypeAlias = ctypes._Pointer[ffi.wasmtime_context_t]
+    Extern: TypeAlias = ffi.wasmtime_extern_t
+
+
+# The C type of a raw host-function callback: (data, caller, values, count) -> trap pointer.
+HostCallback = ffi.wasmtime_func_unchecked_callback_t
+
+
+def caller_context(caller: Caller) -> Context:
+    """The store context of the instance calling a host function."""
+    return ffi.wasmtime_caller_context(caller)
 
 
 class ExportName:

@@ -1,0 +1,98 @@
+"""Stores through the C API: fuel, epoch deadline, stdin, and freeing one safely.
+
+Callers name a store's context with `context(store)` (`capi.Context`, the C pointer that every
+raw call and callback takes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any
+
+import wasmtime
+from wasmtime import _ffi as ffi
+
+if TYPE_CHECKING:
+    from .capi import Context
+
+
+def new_store(
+    engine: wasmtime.Engine,
+    memory: int,
+    *,
+    table_elements: int = -1,
+    instances: int = -1,
+    tables: int = -1,
+    memories: int = -1,
+) -> wasmtime.Store:
+    """A Store whose memories may hold `memory` bytes in all (-1: no such store limit). It has
+    no fuel and an expired deadline until `renew`."""
+    store = wasmtime.Store(engine)
+    store.set_limits(memory, table_elements, instances, tables, memories)
+    return store
+
+
+def context(store: wasmtime.Store | wasmtime.StoreContext) -> Context:
+    """The C context of a Store, or of the store a wasmtime-py host function was called in."""
+    return store._context()
+
+
+def renew(context: Context, fuel: int, deadline_ticks: int) -> None:
+    """`fuel` units, and a deadline `deadline_ticks` epoch ticks from now."""
+    set_fuel(context, fuel)
+    ffi.wasmtime_context_set_epoch_deadline(context, deadline_ticks)
+
+
+def set_fuel(context: Context, fuel: int) -> None:
+    error = ffi.wasmtime_context_set_fuel(context, fuel)
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+
+
+def fuel_left(context: Context) -> int:
+    left = ctypes.c_uint64(0)
+    error = ffi.wasmtime_context_get_fuel(context, ctypes.byref(left))
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+    return left.value
+
+
+def set_stdin(wasi: wasmtime.WasiConfig, data: bytes) -> None:
+    """Give the guest `data` as its stdin (the config takes its own copy)."""
+    vec = ffi.wasm_byte_vec_t()
+    buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    ffi.wasm_byte_vec_new(ctypes.byref(vec), len(data), buffer)
+    ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
+
+
+# `wasmtime_store_epoch_deadline_callback`'s callback: (context, data, delta out, kind out) ->
+# an error pointer (0: go on). Setting `kind` to EPOCH_CONTINUE and `delta` to n ticks extends
+# the deadline.
+EpochCallback = ctypes.CFUNCTYPE(
+    ctypes.c_size_t, ctypes.POINTER(ffi.wasmtime_context_t), ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
+)  # fmt: skip
+EPOCH_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+
+
+def on_epoch_deadline(store: wasmtime.Store, callback: Any, handle: int, finalizer: Any) -> None:
+    """Have `callback` (an `EpochCallback`, kept alive by the caller) called with `handle` each
+    time `store`'s epoch deadline passes, instead of trapping; the deadline is one tick away."""
+    ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), callback, handle, finalizer)
+    store.set_epoch_deadline(1)
+
+
+def close_store(store: wasmtime.Store) -> None:
+    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile.
+
+    `Store.close()` frees the store in C and only then forgets the pointer in Python: a signal
+    handler that raises between the two (Python runs them right after a C call returns) would
+    leave a freed pointer for `__del__` to free again, a crash. Here the Store forgets its
+    pointer first, so an interrupt can at worst leak one store, never free it twice.
+    """
+    try:
+        ptr = store._consume()
+    except ValueError:  # already closed
+        return
+    store._Store__context = None  # type: ignore[attr-defined]
+    ffi.wasmtime_store_delete(ptr)
