@@ -16,7 +16,7 @@ import json
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,6 @@ class _Door:
     frames: int = 0
     reply: dict[str, Any] | None = None
     problem: str | None = None  # why the last reply was refused
-    stopped: list[str] = field(default_factory=list)
 
 
 class ScientificRunner:
