@@ -46,35 +46,42 @@ def test_no_environment(
     guarded.assert_untouched()
 
 
-@pytest.fixture
-def listener() -> Iterator[tuple[int, list[Any]]]:
-    """A loopback TCP listener that records every connection it accepts."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    accepted: list[Any] = []
-    stop = threading.Event()
+class Listener:
+    """A loopback TCP listener that records every connection it accepts, on a thread of its own."""
 
-    def serve() -> None:
-        while not stop.is_set():
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.accepted: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
             try:
-                accepted.append(server.accept())
+                self.accepted.append(self.server.accept())
             except OSError:
                 continue
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.server.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    found = Listener()
     try:
-        yield server.getsockname()[1], accepted
+        yield found
     finally:
-        stop.set()
-        thread.join()
-        server.close()
+        found.stop()
 
 
-def test_no_network(
-    scientific_box: wasmbox.Sandbox, guarded: Guarded, listener: tuple[int, list[Any]]
-) -> None:
-    port, accepted = listener
+def test_no_network(scientific_box: wasmbox.Sandbox, guarded: Guarded, listener: Listener) -> None:
+    port = listener.port
     code = f"""
 import socket, urllib.request
 outcomes = []
@@ -94,7 +101,8 @@ outcomes
     result = run(scientific_box, guarded, code)
     assert result.ok, result.error
     assert "connected" not in result.value, result.value
-    assert accepted == []
+    listener.stop()  # its thread, before the thread count is checked
+    assert listener.accepted == []
     guarded.assert_untouched()
 
 
