@@ -10,7 +10,7 @@ import msgpack
 import wasmbox
 from wasmbox import ErrorKind
 from wasmbox._backends.core import abi as _abi
-from wasmbox._call import _OOM_WORDING
+from wasmbox._outcome import _OOM_WORDING
 
 
 def expected_outcome(reply: bytes, cap: int) -> tuple[ErrorKind | None, Any]:
