@@ -61,14 +61,7 @@ from ._tool import Tool
 from ._units import parse_size
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
-from .integrations._formats import (
-    RUN_PYTHON,
-    RUN_PYTHON_ANNOTATIONS,
-    RUN_PYTHON_DESCRIPTION,
-    RUN_PYTHON_SCHEMA,
-    SpecFormat,
-    StrictMode,
-)
+from .integrations._formats import SpecFormat, StrictMode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -580,15 +573,7 @@ class Sandbox:
         """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`)."""
-        specs = [tool.spec(format, strict=strict) for tool in self.tools.values()]
-        if python:
-            if RUN_PYTHON in self._tools:
-                raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
-            specs.append(_formats.tool_spec(
-                RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
-                RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
-            ))  # fmt: skip
-        return specs
+        return _formats.tools_specs(self.tools, format, strict, python)
 
     def dispatch(
         self,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import wait
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .. import _call, _schema
 from .._errors import ErrorKind
@@ -19,6 +19,18 @@ from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
+
+class Caller(Protocol):
+    """What `dispatch` runs calls on: a Sandbox, or a pool of them (`integrations.ray`).
+    Its tools have `call(args)` and `parameters`; its executor runs the calls."""
+
+    _executor: Executor
+
+    @property
+    def tools(self) -> Mapping[str, Any]: ...
+
+    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult: ...
+
 
 CallFormat = Literal["openai", "openai-responses", "anthropic"]
 CALL_FORMATS: tuple[str, ...] = ("openai", "openai-responses", "anthropic")
@@ -39,7 +51,7 @@ class _Job:
 
 
 def dispatch(
-    box: Sandbox,
+    box: Caller,
     calls: Any,
     format: str,
     *,
@@ -70,7 +82,7 @@ def dispatch(
 
 
 async def adispatch(
-    box: Sandbox,
+    box: Caller,
     calls: Any,
     format: str,
     *,
@@ -156,7 +168,7 @@ def _not_started(job: _Job) -> CallResult:
 
 
 def _jobs(
-    box: Sandbox, calls: Any, format: str, python: bool | ManifestSource, max_calls: int | None
+    box: Caller, calls: Any, format: str, python: bool | ManifestSource, max_calls: int | None
 ) -> list[_Job]:
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
@@ -180,7 +192,7 @@ def _jobs(
 
 
 def _plan(
-    job: _Job, raw: Any, format: str, tools: Mapping[str, Any], box: Sandbox, python: bool | ManifestSource
+    job: _Job, raw: Any, format: str, tools: Mapping[str, Any], box: Caller, python: bool | ManifestSource
 ) -> None:
     """Decide how `job` runs, or its error result: arguments that are not a JSON object,
     an unknown tool."""
