@@ -21,7 +21,7 @@ import wasmbox
 from wasmbox import AuditRecord, CallResult, ErrorKind
 
 from . import ray_hosts
-from .conftest import CAPABILITIES, manifest, wat
+from .conftest import CAPABILITIES, manifest
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +30,9 @@ pytestmark = pytest.mark.slow
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 if not os.environ.get("CI"):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'wasmbox[ray]'); CI installs it")
-import ray  # noqa: E402
+import ray
 
-from wasmbox.integrations.ray import RaySandboxPool  # noqa: E402
+from wasmbox.integrations.ray import RaySandboxPool
 
 ACTOR = {"num_cpus": 0.25}  # the 2-CPU test cluster holds the module's pool and the short-lived ones
 HOSTS = {"kv.get": "tests.ray_hosts:kv_get"}

@@ -24,7 +24,8 @@ class Caller(Protocol):
     """What `dispatch` runs calls on: a Sandbox, or a pool of them (`integrations.ray`).
     Its tools have `call(args)` and `parameters`; its executor runs the calls."""
 
-    _executor: Executor
+    @property
+    def _executor(self) -> Executor: ...
 
     @property
     def tools(self) -> Mapping[str, Any]: ...

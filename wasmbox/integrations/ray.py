@@ -36,10 +36,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 try:
     import ray
@@ -47,14 +47,14 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.ray needs Ray: pip install 'wasmbox[ray]'") from exc
 
-from .._audit import AuditLog, AuditRecord, Auditor, AuditSink
+from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
 from .._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from .._files import read_regular_file
 from .._hostfuncs import HostFunction
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
 from .._results import CallResult
-from .._sandbox import Sandbox
+from .._sandbox import _NO_GRANTS, _NO_GRANTS_DIGEST, Sandbox
 from . import _dispatch, _formats
 from ._dispatch import CallFormat
 from ._formats import SpecFormat, StrictMode
@@ -155,7 +155,7 @@ def _import_reference(name: str, reference: str) -> Callable[..., Any]:
     except Exception as exc:  # noqa: BLE001 - whatever importing it raised, say which reference
         raise ValueError(f"host function {name!r}: cannot import {reference}: {type(exc).__name__}: {exc}") from None
     if not callable(target):
-        raise ValueError(f"host function {name!r}: {reference} is not callable")
+        raise TypeError(f"host function {name!r}: {reference} is not callable")
     HostFunction(name, target)  # the name and the signature, checked as a Sandbox checks them
     return target
 
@@ -309,7 +309,7 @@ _REMOTE: Any = None  # the Ray actor class, made once
 def _remote_actor() -> Any:
     global _REMOTE
     if _REMOTE is None:
-        _REMOTE = ray.remote(concurrency_groups={_CONTROL: 2})(_SandboxActor)
+        _REMOTE = ray.remote(concurrency_groups={_CONTROL: 2})(_SandboxActor)  # type: ignore[call-overload]
     return _REMOTE
 
 
@@ -432,7 +432,6 @@ class RaySandboxPool:
                 raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
             self._manifests[manifest.name] = manifest
         self._shipments = self._ship(self._manifests.values())
-        self._grant_sets: dict[str, tuple[str, dict[str, Any]]] = {}  # run_python's, by id(source) digest
         self._cond = threading.Condition()
         self._ticks = itertools.count(1)
         self._closed = False
@@ -443,7 +442,7 @@ class RaySandboxPool:
         started = time.perf_counter()
         handles = [self._new_actor() for _ in self._slots]
         try:
-            outcomes = self._wait_started([self._start(handle) for handle in handles])
+            outcomes = self._wait_started([self._start(handle, dict(self._host_functions)) for handle in handles])
         except BaseException:
             for handle in handles:
                 _kill(handle)
@@ -482,8 +481,8 @@ class RaySandboxPool:
     def _new_actor(self) -> Any:
         return _remote_actor().options(**self._actor_options).remote()
 
-    def _start(self, handle: Any) -> Any:
-        return handle.start.remote(self._sandbox_kwargs, self._auditor.enabled, self._shipments, dict(self._host_functions))
+    def _start(self, handle: Any, host_functions: dict[str, str]) -> Any:
+        return handle.start.remote(self._sandbox_kwargs, self._auditor.enabled, self._shipments, host_functions)
 
     def _wait_started(self, refs: list[Any]) -> list[_Started]:
         """The actors' start outcomes; raises the first failure (or WasmboxError on timeout)."""
@@ -505,13 +504,15 @@ class RaySandboxPool:
         """Start a new actor in `slot` (on its own thread); a failure is logged and kept."""
         handle = self._new_actor()
         try:
-            registered = dict(self._host_functions)
-            started = self._wait_started([self._start(handle)])[0]
-            for name, reference in self._host_functions.items():  # registered meanwhile
-                if name not in registered:
-                    error = ray.get(handle.register.remote(name, reference), timeout=self._start_timeout_s)
-                    if error is not None:
-                        raise error
+            with self._cond:
+                registered = dict(self._host_functions)
+            started = self._wait_started([self._start(handle, registered)])[0]
+            with self._cond:
+                later = [(n, r) for n, r in self._host_functions.items() if n not in registered]
+            for name, reference in later:  # registered on the pool meanwhile
+                error = ray.get(handle.register.remote(name, reference), timeout=self._start_timeout_s)
+                if error is not None:
+                    raise error
         except Exception as exc:  # noqa: BLE001 - the pool goes on with its other actors
             _kill(handle)
             _log.error("wasmbox pool: the replacement of actor %d failed: %s", slot.index, exc)
@@ -648,17 +649,18 @@ class RaySandboxPool:
         return await self._acall(send, lost)
 
     def _python(self, code: Any, manifest: ManifestSource | None) -> tuple[Callable[[Any], Any], _Lost]:
-        grants = None if manifest is None else self._grant_set(manifest)
-        digest = grants[0] if grants is not None else Manifest(name="python", runtime="python").digest()
+        """How to send a run_python call, and its record should its actor die."""
+        grants, sent = _NO_GRANTS, None
+        if manifest is not None:
+            grants = Manifest.load(manifest)
+            if grants.runtime != "python" or grants.source is not None:
+                raise ManifestError(f"{grants.name}: run_python takes a manifest with runtime = \"python\" and no source")
+        digest = grants.digest() if grants is not _NO_GRANTS else _NO_GRANTS_DIGEST
+        if grants is not _NO_GRANTS:
+            sent = (digest, _travelling(grants))
         code_digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest() if isinstance(code, str) else ""
-        limits = Manifest.load(grants[1]).limits if grants is not None else Limits()
-        return (lambda actor: actor.run_python.remote(code, grants)), _Lost("python", digest, code_digest, code, limits)
-
-    def _grant_set(self, source: ManifestSource) -> tuple[str, dict[str, Any]]:
-        grants = Manifest.load(source)
-        if grants.runtime != "python" or grants.source is not None:
-            raise ManifestError(f"{grants.name}: run_python takes a manifest with runtime = \"python\" and no source")
-        return grants.digest(), _travelling(grants)
+        lost = _Lost(grants.name, digest, code_digest, code, grants.limits)
+        return (lambda actor: actor.run_python.remote(code, sent)), lost
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
@@ -753,7 +755,7 @@ class RaySandboxPool:
         self._executor.shutdown(wait=False)
         self._auditor.flush()
 
-    def __enter__(self) -> RaySandboxPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
