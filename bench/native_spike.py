@@ -31,8 +31,9 @@ from typing import Any
 import wasmtime
 
 import wasmbox
-from wasmbox import _abi, _bench
-from wasmbox._engine import WASMTIME_VERSION
+from wasmbox import _bench
+from wasmbox._backends.core import abi as _abi
+from wasmbox._wasmtime.engine import WASMTIME_VERSION
 
 try:
     from wasmbox import _native  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import wasmbox
-from wasmbox._engine import EngineSettings
+from wasmbox._wasmtime.engine import EngineSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

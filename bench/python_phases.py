@@ -28,14 +28,16 @@ from functools import partial
 from pathlib import Path
 
 import wasmbox
-from wasmbox import _abi, _call, _component_io
-from wasmbox._engine import EngineSettings
-from wasmbox._python_runner import (
+from wasmbox import _call
+from wasmbox._backends.core import abi as _abi
+from wasmbox._backends.python.runner import (
     _PREPARING,
     PythonRuntimeRunner,
     _Spare,
     encode_request,
 )
+from wasmbox._wasmtime import component_io as _component_io
+from wasmbox._wasmtime.engine import EngineSettings
 
 _PAGE = 4096
 REQUEST = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)

@@ -27,8 +27,11 @@ import wasmtime
 from wasmtime import _ffi as ffi
 
 import wasmbox
-from wasmbox import _bench, _component_io, _output, _rawcall
-from wasmbox._python_runner import encode_request
+from wasmbox import _bench
+from wasmbox._backends.python.runner import encode_request
+from wasmbox._wasmtime import capi as _capi
+from wasmbox._wasmtime import component_io as _component_io
+from wasmbox._wasmtime import output as _output
 
 
 def main() -> int:
@@ -49,7 +52,7 @@ def main() -> int:
             if kind == "file":
                 wasi.stdout_file = str(Path(tmp) / "stdout")
             elif kind == "libc":
-                ffi.wasi_config_set_stdout_custom(wasi.ptr(), libc_write, null, _rawcall.NO_FINALIZER)
+                ffi.wasi_config_set_stdout_custom(wasi.ptr(), libc_write, null, _capi.NO_FINALIZER)
             else:
                 output.attach(wasi, "stdout")
             store.set_wasi(wasi)

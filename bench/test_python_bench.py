@@ -13,9 +13,9 @@ import pytest
 import wasmtime
 
 import wasmbox
-from wasmbox import _abi
+from wasmbox._backends.core import abi as _abi
+from wasmbox._backends.python.runner import encode_request
 from wasmbox._bench import GREET_PY, plain_component
-from wasmbox._python_runner import encode_request
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPABILITIES = ROOT / "capabilities"

@@ -8,7 +8,8 @@ from typing import Any
 import msgpack
 
 import wasmbox
-from wasmbox import ErrorKind, _abi
+from wasmbox import ErrorKind
+from wasmbox._backends.core import abi as _abi
 from wasmbox._call import _OOM_WORDING
 
 

@@ -14,8 +14,8 @@ import pytest
 
 import wasmbox
 from wasmbox import CallResult, ErrorKind, ManifestError
+from wasmbox._capabilities.scratch import read_file
 from wasmbox._lint import lint
-from wasmbox._scratch import read_file
 
 from .conftest import CAPABILITIES
 

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox import WasmboxError, _pyruntime
+from wasmbox import WasmboxError
+from wasmbox._backends.python import build as python_build
 
 from .conftest import manifest
 
@@ -278,9 +279,9 @@ def test_python_runtime_cannot_be_built_in_a_full_or_unwritable_cache(
         raise OSError(error, os.strerror(error), kwargs.get("dir"))
 
     with wasmbox.Sandbox(cache_dir=tmp_path / "cache") as box:
-        monkeypatch.setattr(_pyruntime.tempfile, "mkdtemp", failing_mkdtemp)
+        monkeypatch.setattr(python_build.tempfile, "mkdtemp", failing_mkdtemp)
         for _ in range(2):  # not remembered as broken: each use tries again, and says why
-            with pytest.raises(_pyruntime.RuntimeBuildError, match=f"cannot build the Python runtime in .*{os.strerror(error)}"):
+            with pytest.raises(python_build.RuntimeBuildError, match=f"cannot build the Python runtime in .*{os.strerror(error)}"):
                 box.run_python("1")
         assert_serving(box)
 
@@ -315,10 +316,10 @@ def test_componentize_py_failure_is_a_runtime_build_error(
     cache = tmp_path / "cache"
     with wasmbox.Sandbox(cache_dir=cache) as box:
         core = box.load(manifest("echo"))
-        monkeypatch.setattr(_pyruntime, "_componentize_py", lambda: str(command))
+        monkeypatch.setattr(python_build, "_componentize_py", lambda: str(command))
         source = tmp_path / "tool.py"
         source.write_text("def main():\n    return 1\n")
-        with pytest.raises(_pyruntime.RuntimeBuildError, match=f"(?s){words}"):
+        with pytest.raises(python_build.RuntimeBuildError, match=f"(?s){words}"):
             box.load({"name": "py_tool", "runtime": "python", "source": str(source)})
         with pytest.raises(WasmboxError, match=f"(?s){words}"):  # again: not cached as broken
             box.run_python("1")

@@ -22,7 +22,7 @@ from typing import Any, Self
 import pytest
 
 import wasmbox
-from wasmbox._allowlist import forbidden_reason, parse_rule, verdict
+from wasmbox._capabilities.allowlist import forbidden_reason, parse_rule, verdict
 
 from .conftest import wat
 
@@ -75,7 +75,7 @@ class Resolver:
         self.lookups.append(host)
         queue = self.answers.get(host)
         if queue is None:
-            return wasmbox._fetch.default_resolver(host, port)  # numeric hosts
+            return wasmbox._capabilities.fetch.default_resolver(host, port)  # numeric hosts
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
 

@@ -18,8 +18,10 @@ import pytest
 import wasmtime
 
 import wasmbox
-from wasmbox import ErrorKind, _component_io, _hostcall
-from wasmbox._output import Output
+from wasmbox import ErrorKind
+from wasmbox._backends.core import hostcall as _hostcall
+from wasmbox._wasmtime import component_io as _component_io
+from wasmbox._wasmtime.output import Output
 
 from .conftest import CAPABILITIES, manifest
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox._component_io import REPLY_MAX
+from wasmbox._wasmtime.component_io import REPLY_MAX
 
 PRINTS_THEN_SPINS = "import sys\nprint('step 1')\nprint('step 2', file=sys.stderr)\nprint('step 3')\nwhile True:\n    pass\n"
 # Stops by fuel (the default 50M) or by a deadline with fuel to spare.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox import _scratch
+from wasmbox._capabilities import scratch as _scratch
 
 from .conftest import BUILD, wat
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import wasmbox
-from wasmbox._signature import signature_schema
+from wasmbox._backends.python.signature import signature_schema
 from wasmbox.integrations import strict_schema
 
 from .strict_rules import strict_problems

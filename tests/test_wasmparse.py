@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wasmbox import ManifestError
-from wasmbox._engine import EngineSettings, make_engine
 from wasmbox._inspect import inspect_module, read_module_info, read_wasm
+from wasmbox._wasmtime.engine import EngineSettings, make_engine
 
 from .conftest import WAT
 

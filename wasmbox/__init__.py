@@ -6,7 +6,6 @@
 """
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
-from ._engine import EngineSettings
 from ._errors import (
     BadResponseError,
     CapabilityDeniedError,
@@ -31,6 +30,7 @@ from ._manifest import Limits, Manifest, Preopen
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._tool import Tool
+from ._wasmtime.engine import EngineSettings
 
 __version__ = "0.1.0"
 

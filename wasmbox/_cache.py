@@ -31,11 +31,11 @@ from pathlib import Path
 import wasmtime
 from wasmtime import component
 
-from ._engine import EngineSettings
+from ._capabilities.grants import lookup
 from ._errors import WasmboxError
 from ._files import read_regular_file
-from ._grants import lookup
 from ._units import parse_size
+from ._wasmtime.engine import EngineSettings
 
 Artifact = wasmtime.Module | component.Component
 

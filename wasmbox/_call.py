@@ -18,15 +18,15 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _grants
-from ._component_io import REPLY_MAX
-from ._engine import EpochTicker
+from ._capabilities import grants as _grants
+from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
 from ._errors import ErrorKind, WasmboxError
-from ._hostfuncs import HostFunction, HostReply, refusal
 from ._manifest import Limits, Manifest, Preopen
-from ._output import Output, sniff, views
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
+from ._wasmtime.component_io import REPLY_MAX
+from ._wasmtime.engine import EpochTicker
+from ._wasmtime.output import Output, sniff, views
 
 # A guest that turns a failed allocation into its own error says so in words like these.
 _OOM_WORDING = re.compile(r"^\s*(out of memory|memoryerror\b|cannot allocate memory)", re.IGNORECASE)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import wasmtime
 
-from . import _abi
+from ._backends.core import abi as _abi
 from ._errors import CapabilityError, ManifestError
 from ._files import read_regular_file
 from ._wasmparse import MAGIC, read_surface

@@ -12,9 +12,9 @@ import ipaddress
 import os
 from pathlib import Path
 
-from ._allowlist import AddressRule, forbidden_reason
+from ._backends.core.command import Template
 from ._cache import default_cache_dir
-from ._command import Template
+from ._capabilities.allowlist import AddressRule, forbidden_reason
 from ._files import read_regular_file
 from ._inspect import inspect_file
 from ._manifest import Manifest

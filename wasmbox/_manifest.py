@@ -24,13 +24,16 @@ from pydantic import (
     model_validator,
 )
 
-from . import _command, _grants, _packages, _schema
-from ._allowlist import FETCH, Rule, parse_rules
-from ._engine import MAX_MEMORY
+from . import _schema
+from ._backends.core import command as _command
+from ._backends.python import packages as _packages
+from ._capabilities import grants as _grants
+from ._capabilities.allowlist import FETCH, Rule, parse_rules
+from ._capabilities.grants import overlapping_preopens
 from ._errors import ManifestError
 from ._files import read_regular_file
-from ._grants import overlapping_preopens
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+from ._wasmtime.engine import MAX_MEMORY
 
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
 STDLIB_GUEST_PATH = "/python"  # the Python runtime's stdlib (where its build saw it, too)

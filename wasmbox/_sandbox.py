@@ -20,15 +20,28 @@ from typing import Any, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _abi, _call, _grants
-from ._allowlist import FETCH
+from . import _call
 from ._audit import AuditLog, Auditor, AuditSink, args_digest
+from ._backends.core import abi as _abi
+from ._backends.core.runner import ModuleRunner
+from ._backends.python.build import (
+    Progress,
+    PythonRuntime,
+    RuntimeBuildError,
+    ensure_runtime,
+    stderr_progress,
+)
+from ._backends.python.packages import PackageInstaller
+from ._backends.python.runner import PythonRuntimeRunner, PythonToolRunner
+from ._backends.python.signature import signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
-from ._engine import EngineSettings, EpochTicker, make_engine
+from ._capabilities import grants as _grants
+from ._capabilities.allowlist import FETCH
+from ._capabilities.fetch import Fetcher, Resolver
+from ._capabilities.hostfuncs import HostFunction
+from ._capabilities.scratch import ScratchSpace
 from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
-from ._fetch import Fetcher, Resolver
 from ._files import read_regular_file
-from ._hostfuncs import HostFunction
 from ._inspect import (
     ModuleInfo,
     abi_problem,
@@ -44,21 +57,10 @@ from ._manifest import (
     Manifest,
     ManifestSource,
 )
-from ._packages import PackageInstaller
-from ._pyruntime import (
-    Progress,
-    PythonRuntime,
-    RuntimeBuildError,
-    ensure_runtime,
-    stderr_progress,
-)
-from ._python_runner import PythonRuntimeRunner, PythonToolRunner
 from ._results import CallResult
-from ._runner import ModuleRunner
-from ._scratch import ScratchSpace
-from ._signature import signature_schema
 from ._tool import Tool
 from ._units import parse_size
+from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
 from .integrations._formats import SpecFormat, StrictMode
@@ -78,7 +80,7 @@ _COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
-# Run in the runtime with the stdlib writable (a build step: bump _pyruntime.RECIPE when it
+# Run in the runtime with the stdlib writable (a build step: bump `build.RECIPE` when it
 # changes). WASI writes at most a few KiB at a time, and CPython writes a .pyc with one
 # os.write that it refuses to see cut short (leaving a bigger module without bytecode), so
 # `write_atomic` loops until all is written. The same step byte-compiles a package set.

@@ -8,10 +8,11 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _abi, _schema
+from . import _schema
 from ._audit import Auditor
+from ._backends.core import abi as _abi
+from ._backends.core.command import CommandMapping
 from ._call import CallInput
-from ._command import CommandMapping
 from ._errors import ErrorKind
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest

@@ -13,7 +13,7 @@ from typing import Any
 
 import wasmtime
 
-from . import _abi
+from ._backends.core import abi as _abi
 from ._errors import WasmboxError
 from ._inspect import inspect_file
 from ._manifest import json_schema

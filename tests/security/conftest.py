@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox import _output
+from wasmbox._wasmtime import output as _output
 
 from ..conftest import BUILD, WAT
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import wasmbox
-from wasmbox._hostfuncs import HostFunction
+from wasmbox._capabilities.hostfuncs import HostFunction
 
 from .conftest import Load
 

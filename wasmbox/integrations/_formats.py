@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol, get_args
 
 from .. import _schema
-from .._allowlist import FETCH
+from .._capabilities.allowlist import FETCH
 from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._manifest import Manifest
 

@@ -14,7 +14,7 @@ import ast
 import re
 from typing import Any
 
-from . import _schema
+from ... import _schema
 
 _SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null", "NoneType": "null"}
 _ARRAYS = {"list", "List", "Sequence", "MutableSequence", "Iterable", "Collection", "set", "Set", "frozenset", "FrozenSet", "tuple", "Tuple"}

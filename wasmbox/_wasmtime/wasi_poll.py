@@ -16,8 +16,10 @@ import time
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _rawcall
-from ._errors import ErrorKind
+from .. import _call
+from .._backends.core import abi as _abi
+from .._errors import ErrorKind
+from . import capi as _capi
 
 _SUBSCRIPTION = struct.Struct("<QB7xIxxxxQQH6x")  # userdata, tag, clock id, timeout, precision, flags
 _EVENT = struct.Struct("<QHB5xQH6x")  # userdata, error, type, nbytes, flags
@@ -31,11 +33,11 @@ def define(linker: wasmtime.Linker) -> None:
     """Shadow WASI's `poll_oneoff` on `linker` (which has WASI and allows shadowing)."""
     i32 = wasmtime.ValType.i32()
     functype = wasmtime.FuncType([i32, i32, i32, i32], [i32])
-    _rawcall.define_func(linker, _abi.WASI_MODULE, "poll_oneoff", functype, _poll_oneoff)
+    _capi.define_func(linker, _abi.WASI_MODULE, "poll_oneoff", functype, _poll_oneoff)
 
 
 @ffi.wasmtime_func_unchecked_callback_t
-def _poll_oneoff(_handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, _count: int) -> int:
+def _poll_oneoff(_handle: int | None, caller: _capi.Caller, values: _capi.Values, _count: int) -> int:
     """Never raises; a stop (the deadline passed while sleeping, or an interrupt) is a trap,
     so the guest runs nothing after it."""
     context = None
@@ -44,23 +46,23 @@ def _poll_oneoff(_handle: int | None, caller: _rawcall.Caller, values: _rawcall.
         args = [values[i].i32 & 0xFFFF_FFFF for i in range(4)]
         values[0].i32 = _poll(caller, context, *args)
         state = _call.current()
-        return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
+        return _capi.trap_pointer(state.abort.message) if state.abort is not None else 0
     except BaseException as exc:  # e.g. Ctrl-C in a sleep: stop the guest, keep the process
-        return _rawcall.trap_pointer(_call.callback_failed(context, "poll_oneoff", exc))
+        return _capi.trap_pointer(_call.callback_failed(context, "poll_oneoff", exc))
 
 
 def _poll(
-    caller: _rawcall.Caller,
+    caller: _capi.Caller,
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     in_ptr: int,
     out_ptr: int,
     count: int,
     nevents_ptr: int,
 ) -> int:
-    memory = _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY)
+    memory = _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY)
     if memory is None or count == 0 or count > _MAX_SUBSCRIPTIONS:
         return _abi.Errno.INVAL
-    base, size = _rawcall.memory_view(context, memory)
+    base, size = _capi.memory_view(context, memory)
     if in_ptr + count * _IN > size or out_ptr + count * _OUT > size or nevents_ptr + 4 > size:
         return _abi.Errno.FAULT
     raw = ctypes.string_at(base + in_ptr, count * _IN)
@@ -90,7 +92,7 @@ def _poll(
             return _abi.Errno.SUCCESS  # unseen: the caller traps
         ready.append(_EVENT.pack(sleeper, 0, _CLOCK, 0, 0))
     events = b"".join(ready)
-    base, _ = _rawcall.memory_view(context, memory)  # no guest code ran: the same memory
+    base, _ = _capi.memory_view(context, memory)  # no guest code ran: the same memory
     ctypes.memmove(base + out_ptr, events, len(events))
     ctypes.memmove(base + nevents_ptr, len(ready).to_bytes(4, "little"), 4)
     return _abi.Errno.SUCCESS

@@ -1,6 +1,6 @@
 """Builds the CPython runtime component with componentize-py, once per set of inputs.
 
-Inputs are `runtimes/python/` (the WIT world and the guest driver), msgpack's pure-Python
+Inputs are `guest/` and `wit/` beside this module (the guest driver and the WIT world), msgpack's pure-Python
 codec (bundled into the guest) and the pinned componentize-py. Their digest names a directory
 in the cache holding `runtime.wasm` (the pre-initialized component) and `stdlib/` (CPython's
 standard library, taken from the archive componentize-py embeds, preopened read-only in every
@@ -24,15 +24,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._dist import version
-from ._errors import WasmboxError
+from ..._dist import version
+from ..._errors import WasmboxError
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written whole)
-# In a checkout (or editable install) the sources are runtimes/python; a wheel carries them as
-# wasmbox/runtime_python (see pyproject.toml).
-_CHECKOUT = Path(__file__).resolve().parent.parent / "runtimes" / "python"
-SOURCES = _CHECKOUT if _CHECKOUT.is_dir() else Path(__file__).resolve().parent / "runtime_python"
+# The runtime's own sources (the WIT world and the guest driver) sit beside this module, in a
+# checkout and in a wheel alike (package data, see pyproject.toml).
+SOURCES = Path(__file__).resolve().parent
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -138,7 +137,7 @@ def _inputs_digest() -> str:
             f"the Python runtime needs componentize-py=={COMPONENTIZE_PY}, "
             f"found {version('componentize-py')}"
         )
-    files = sorted(p for p in SOURCES.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files = sorted([*(SOURCES / "guest").glob("*.py"), *(SOURCES / "wit").glob("*.wit")])
     if not files:
         raise RuntimeBuildError(f"the runtime sources are missing: {SOURCES}")
     for path in files:

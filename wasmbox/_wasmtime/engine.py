@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from ._dist import version
-from ._errors import WasmboxError
+from .._dist import version
+from .._errors import WasmboxError
 
 MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 WASMTIME_VERSION = version("wasmtime")

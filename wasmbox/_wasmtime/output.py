@@ -15,9 +15,9 @@ from typing import Literal
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _rawcall
+from . import capi as _capi
 
-_live: _rawcall.Handles[Output] = _rawcall.Handles()
+_live: _capi.Handles[Output] = _capi.Handles()
 _WriteCallback = ctypes.CFUNCTYPE(
     ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t
 )
@@ -57,7 +57,7 @@ class Output:
             ffi.wasi_config_set_stdout_custom if stream == "stdout"
             else ffi.wasi_config_set_stderr_custom
         )  # fmt: skip
-        setter(wasi.ptr(), _write, self._id, _rawcall.NO_FINALIZER)
+        setter(wasi.ptr(), _write, self._id, _capi.NO_FINALIZER)
 
     def detach(self) -> None:
         _live.discard(self._id)

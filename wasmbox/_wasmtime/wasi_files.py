@@ -29,7 +29,9 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _rawcall
+from .. import _call
+from .._backends.core import abi as _abi
+from . import capi as _capi
 
 MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once
 _WASI = _abi.WASI_MODULE.encode()
@@ -48,7 +50,7 @@ _FORWARDER = f"""(module
   (func (export "{_FD_RENUMBER}") (param i32 i32) (result i32)
     (call $fd_renumber (local.get 0) (local.get 1))))"""
 _FORWARDED = (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
-_EXPORTS = {name: _rawcall.ExportName(name) for name in _FORWARDED}
+_EXPORTS = {name: _capi.ExportName(name) for name in _FORWARDED}
 
 
 def process_budget() -> int:
@@ -133,13 +135,13 @@ class FileGuard:
             (_PATH_SYMLINK, [i32] * 5, _path_symlink),
         ):
             functype = wasmtime.FuncType(params, [i32])
-            _rawcall.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
+            _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
     def forwarder(
-        self, caller: _rawcall.Caller, context: ctypes._Pointer[ffi.wasmtime_context_t]
+        self, caller: _capi.Caller, context: ctypes._Pointer[ffi.wasmtime_context_t]
     ) -> OpenFiles:
         """A forwarder instance in the caller's store, around the caller's memory."""
-        memory = _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY)
+        memory = _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY)
         if memory is None:
             raise wasmtime.WasmtimeError("missing required memory export")  # as Wasmtime's WASI says
         imports = (ffi.wasmtime_extern_t * (len(_FORWARDED) + 1))()
@@ -163,13 +165,13 @@ class FileGuard:
         return OpenFiles(functions, memory)
 
 
-_guards: _rawcall.Handles[weakref.ref[FileGuard]] = _rawcall.Handles()
+_guards: _capi.Handles[weakref.ref[FileGuard]] = _capi.Handles()
 
 
 def _forward(
     handle: int | None,
-    caller: _rawcall.Caller,
-    values: _rawcall.Values,
+    caller: _capi.Caller,
+    values: _capi.Values,
     count: int,
     name: str,
 ) -> int:
@@ -190,9 +192,9 @@ def _forward(
         assert context is not None
         error = _call.classify(exc, _call.current().manifest.limits)
         _call.abort(context, error.kind, error.message)
-        return _rawcall.trap_pointer(error.message)
+        return _capi.trap_pointer(error.message)
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
+        return _capi.trap_pointer(_call.callback_failed(context, name, exc))
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ class _Wasi:
 
     context: ctypes._Pointer[ffi.wasmtime_context_t]
     function: ffi.wasmtime_extern_t
-    values: _rawcall.Values
+    values: _capi.Values
     count: int
 
     def arg(self, index: int) -> int:
@@ -209,7 +211,7 @@ class _Wasi:
 
     def call(self) -> int:
         """Wasmtime's function on the guest's arguments; its errno (also the guest's result)."""
-        return _rawcall.call_raw(self.context, self.function, self.values, self.count) & 0xFFFF
+        return _capi.call_raw(self.context, self.function, self.values, self.count) & 0xFFFF
 
 
 def _path_open_kept(files: OpenFiles, wasi: _Wasi) -> None:
@@ -225,7 +227,7 @@ def _path_open_kept(files: OpenFiles, wasi: _Wasi) -> None:
     if errno != 0:
         _budget.give_back(files)
         return
-    base, _ = _rawcall.memory_view(wasi.context, files.memory)  # WASI checked fd_out's bounds
+    base, _ = _capi.memory_view(wasi.context, files.memory)  # WASI checked fd_out's bounds
     files.fds.add(int.from_bytes(ctypes.string_at(base + fd_out, 4), "little"))
 
 
@@ -258,7 +260,7 @@ def _forwarding(name: str) -> Any:
     """The C callback that forwards `name` (kept alive as a module global)."""
 
     @ffi.wasmtime_func_unchecked_callback_t
-    def forward(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
+    def forward(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
         return _forward(handle, caller, values, count, name)
 
     return forward
@@ -268,6 +270,6 @@ _path_open, _fd_close, _fd_renumber = (_forwarding(name) for name in _FORWARDED)
 
 
 @ffi.wasmtime_func_unchecked_callback_t
-def _path_symlink(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
+def _path_symlink(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
     values[0].i32 = _abi.Errno.PERM
     return 0

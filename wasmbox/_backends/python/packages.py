@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._errors import ManifestError
-from ._files import read_regular_file
-from ._pyruntime import Progress, _locked
+from ..._errors import ManifestError
+from ..._files import read_regular_file
+from .build import Progress, _locked
 
 GUEST_PYTHON = "3.14"  # the runtime's CPython, whose wheels pip is asked for
 PIN = re.compile(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._manifest import Preopen
+    from .._manifest import Preopen
 
 # O_PATH: a walk needs only search permission on each folder, as a lookup by path does.
 _WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

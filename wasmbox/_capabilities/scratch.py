@@ -28,11 +28,12 @@ from pathlib import Path
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _call, _rawcall
-from ._errors import ErrorKind
-from ._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
-from ._results import CallError
-from ._units import format_size
+from .. import _call
+from .._errors import ErrorKind
+from .._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
+from .._results import CallError
+from .._units import format_size
+from .._wasmtime import capi as _capi
 
 ENTRY_MIN = 4096  # each file or directory counts at least this much (an inode, a block)
 _CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
@@ -142,7 +143,7 @@ class CallScratch:
     def arm(self, store: wasmtime.Store) -> None:
         """Check at every tick of `store` from now until `settle` (on the call's thread)."""
         self._id = _watches.add(self)
-        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _rawcall.NO_FINALIZER)
+        ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_tick, self._id, _capi.NO_FINALIZER)
         store.set_epoch_deadline(1)
 
     def settle(self, error: CallError | None) -> CallError | None:
@@ -209,7 +210,7 @@ def read_file(root: Path, relative: str, cap: int) -> bytes | None:
             os.close(fd)
 
 
-_watches: _rawcall.Handles[CallScratch] = _rawcall.Handles()  # armed ones, for their stores' callback
+_watches: _capi.Handles[CallScratch] = _capi.Handles()  # armed ones, for their stores' callback
 
 
 @ctypes.CFUNCTYPE(
@@ -242,4 +243,4 @@ def _on_tick(
 def _stop(context: ctypes._Pointer[ffi.wasmtime_context_t], kind: ErrorKind, message: str) -> int:
     if _call.inside_call():
         _call.abort(context, kind, message)
-    return _rawcall.error_pointer(message)
+    return _capi.error_pointer(message)

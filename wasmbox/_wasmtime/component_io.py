@@ -4,7 +4,7 @@ wasmtime-py converts a `list<u8>` one element at a time, with a Python call per 
 tool source cost ~1 ms each way, and a guest asking `call-host` with a 24 MB name kept the
 host busy for 17 s. In the C API each element is a 32-byte `wasmtime_component_val_t`, so
 here the array is built and read with strided byte slicing instead. Only for the two
-functions of the runtime's world, whose types are fixed (`runtimes/python/wit/world.wit`).
+functions of the runtime's world, whose types are fixed (`wasmbox/_backends/python/wit/world.wit`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime import component
 
-from . import _rawcall
+from . import capi as _capi
 
 _VAL = ctypes.sizeof(ffi.wasmtime_component_val_t)
 _OF = ffi.wasmtime_component_val_t.of.offset
@@ -36,7 +36,7 @@ REPLY_MAX = (128 << 20) // 48
 
 Context: TypeAlias = "ctypes._Pointer[ffi.wasmtime_context_t]"
 BytesHandler = Callable[[Context, str, bytes], bytes]  # (context, name, args) -> reply; never raises
-_handlers: _rawcall.Handles[Callable[[], BytesHandler | None]] = _rawcall.Handles()
+_handlers: _capi.Handles[Callable[[], BytesHandler | None]] = _capi.Handles()
 
 
 def set_bytes(value: ffi.wasmtime_component_val_t, data: bytes) -> None:
@@ -105,7 +105,7 @@ def add_bytes_func(instance: component.LinkerInstance, name: str, handler: Bytes
     handle = _handlers.add(weakref.WeakMethod(handler) if inspect.ismethod(handler) else lambda: handler)
     encoded = name.encode()
     error = ffi.wasmtime_component_linker_instance_add_func(
-        instance.ptr(), encoded, len(encoded), _trampoline, handle, _rawcall.NO_FINALIZER
+        instance.ptr(), encoded, len(encoded), _trampoline, handle, _capi.NO_FINALIZER
     )
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
@@ -128,7 +128,7 @@ def _trampoline(
     nresults: int,
 ) -> int:
     if nargs != 2 or nresults != 1:  # not the world's signature: refuse before touching them
-        return _rawcall.error_pointer("call-host: wrong signature")
+        return _capi.error_pointer("call-host: wrong signature")
     try:
         name = take_string(args[0])
         request = take_bytes(args[1])

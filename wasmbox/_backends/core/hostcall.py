@@ -15,19 +15,21 @@ import weakref
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _rawcall
-from ._errors import ErrorKind
-from ._hostfuncs import HostFunction, HostReply
+from ... import _call
+from ..._capabilities.hostfuncs import HostFunction, HostReply
+from ..._errors import ErrorKind
+from ..._wasmtime import capi as _capi
+from . import abi as _abi
 
 # The host functions that linkers define, by handle: one handle per definition, held weakly
 # (the runner that owns the linker's InstancePre holds its functions; a host function often
 # holds its Sandbox, which a strong registry would keep alive forever). Wasmtime calls
 # `_forget` with the handle once the last linker, InstancePre and store that can call it are
 # freed, so the registry holds only what is still callable.
-_functions: _rawcall.Handles[weakref.ref[HostFunction]] = _rawcall.Handles()
+_functions: _capi.Handles[weakref.ref[HostFunction]] = _capi.Handles()
 
 
-@_rawcall.Finalizer
+@_capi.Finalizer
 def _forget(handle: int | None) -> None:
     try:
         _functions.discard(handle or 0)
@@ -42,14 +44,14 @@ def define(linker: wasmtime.Linker, function: HostFunction) -> None:
     i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
     functype = wasmtime.FuncType([i32, i32], [i64])  # a FuncType is bound to its first engine
     try:
-        _rawcall.define_func(linker, _abi.ABI_MODULE, function.name, functype, _trampoline, handle, _forget)
+        _capi.define_func(linker, _abi.ABI_MODULE, function.name, functype, _trampoline, handle, _forget)
     except BaseException:
         _functions.discard(handle)  # (Wasmtime may or may not have called `_forget` already)
         raise
 
 
 @ffi.wasmtime_func_unchecked_callback_t
-def _trampoline(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Values, count: int) -> int:
+def _trampoline(handle: int | None, caller: _capi.Caller, values: _capi.Values, count: int) -> int:
     context = None
     name = "host function"
     try:
@@ -64,15 +66,15 @@ def _trampoline(handle: int | None, caller: _rawcall.Caller, values: _rawcall.Va
                                values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
         # stopped: trap now, so the guest runs none of its code (not even straight-line code
         # that the fuel taken by the abort would only stop at its next check)
-        return _rawcall.trap_pointer(state.abort.message) if state.abort is not None else 0
+        return _capi.trap_pointer(state.abort.message) if state.abort is not None else 0
     except BaseException as exc:  # a bug of ours, or an interrupt: stop the guest, keep the process
-        return _rawcall.trap_pointer(_call.callback_failed(context, name, exc))
+        return _capi.trap_pointer(_call.callback_failed(context, name, exc))
 
 
 def _serve(
     function: HostFunction,
     state: _call.CallState,
-    caller: _rawcall.Caller,
+    caller: _capi.Caller,
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     ptr: int,
     length: int,
@@ -81,13 +83,13 @@ def _serve(
         return 0
     if state.exports is None:  # the same for every host call of this instance
         state.exports = (
-            _rawcall.MEMORY.from_caller(caller, _rawcall.EXTERN_MEMORY),
-            _rawcall.ALLOC.from_caller(caller, _rawcall.EXTERN_FUNC),
+            _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY),
+            _capi.ALLOC.from_caller(caller, _capi.EXTERN_FUNC),
         )
     memory, alloc = state.exports
     if memory is None or alloc is None:  # checked at load; a guard all the same
         return _abort(context, ErrorKind.BAD_RESPONSE, "guest exports no memory or wasmbox_alloc")
-    base, size = _rawcall.memory_view(context, memory)
+    base, size = _capi.memory_view(context, memory)
     if ptr + length > size:
         return _abort(context, ErrorKind.BAD_RESPONSE, f"{function.name}: request out of bounds")
     reply = _call.serve_host_call(context, function.name, ctypes.string_at(base + ptr, length), function)
@@ -106,16 +108,16 @@ def _write_reply(
     size = len(reply.payload)
     limits = state.manifest.limits
     try:
-        rptr = _rawcall.call_i32(context, alloc, size)
+        rptr = _capi.call_i32(context, alloc, size)
     except wasmtime.ExitTrap as exit_trap:
         return _abort(context, ErrorKind.GUEST_ERROR, f"exited with code {exit_trap.code}")
     except (wasmtime.Trap, wasmtime.WasmtimeError) as trap:
         error = _call.classify(trap, limits)
         kind = error.kind
-        if kind is ErrorKind.TRAP and _call.near_cap(_rawcall.memory_view(context, memory)[1], limits.memory):
+        if kind is ErrorKind.TRAP and _call.near_cap(_capi.memory_view(context, memory)[1], limits.memory):
             kind = ErrorKind.MEMORY_LIMIT
         return _abort(context, kind, error.message)
-    base, now = _rawcall.memory_view(context, memory)  # the guest may have grown its memory
+    base, now = _capi.memory_view(context, memory)  # the guest may have grown its memory
     if rptr == 0 or rptr + size > now:
         return _abort(context, ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
     ctypes.memmove(base + rptr, reply.payload, size)

@@ -21,16 +21,19 @@ from typing import Any
 import wasmtime
 from wasmtime import component
 
-from . import _abi, _call, _component_io, _scratch
-from ._call import CallInput, Failure
-from ._engine import EpochTicker
-from ._errors import ErrorKind
-from ._hostfuncs import HostFunction
-from ._inspect import ToolKind
-from ._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
-from ._output import Output
-from ._pyruntime import PythonRuntime
-from ._results import CallError, CallResult
+from ... import _call
+from ..._call import CallInput, Failure
+from ..._capabilities import scratch as _scratch
+from ..._capabilities.hostfuncs import HostFunction
+from ..._errors import ErrorKind
+from ..._inspect import ToolKind
+from ..._manifest import PACKAGES_GUEST_PATH, STDLIB_GUEST_PATH, Limits, Manifest
+from ..._results import CallError, CallResult
+from ..._wasmtime import component_io as _component_io
+from ..._wasmtime.engine import EpochTicker
+from ..._wasmtime.output import Output
+from ..core import abi as _abi
+from .build import PythonRuntime
 
 # Kinds the driver may report; anything else a guest claims is a guest error.
 _DRIVER_KINDS = {

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi
+from .._backends.core import abi as _abi
 
 T = TypeVar("T")
 

@@ -15,23 +15,29 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from . import _abi, _call, _hostcall, _rawcall, _scratch, _wasi_files, _wasi_poll
-from ._call import CallInput, CallState, Failure
-from ._engine import EpochTicker
-from ._errors import CapabilityError, ErrorKind, ManifestError
-from ._hostfuncs import HostFunction
-from ._inspect import ModuleInfo, ToolKind
-from ._manifest import Manifest
-from ._output import Output
-from ._results import CallError, CallResult
+from ... import _call
+from ..._call import CallInput, CallState, Failure
+from ..._capabilities import scratch as _scratch
+from ..._capabilities.hostfuncs import HostFunction
+from ..._errors import CapabilityError, ErrorKind, ManifestError
+from ..._inspect import ModuleInfo, ToolKind
+from ..._manifest import Manifest
+from ..._results import CallError, CallResult
+from ..._wasmtime import capi as _capi
+from ..._wasmtime import wasi_files as _wasi_files
+from ..._wasmtime import wasi_poll as _wasi_poll
+from ..._wasmtime.engine import EpochTicker
+from ..._wasmtime.output import Output
+from . import abi as _abi
+from . import hostcall as _hostcall
 
 # Store limits beyond the manifest's: the guest's instance (and the memoryless WASI forwarder of
 # `_wasi_files`) with one memory (so `limits.memory` is the whole budget), and tables small
 # enough that they cannot be used to exhaust host memory.
 _STORE_LIMITS = {"table_elements": 100_000, "instances": 2, "tables": 8, "memories": 1}
-_CALL = _rawcall.ExportName(_abi.EXPORT_CALL)
-_INITIALIZE = _rawcall.ExportName(_abi.EXPORT_INITIALIZE)
-_START = _rawcall.ExportName(_abi.EXPORT_START)
+_CALL = _capi.ExportName(_abi.EXPORT_CALL)
+_INITIALIZE = _capi.ExportName(_abi.EXPORT_INITIALIZE)
+_START = _capi.ExportName(_abi.EXPORT_START)
 
 
 class ModuleRunner:
@@ -139,7 +145,7 @@ class ModuleRunner:
         files = None
         if self._outputs and scratch is not None and error is None:
             files, error = scratch.collect(self._outputs, limits.output)
-        peak = _rawcall.memory_view(store._context(), memory)[1] if memory is not None else None
+        peak = _capi.memory_view(store._context(), memory)[1] if memory is not None else None
         return _call.finish(state, store, started, value, error, stdout, stderr, peak, files=files)
 
     def _run_reactor(
@@ -155,16 +161,16 @@ class ModuleRunner:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
         context = store._context()
         if self._initialize:
-            _rawcall.call_void(context, _INITIALIZE.get(store, instance))
-        ptr = _rawcall.call_i32(context, _rawcall.ALLOC.get(store, instance), len(payload))
-        base, size = _rawcall.memory_view(context, memory)
+            _capi.call_void(context, _INITIALIZE.get(store, instance))
+        ptr = _capi.call_i32(context, _capi.ALLOC.get(store, instance), len(payload))
+        base, size = _capi.memory_view(context, memory)
         if ptr == 0 or ptr + len(payload) > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
         ctypes.memmove(base + ptr, payload, len(payload))
-        packed = _rawcall.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
+        packed = _capi.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
         _call.check_result_size(rlen, self._limits.output)
-        base, size = _rawcall.memory_view(context, memory)  # the guest may have grown it
+        base, size = _capi.memory_view(context, memory)  # the guest may have grown it
         if rptr + rlen > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")
         try:
@@ -178,10 +184,10 @@ class ModuleRunner:
 
 def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_extern_t | None:
     try:
-        item = _rawcall.MEMORY.get(store, instance)
+        item = _capi.MEMORY.get(store, instance)
     except wasmtime.WasmtimeError:  # a command module need not export it
         return None
-    return item if item.kind == _rawcall.EXTERN_MEMORY else None
+    return item if item.kind == _capi.EXTERN_MEMORY else None
 
 
 def _exit_message(code: int, stderr: Output) -> str:
@@ -197,7 +203,7 @@ _STDERR_TAIL = 1000
 
 def _run_command(store: wasmtime.Store, instance: wasmtime.Instance) -> dict[str, int]:
     try:
-        _rawcall.call_void(store._context(), _START.get(store, instance))
+        _capi.call_void(store._context(), _START.get(store, instance))
     except wasmtime.ExitTrap as exit_trap:
         return {"exit_code": exit_trap.code}
     return {"exit_code": 0}

@@ -15,10 +15,10 @@ from typing import Any
 
 import pydantic
 
-from . import _abi
-from ._errors import ErrorKind, ToolError
-from ._manifest import HOST_FUNCTION_NAME
-from ._results import HostCallRecord, HostCallVerdict
+from .._backends.core import abi as _abi
+from .._errors import ErrorKind, ToolError
+from .._manifest import HOST_FUNCTION_NAME
+from .._results import HostCallRecord, HostCallVerdict
 
 _NAME = re.compile(HOST_FUNCTION_NAME)
 

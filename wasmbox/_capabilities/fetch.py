@@ -25,17 +25,17 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _call
-from ._allowlist import IPAddress, unlisted, verdict
-from ._errors import (
+from .. import _call
+from .._errors import (
     CapabilityDeniedError,
     HostError,
     InvalidArgumentsError,
     OutputLimitError,
     ToolTimeoutError,
 )
-from ._manifest import Network
-from ._units import format_size
+from .._manifest import Network
+from .._units import format_size
+from .allowlist import IPAddress, unlisted, verdict
 
 if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading they cost ~25 ms at start-up
     import http.client
