@@ -48,9 +48,9 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.ray needs Ray: pip install 'wasmbox[ray]'") from exc
 
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
+from .._capabilities.hostfuncs import HostFunction
 from .._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from .._files import read_regular_file
-from .._hostfuncs import HostFunction
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
 from .._results import CallResult
