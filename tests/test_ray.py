@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import os
 import shutil
 import tempfile
@@ -32,7 +33,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'wasmbox[ray]'); CI installs it")
 import ray
 
-from wasmbox.integrations.ray import RaySandboxPool
+from wasmbox.integrations.ray import RaySandboxPool, _File, _remote_actor, _Shipment
 
 ACTOR = {"num_cpus": 0.25}  # the 2-CPU test cluster holds the module's pool and the short-lived ones
 HOSTS = {"kv.get": "tests.ray_hosts:kv_get"}
@@ -188,6 +189,20 @@ def test_a_grant_missing_on_the_node_is_refused_at_start(cluster: None, tmp_path
     with pytest.raises(wasmbox.CapabilityError, match=rf"reader: preopen {data} \(guest /data\) is not a directory on node"):
         RaySandboxPool([manifest("echo"), grants], actors=2, actor_options=ACTOR, cache_dir=cache_dir)
     _until(lambda: ray.available_resources().get("CPU") == free, "the refused pool's actors ended")
+
+
+def test_code_altered_on_its_way_to_a_node_is_refused(cluster: None, cache_dir: Path) -> None:
+    """An actor loads a manifest's module only if its bytes have the sha256 the driver sent."""
+    sent = b"(module)"
+    other = hashlib.sha256(b"(module (func))").hexdigest()
+    shipment = _Shipment("m", {"name": "m", "module": None}, (_File("module", "m.wat", other, ray.put(sent)),), "d")
+    actor = _remote_actor().options(**ACTOR).remote()
+    try:
+        outcome = ray.get(actor.start.remote({"cache_dir": cache_dir}, False, [shipment], {}))
+    finally:
+        ray.kill(actor)
+    assert isinstance(outcome, wasmbox.ManifestError)
+    assert "m.wat arrived with another sha256 than it was sent with" in str(outcome)
 
 
 def test_a_load_failure_fails_the_start(cluster: None, cache_dir: Path) -> None:
