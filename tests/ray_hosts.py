@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import wasmbox
 
 _STORE = {"greeting": "hello", "empty": ""}
@@ -15,3 +17,7 @@ def kv_get(key: str) -> str | None:
 
 def shout(text: str) -> str:
     return text.upper()
+
+
+def nap(seconds: float) -> None:
+    time.sleep(seconds)

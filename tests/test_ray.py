@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import hashlib
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -36,7 +37,7 @@ import ray
 from wasmbox.integrations.ray import RaySandboxPool, _File, _remote_actor, _Shipment
 
 ACTOR = {"num_cpus": 0.25}  # the 2-CPU test cluster holds the module's pool and the short-lived ones
-HOSTS = {"kv.get": "tests.ray_hosts:kv_get"}
+HOSTS = {"kv.get": "tests.ray_hosts:kv_get", "test.nap": "tests.ray_hosts:nap"}
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +90,16 @@ def pool(cluster: None, built_examples: Path, cache_dir: Path, audit: list[Audit
 def local(built_examples: Path, cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
     with wasmbox.Sandbox(cache_dir=cache_dir) as box:
         box.register_host_function("kv.get", ray_hosts.kv_get)
+        box.register_host_function("test.nap", ray_hosts.nap)
         for source in _manifests(built_examples):
             box.load(source)
         yield box
 
 
-def same(result: CallResult) -> dict[str, Any]:
+def same(result: CallResult) -> CallResult:
     """A result without its timings (the only fields two runs of one call may differ in)."""
     calls = [dataclasses.replace(call, duration_s=0.0) for call in result.host_calls]
-    return result.model_copy(update={"duration_s": 0.0, "host_calls": calls}).model_dump()
+    return result.model_copy(update={"duration_s": 0.0, "host_calls": calls})
 
 
 CALLS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -122,6 +124,8 @@ def test_results_equal_in_process(
     got = pool.call(name, args, **kwargs)
     assert type(got) is CallResult
     assert same(got) == same(expected)
+    assert same(got).model_dump() == same(expected).model_dump()
+    assert pickle.loads(pickle.dumps(expected)) == expected  # (how Ray sends it back)
     assert same(asyncio.run(pool.acall(name, args, **kwargs))) == same(expected)
 
 
@@ -231,6 +235,19 @@ def test_host_functions_that_cannot_travel_are_refused(pool: RaySandboxPool) -> 
     grants = {"name": "shouter", "runtime": "python", "host_functions": ["text.shout"]}
     result = pool.run_python("import wasmbox_guest\nwasmbox_guest.call_host('text.shout', text='hi')", grants)
     assert result.value == "HI", result
+
+
+def test_a_call_never_answered_is_a_host_error(pool: RaySandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver waits for an answer its deadline plus the start timeout, not forever (here a
+    host function holds the call on the actor for 3 s, past both)."""
+    monkeypatch.setattr(pool, "_start_timeout_s", 0.5)
+    grants = {"name": "napper", "runtime": "python", "host_functions": ["test.nap"], "limits": {"timeout": 0.5}}
+    code = "import wasmbox_guest\nwasmbox_guest.call_host('test.nap', seconds=3)"
+    for result in (pool.run_python(code, grants), asyncio.run(pool.arun_python(code, grants))):
+        assert result.error is not None and result.error.kind is ErrorKind.HOST_ERROR, result
+        assert "no answer from the Ray actor running this call" in result.error.message
+    monkeypatch.undo()
+    assert pool.call("echo", {"a": 1}).value == {"a": 1}
 
 
 def test_a_killed_actor_fails_its_calls_and_is_replaced(pool: RaySandboxPool, audit: list[AuditRecord]) -> None:

@@ -570,11 +570,14 @@ class RaySandboxPool:
         if picked is None:
             return self._failed(lost, self._no_actor())
         slot, generation, handle = picked
+        ref = send(handle)
         try:
-            outcome = ray.get(send(handle))
+            outcome = ray.get(ref, timeout=self._answer_s(lost))
         except RayActorError as exc:
             self._died(slot, generation, exc)
             return self._failed(lost, _died_message(slot, exc))
+        except GetTimeoutError:
+            return self._failed(lost, self._unanswered(slot, ref, lost))
         except RayError as exc:
             return self._failed(lost, f"the Ray task running this call failed: {_first_line(exc)}")
         finally:
@@ -588,16 +591,33 @@ class RaySandboxPool:
         if picked is None:
             return self._failed(lost, self._no_actor())
         slot, generation, handle = picked
+        ref = send(handle)
         try:
-            outcome = await send(handle)
+            outcome = await asyncio.wait_for(ref, self._answer_s(lost))
         except RayActorError as exc:
             self._died(slot, generation, exc)
             return self._failed(lost, _died_message(slot, exc))
+        except TimeoutError:
+            return self._failed(lost, self._unanswered(slot, ref, lost))
         except RayError as exc:
             return self._failed(lost, f"the Ray task running this call failed: {_first_line(exc)}")
         finally:
             self._release(slot)
         return self._finish(outcome)
+
+    def _answer_s(self, lost: _Lost) -> float:
+        """How long a call's answer is waited for: its own deadline, and the start timeout for
+        what a first call on an actor may do first (load the Python runtime, install packages)."""
+        return lost.limits.timeout + self._start_timeout_s
+
+    def _unanswered(self, slot: _Slot, ref: Any, lost: _Lost) -> str:
+        with contextlib.suppress(RayError):
+            ray.cancel(ref)
+        return (
+            f"no answer from the Ray actor running this call (pool actor {slot.index}, node "
+            f"{slot.node}) within {self._answer_s(lost):.0f} s, its limits.timeout and the pool's "
+            "start_timeout_s; the call may still run there"
+        )
 
     def _finish(self, outcome: _Outcome) -> CallResult:
         for record in outcome.records:
