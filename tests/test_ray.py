@@ -45,6 +45,7 @@ def cluster() -> Iterator[None]:
     if ray.is_initialized():
         pytest.skip("a Ray cluster is already connected in this process")
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit
+    wasmbox.Sandbox(cache_dir=None).close()  # this process's first Engine (if no test made one) before Ray's
     ray.init(
         num_cpus=2, include_dashboard=False, _temp_dir=temp, _node_ip_address="127.0.0.1",
         log_to_driver=False, configure_logging=False,
@@ -60,9 +61,28 @@ def _sleep_manifest() -> dict[str, Any]:
     return manifest("spin", limits={"timeout": 2, "fuel": 10**15})
 
 
+# Reads far past its one page of memory: a fault in the guard region (SIGSEGV), which
+# Wasmtime's handler makes a trap.
+FAULT = """(module (memory (export "memory") 1)
+  (func (export "wasmbox_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "wasmbox_call") (param i32 i32) (result i64) (i64.load (i32.const 0x7fff0000))))"""
+
+
+@pytest.fixture(scope="module")
+def built(built_examples: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example guests, and fault.wat beside them (in a folder of this module's)."""
+    folder = tmp_path_factory.mktemp("ray-guests")
+    (folder / "fault.wat").write_text(FAULT)
+    for name in ("fsprobe.wasm",):
+        shutil.copy(built_examples / name, folder / name)
+    return folder
+
+
 def _manifests(built: Path) -> list[Any]:
     return [
         manifest("echo"),
+        manifest("trap"),
+        {"name": "fault", "module": str(built / "fault.wat")},
         CAPABILITIES / "word_count.toml",
         CAPABILITIES / "kv_lookup.toml",
         CAPABILITIES / "bar_chart.toml",
@@ -78,20 +98,20 @@ def audit() -> list[AuditRecord]:
 
 
 @pytest.fixture(scope="module")
-def pool(cluster: None, built_examples: Path, cache_dir: Path, audit: list[AuditRecord]) -> Iterator[RaySandboxPool]:
+def pool(cluster: None, built: Path, cache_dir: Path, audit: list[AuditRecord]) -> Iterator[RaySandboxPool]:
     with RaySandboxPool(
-        _manifests(built_examples), actors=2, actor_options=ACTOR, host_functions=HOSTS,
+        _manifests(built), actors=2, actor_options=ACTOR, host_functions=HOSTS,
         cache_dir=cache_dir, max_workers=2, audit=audit.append,
     ) as started:  # fmt: skip
         yield started
 
 
 @pytest.fixture(scope="module")
-def local(built_examples: Path, cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
+def local(built: Path, cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
     with wasmbox.Sandbox(cache_dir=cache_dir) as box:
         box.register_host_function("kv.get", ray_hosts.kv_get)
         box.register_host_function("test.nap", ray_hosts.nap)
-        for source in _manifests(built_examples):
+        for source in _manifests(built):
             box.load(source)
         yield box
 
@@ -104,6 +124,8 @@ def same(result: CallResult) -> CallResult:
 
 CALLS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("echo", {"n": 1, "s": "hé", "b": b"\x00\xff", "l": [1, 2.5, None]}, {}),
+    ("trap", {}, {}),  # a division by zero: SIGFPE, which Wasmtime's handler makes a trap
+    ("fault", {}, {}),  # SIGSEGV
     ("word_count", {"path": "/data/sample.txt"}, {}),
     ("word_count", {"path": "/data/../../etc/passwd"}, {}),  # refused by WASI: a guest error
     ("word_count", {"nope": 1}, {}),  # invalid arguments, checked on the actor
@@ -127,6 +149,15 @@ def test_results_equal_in_process(
     assert same(got).model_dump() == same(expected).model_dump()
     assert pickle.loads(pickle.dumps(expected)) == expected  # (how Ray sends it back)
     assert same(asyncio.run(pool.acall(name, args, **kwargs))) == same(expected)
+
+
+def test_in_process_traps_survive_ray_init(pool: RaySandboxPool, local: wasmbox.Sandbox) -> None:
+    """ray.init (in the fixture, after this process's first Engine) replaced Wasmtime's trap
+    signal handlers with Ray's crash reporter; the pool's start put Wasmtime's back, so a
+    guest's fault in this process is a trap result, not the end of the process."""
+    for name in ("trap", "fault"):
+        result = local.call(name)
+        assert result.error is not None and result.error.kind is ErrorKind.TRAP, result
 
 
 def test_run_python_equal_in_process(pool: RaySandboxPool, local: wasmbox.Sandbox) -> None:

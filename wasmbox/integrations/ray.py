@@ -55,6 +55,7 @@ from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
 from .._results import CallResult
 from .._sandbox import _NO_GRANTS, _NO_GRANTS_DIGEST, Sandbox
+from .._wasmtime import signals
 from . import _dispatch, _formats
 from ._dispatch import CallFormat
 from ._formats import SpecFormat, StrictMode
@@ -171,6 +172,8 @@ class _SandboxActor:
         self._folder = tempfile.mkdtemp(prefix="wasmbox-ray-")  # the manifests' files
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder, True)
         self._local = threading.local()  # the audit records of the call on this thread
+        self._stray: list[AuditRecord] = []  # records made outside a call: sent with the next one
+        self._stray_lock = threading.Lock()
         self._digests: dict[str, str] = {}  # this node's manifest digests -> the driver's
         self._grant_sets: dict[str, Manifest] = {}  # run_python grant sets by the driver's digest
         self._node = ray.util.get_node_ip_address()
@@ -278,6 +281,9 @@ class _SandboxActor:
             result, error = None, _portable(exc)
         finally:
             self._local.records = None
+        if self._stray:
+            with self._stray_lock:
+                records[:0], self._stray = self._stray, []
         return _Outcome(result, error, tuple(records))
 
     def _collect(self, record: AuditRecord) -> None:
@@ -287,6 +293,9 @@ class _SandboxActor:
         records = getattr(self._local, "records", None)
         if records is not None:
             records.append(replace(record, manifest_digest=digest))
+        else:
+            with self._stray_lock:
+                self._stray.append(replace(record, manifest_digest=digest))
 
     @ray.method(concurrency_group=_CONTROL)
     async def close(self) -> None:
@@ -418,6 +427,11 @@ class RaySandboxPool:
     ) -> None:
         if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
             raise ValueError(f"actors must be a positive integer, got {actors!r}")
+        if not ray.is_initialized():
+            ray.init()  # (what Ray's first call would do)
+        restored = signals.restore()  # ray.init replaces them: the next in-process trap would kill us
+        if restored:
+            _log.info("wasmbox pool: Wasmtime's handlers of %s put back after Ray replaced them", ", ".join(restored))
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = sandbox_kwargs.pop("audit", None)
         self._auditor = Auditor(audit)
         self._threads = int(sandbox_kwargs.get("max_workers") or os.cpu_count() or 2)
