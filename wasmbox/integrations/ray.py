@@ -427,11 +427,6 @@ class RaySandboxPool:
     ) -> None:
         if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
             raise ValueError(f"actors must be a positive integer, got {actors!r}")
-        if not ray.is_initialized():
-            ray.init()  # (what Ray's first call would do)
-        restored = signals.restore()  # ray.init replaces them: the next in-process trap would kill us
-        if restored:
-            _log.info("wasmbox pool: Wasmtime's handlers of %s put back after Ray replaced them", ", ".join(restored))
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = sandbox_kwargs.pop("audit", None)
         self._auditor = Auditor(audit)
         self._threads = int(sandbox_kwargs.get("max_workers") or os.cpu_count() or 2)
@@ -445,6 +440,11 @@ class RaySandboxPool:
             if manifest.name in self._manifests:
                 raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
             self._manifests[manifest.name] = manifest
+        if not ray.is_initialized():
+            ray.init()  # (what Ray's first call would do)
+        restored = signals.restore()  # ray.init replaces them: the next in-process trap would kill us
+        if restored:
+            _log.info("wasmbox pool: Wasmtime's handlers of %s put back after Ray replaced them", ", ".join(restored))
         self._shipments = self._ship(self._manifests.values())
         self._cond = threading.Condition()
         self._ticks = itertools.count(1)
