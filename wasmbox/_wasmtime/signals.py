@@ -17,6 +17,7 @@ import threading
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGSEGV", "SIGILL", "SIGFPE", "SIGBUS") if hasattr(signal, name))
 _SIZE = 512  # bytes: more than any libc's struct sigaction (glibc x86-64: 152), read and written whole
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
 _saved: dict[int, bytes] = {}
 _lock = threading.Lock()
 
@@ -30,6 +31,12 @@ def _libc() -> ctypes.CDLL | None:
 def _read(libc: ctypes.CDLL, number: int) -> bytes | None:
     action = ctypes.create_string_buffer(_SIZE)
     return action.raw if libc.sigaction(number, None, action) == 0 else None
+
+
+def _handler(action: bytes | None) -> bytes | None:
+    """The handler's address: the struct's first field (the rest holds bytes of the mask that
+    the kernel does not fill, which differ from one read to the next)."""
+    return action[:_POINTER] if action is not None else None
 
 
 def keep() -> None:
@@ -54,6 +61,6 @@ def restore() -> list[str]:
             return []
         restored = []
         for number, action in _saved.items():
-            if _read(libc, number) != action and libc.sigaction(number, action, None) == 0:
+            if _handler(_read(libc, number)) != _handler(action) and libc.sigaction(number, action, None) == 0:
                 restored.append(signal.Signals(number).name)
         return restored

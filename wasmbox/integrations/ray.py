@@ -41,6 +41,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+# Ray's C++ crash reporter takes SIGSEGV, SIGILL, SIGFPE and SIGBUS from Wasmtime, whose trap
+# handlers need them, and `ray.shutdown` leaves them at their defaults: a guest's next fault
+# in this process would kill it. Read when Ray is imported (and by the workers it starts).
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 try:
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError, RayError
@@ -794,6 +798,16 @@ class RaySandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def shutdown() -> None:
+    """`ray.shutdown()`, then Wasmtime's trap signal handlers put back (Ray's shutdown resets
+    them to the defaults, after which an in-process guest's fault kills the process): use it
+    instead of `ray.shutdown` in a process that goes on running Sandboxes."""
+    ray.shutdown()
+    restored = signals.restore()
+    if restored:
+        _log.info("wasmbox: Wasmtime's handlers of %s put back after ray.shutdown", ", ".join(restored))
 
 
 def _kill(handle: Any) -> None:
