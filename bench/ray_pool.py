@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 (see tests/test_ray.py)
-import ray
-
-import wasmbox
+import wasmbox  # noqa: I001 - the integration before Ray (README: "Running on a Ray cluster")
+from wasmbox.integrations import ray as ray_pool
 from wasmbox.integrations.ray import RaySandboxPool
+import ray
 
 WAT = Path(__file__).resolve().parent.parent / "runtimes" / "examples" / "wat"
 TOOLS = WAT.parent.parent.parent / "capabilities" / "tools"
@@ -83,7 +83,7 @@ def main(rounds: int, actors: int) -> None:
                 box.load(manifest)
             box.run_python("1"), pool.run_python("1")
             asyncio.run(compare(rounds, box, pool))
-        ray.shutdown()
+        ray_pool.shutdown()
 
 
 if __name__ == "__main__":

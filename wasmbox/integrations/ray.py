@@ -18,6 +18,10 @@ is refused (ValueError): copied by value into each actor, its state would be spl
 Stateless calls go to the actor with the fewest calls in flight. An actor that dies is
 replaced; its calls in flight return a `host_error` result saying so. The actors' audit
 records come back with their results and reach the pool's `audit` sinks.
+
+Import this module before `ray`, and end Ray with `shutdown()` in a process that goes on
+running Sandboxes: Ray's crash reporter and `ray.shutdown` take the signals Wasmtime turns
+guests' faults into (see `_wasmtime.signals`).
 """
 
 from __future__ import annotations
