@@ -20,7 +20,7 @@ CAPABILITIES = ROOT / "capabilities"
 
 # The SDKs of the test extra. Their tests skip (importorskip) where one is missing, so a bare
 # checkout can run the rest; under CI a missing one is an install failure and stops the run.
-_TEST_EXTRA_SDKS = ("openai", "anthropic", "httpx", "mcp", "pydantic_ai", "langchain_core", "agents")
+_TEST_EXTRA_SDKS = ("openai", "anthropic", "httpx", "mcp", "pydantic_ai", "langchain_core", "agents", "ray")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

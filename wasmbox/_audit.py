@@ -126,6 +126,14 @@ class Auditor:
             truncated=result.truncated, host_calls=tuple(result.host_calls),
             session=session, session_id=session_id,
         )  # fmt: skip
+        self._send(record)
+
+    def deliver(self, record: AuditRecord) -> None:
+        """Deliver a record made by another process's Sandbox (e.g. a Ray actor's) to every
+        sink, numbered in this Auditor's sequence. Never raises."""
+        self._send(dataclasses.replace(record, seq=next(self._seq)))
+
+    def _send(self, record: AuditRecord) -> None:
         for sink, deliver in self._sinks:
             try:
                 deliver(record)

@@ -14,6 +14,7 @@ from wasmtime import _ffi as ffi
 
 from .._dist import version
 from .._errors import WasmboxError
+from . import signals
 
 MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 WASMTIME_VERSION = version("wasmtime")
@@ -58,7 +59,9 @@ def make_engine(settings: EngineSettings) -> wasmtime.Engine:
     # Wasmtime's own cache stays off (the default): ours is keyed and checked (see _cache).
     if settings.pooling:
         _use_pooling_allocator(config, settings)
-    return wasmtime.Engine(config)
+    engine = wasmtime.Engine(config)
+    signals.keep()  # Wasmtime's trap handlers, installed by the process's first Engine
+    return engine
 
 
 def _use_pooling_allocator(config: wasmtime.Config, settings: EngineSettings) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import wait
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from .. import _call, _schema
 from .._errors import ErrorKind, SessionEndedError, SessionError
@@ -19,6 +19,19 @@ from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
+
+class Caller(Protocol):
+    """What `dispatch` runs calls on: a Sandbox, or a pool of them (`integrations.ray`).
+    Its tools have `call(args)` and `parameters`; its executor runs the calls."""
+
+    @property
+    def _executor(self) -> Executor: ...
+
+    @property
+    def tools(self) -> Mapping[str, Any]: ...
+
+    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult: ...
+
 
 CallFormat = Literal["openai", "openai-responses", "anthropic"]
 CALL_FORMATS: tuple[str, ...] = ("openai", "openai-responses", "anthropic")
@@ -40,7 +53,7 @@ class _Job:
 
 
 def dispatch(
-    box: Sandbox,
+    box: Caller,
     calls: Any,
     format: str,
     *,
@@ -72,7 +85,7 @@ def dispatch(
 
 
 async def adispatch(
-    box: Sandbox,
+    box: Caller,
     calls: Any,
     format: str,
     *,
@@ -166,7 +179,7 @@ def _not_started(job: _Job) -> CallResult:
 
 
 def _jobs(
-    box: Sandbox,
+    box: Caller,
     calls: Any,
     format: str,
     python: bool | ManifestSource,
@@ -237,7 +250,7 @@ def _plan(
     raw: Any,
     format: str,
     tools: Mapping[str, Any],
-    box: Sandbox,
+    box: Caller,
     python: bool | ManifestSource,
     session: str | None = None,
 ) -> None:
@@ -260,8 +273,10 @@ def _plan(
         problem = _schema.validate(args, RUN_PYTHON_SCHEMA)
         if problem is not None:
             job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        elif not hasattr(box, "session"):
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, "sessions need a Sandbox")
         else:
-            job.run = partial(_session_run, box, session, grants, args["code"])
+            job.run = partial(_session_run, cast("Sandbox", box), session, grants, args["code"])
             job.in_session = True
         return
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
@@ -271,8 +286,10 @@ def _plan(
     )
 
 
-def _run_python(box: Sandbox, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
-    return box.interpreter(grants).call(args)
+def _run_python(box: Caller, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
+    if hasattr(box, "interpreter"):  # a Sandbox: the interpreter Tool checks the args
+        return cast("Sandbox", box).interpreter(grants).call(args)
+    return box.run_python(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
 
 
 def _session_run(box: Sandbox, name: str, grants: ManifestSource | None, code: str) -> CallResult:

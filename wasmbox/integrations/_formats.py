@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from .. import _schema
 from .._capabilities.allowlist import FETCH
@@ -92,6 +92,27 @@ def tool_spec(
             "annotations": dict(annotations or {}),
         }  # fmt: skip
     return {"name": name, "description": description, "parameters": parameters}
+
+
+class Specified(Protocol):
+    """What `tools_specs` reads: a Tool, or a pool's stand-in for one."""
+
+    def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]: ...
+
+
+def tools_specs(
+    tools: Mapping[str, Specified], format: SpecFormat, strict: StrictMode, python: bool
+) -> list[dict[str, Any]]:
+    """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's."""
+    specs = [tool.spec(format, strict=strict) for tool in tools.values()]
+    if python:
+        if RUN_PYTHON in tools:
+            raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
+        specs.append(tool_spec(
+            RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
+            RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+        ))  # fmt: skip
+    return specs
 
 
 def mcp_annotations(manifest: Manifest) -> dict[str, Any]:
