@@ -306,9 +306,11 @@ def finish(
     files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
     truncated = "stdout" if stdout.truncated else "stderr" if stderr.truncated else None
-    error = _outcome.decide(
-        _outcome.Evidence(limits, error, state.abort, state.failure, peak_memory, truncated, scratch_over)
-    )
+    if error is not None or state.abort is not None or truncated is not None or scratch_over is not None:
+        error = _outcome.decide(
+            _outcome.Evidence(limits, error, state.abort, state.failure, peak_memory, truncated, scratch_over)
+        )
+    # (else every rule of the table gives success: the common case skips building the evidence)
     fuel = _store.fuel_left(_store.context(store)) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
     (close or _store.close_store)(store)
     if state.reraise is not None:

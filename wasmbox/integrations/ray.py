@@ -326,7 +326,7 @@ _REMOTE: Any = None  # the Ray actor class, made once
 def _remote_actor() -> Any:
     global _REMOTE
     if _REMOTE is None:
-        _REMOTE = ray.remote(concurrency_groups={_CONTROL: 2})(_SandboxActor)
+        _REMOTE = ray.remote(concurrency_groups={_CONTROL: 2})(_SandboxActor)  # type: ignore[call-overload, unused-ignore]
     return _REMOTE
 
 
