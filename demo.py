@@ -61,8 +61,10 @@ def main() -> int:
         "csv_stats": box.load(CAPS / "csv_stats.toml"),  # Python: builds the runtime on first use
     }
     load_ms = (time.perf_counter() - start) * 1e3
-    print(f"loaded {len(tools)} tools in {load_ms:.1f} ms "
-          f"(compiled {box.cache_stats.compiles}, from cache {box.cache_stats.hits})\n")
+    print(
+        f"loaded {len(tools)} tools in {load_ms:.1f} ms "
+        f"(compiled {box.cache_stats.compiles}, from cache {box.cache_stats.hits})\n"
+    )
 
     batch: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
         ("word count of a preopened file", "word_count", {"path": "/data/sample.txt"}, {}),
@@ -89,12 +91,21 @@ def main() -> int:
         ("Python tool, file outside the grant", "csv_stats", {"path": "/etc/passwd"}, {}),
     ]
     snippets: list[tuple[str, str, dict[str, Any] | None]] = [
-        ("snippet: last expression + print", ("import statistics\nprint('mean of 1..10')\n"
-         "statistics.mean(range(1, 11))"), None),
-        ("snippet: host function", ("import wasmbox_guest\n"
-         "wasmbox_guest.call_host('kv.get', key='greeting')"), PY_KV),
-        ("snippet: ungranted host function", ("import wasmbox_guest\n"
-         "wasmbox_guest.call_host('kv.get', key='greeting')"), None),
+        (
+            "snippet: last expression + print",
+            ("import statistics\nprint('mean of 1..10')\nstatistics.mean(range(1, 11))"),
+            None,
+        ),
+        (
+            "snippet: host function",
+            ("import wasmbox_guest\nwasmbox_guest.call_host('kv.get', key='greeting')"),
+            PY_KV,
+        ),
+        (
+            "snippet: ungranted host function",
+            ("import wasmbox_guest\nwasmbox_guest.call_host('kv.get', key='greeting')"),
+            None,
+        ),
         ("snippet: socket connect", "import socket\nsocket.socket().connect(('127.0.0.1', 22))", None),
         ("snippet: while True", "while True:\n    pass", None),
         ("snippet: 1 GiB allocation", "x = bytearray(1 << 30)", None),
@@ -109,27 +120,37 @@ def main() -> int:
     for label, code, grants in snippets:
         result = box.run_python(code, grants)
         outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
-        print(f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}")
+        print(
+            f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}"
+        )
 
     print("\nwarm latency (median / p99):")
-    for name, args, count in [("echo", {"text": "hi"}, 2000), ("word_count", {"text": "a b c"}, 2000),
-                              ("kv_lookup", {"key": "answer"}, 2000), ("csv_stats", {"path": "/data/sales.csv"}, 200)]:
+    for name, args, count in [
+        ("echo", {"text": "hi"}, 2000),
+        ("word_count", {"text": "a b c"}, 2000),
+        ("kv_lookup", {"key": "answer"}, 2000),
+        ("csv_stats", {"path": "/data/sales.csv"}, 200),
+    ]:
         times = []
         for _ in range(count):
             t0 = time.perf_counter()
             tools[name].call(args)
             times.append((time.perf_counter() - t0) * 1e6)
         times.sort()
-        print(f"  {name:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
-              f"  ({count:,} calls)")
+        print(
+            f"  {name:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
+            f"  ({count:,} calls)"
+        )
     times = []
     for _ in range(200):
         t0 = time.perf_counter()
         box.run_python("sum(range(100))")
         times.append((time.perf_counter() - t0) * 1e6)
     times.sort()
-    print(f"  {'run_python':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
-          "  (200 fresh interpreters, sum(range(100)))")
+    print(
+        f"  {'run_python':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
+        "  (200 fresh interpreters, sum(range(100)))"
+    )
     box.close()
     builtin_capabilities()
     return 0
@@ -162,26 +183,42 @@ def builtin_capabilities() -> None:
         manifest = wasmbox.Manifest.load(CAPS / "fetch_json.toml")
         network = manifest.network.model_copy(update={"allow": (f"127.0.0.1:{port}",)})  # type: ignore[union-attr]
         fetch = box.load(manifest.model_copy(update={"network": network}))
-        for label, url in (("fetch an allowed URL", f"http://127.0.0.1:{port}/today"),
-                           ("fetch the metadata endpoint", "http://169.254.169.254/latest/meta-data/")):
+        for label, url in (
+            ("fetch an allowed URL", f"http://127.0.0.1:{port}/today"),
+            ("fetch the metadata endpoint", "http://169.254.169.254/latest/meta-data/"),
+        ):
             result = fetch.call({"url": url})
             outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
             print(f"  {label:36} {outcome:18} {_detail(result)}")
         incident = records[-1]
-        print("  its audit record:", json.dumps(
-            {k: v for k, v in incident.as_dict().items() if k in ("tool", "error_kind", "host_calls", "args_digest")},
-        )[:300])
+        print(
+            "  its audit record:",
+            json.dumps(
+                {
+                    k: v
+                    for k, v in incident.as_dict().items()
+                    if k in ("tool", "error_kind", "host_calls", "args_digest")
+                },
+            )[:300],
+        )
         scratch = {"name": "scratch_demo", "runtime": "python", "scratch": "1MiB"}
-        code = ("import os\nbefore = os.listdir('/tmp')\nopen('/tmp/notes.txt', 'w').write('draft ' * 100)\n"
-                "{'empty_at_start': before == [], 'wrote': os.path.getsize('/tmp/notes.txt')}")
-        for label, snippet in (("scratch: write a temp file", code), ("scratch: next call starts empty", code),
-                               ("scratch: write past the 1MiB cap", "open('/tmp/big', 'wb').write(b'x' * (4 << 20))")):
+        code = (
+            "import os\nbefore = os.listdir('/tmp')\nopen('/tmp/notes.txt', 'w').write('draft ' * 100)\n"
+            "{'empty_at_start': before == [], 'wrote': os.path.getsize('/tmp/notes.txt')}"
+        )
+        for label, snippet in (
+            ("scratch: write a temp file", code),
+            ("scratch: next call starts empty", code),
+            ("scratch: write past the 1MiB cap", "open('/tmp/big', 'wb').write(b'x' * (4 << 20))"),
+        ):
             result = box.run_python(snippet, scratch)
             outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
             print(f"  {label:36} {outcome:18} {_detail(result)}")
     server.shutdown()
-    print(f"  {len(records)} audit records; nothing left in the scratch folder: "
-          f"{not box._scratch_space.root.exists()}")
+    print(
+        f"  {len(records)} audit records; nothing left in the scratch folder: "
+        f"{not box._scratch_space.root.exists()}"
+    )
 
 
 def _detail(result: wasmbox.CallResult) -> str:

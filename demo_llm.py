@@ -24,7 +24,11 @@ CAPS = ROOT / "capabilities"
 CALLS = [  # what the fake model asks for: (id, tool, arguments as the model writes them)
     ("call_1", "word_count", '{"path": "/data/sample.txt", "text": null}'),
     ("call_2", "csv_stats", '{"path": "/data/sales.csv", "column": "units", "group_by": "region"}'),
-    ("call_3", "run_python", '{"code": "import math\\nprint(\'pi is\', round(math.pi, 4))\\nmath.factorial(20)"}'),
+    (
+        "call_3",
+        "run_python",
+        '{"code": "import math\\nprint(\'pi is\', round(math.pi, 4))\\nmath.factorial(20)"}',
+    ),
     ("call_4", "word_count", '{"text": "oops, unterminated'),
     ("call_5", "send_email", '{"to": "boss@example.com"}'),
 ]
@@ -51,9 +55,8 @@ class FakeModel:
 
 def openai_loop(box: wasmbox.Sandbox) -> None:
     print("\n======== OpenAI Chat Completions ========")
-    tool_calls = [
-        {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in CALLS
-    ]
+    tool_calls = [{"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in CALLS]
+
     def completion(message: dict[str, Any]) -> dict[str, Any]:
         return {"id": "chatcmpl-demo", "object": "chat.completion", "created": 0, "model": "fake",
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}]}  # fmt: skip
@@ -65,7 +68,9 @@ def openai_loop(box: wasmbox.Sandbox) -> None:
     client = openai.OpenAI(api_key="sk-demo", base_url="http://fake-model/v1",
                            http_client=httpx.Client(transport=httpx.MockTransport(model)))  # fmt: skip
     tools = box.specs("openai", strict=True, python=True)
-    messages: list[Any] = [{"role": "user", "content": "How many words are in sample.txt? And the sales stats?"}]
+    messages: list[Any] = [
+        {"role": "user", "content": "How many words are in sample.txt? And the sales stats?"}
+    ]
     response = client.chat.completions.create(model="fake", messages=messages, tools=tools)
     show("tools sent (strict: " + ", ".join(f"{t['function']['name']}={t['function']['strict']}" for t in tools) + ")",
          tools[0], 900)  # fmt: skip

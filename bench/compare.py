@@ -150,7 +150,9 @@ def main() -> int:
     parser.add_argument("trees", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--suite", choices=sorted(COLUMNS), default="core")
-    parser.add_argument("--calls", type=int, default=10_000, help="trivial calls per figure (others: a fraction)")
+    parser.add_argument(
+        "--calls", type=int, default=10_000, help="trivial calls per figure (others: a fraction)"
+    )
     options = parser.parse_args()
     trees = [str(tree.resolve()) for tree in options.trees]
     columns = COLUMNS[options.suite]

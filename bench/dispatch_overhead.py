@@ -41,7 +41,11 @@ async def main(rounds: int) -> None:
         box.load({"name": "echo", "module": str(WAT / "echo.wat"), "input_schema": SCHEMA})
         for width in (1, 10):
             calls = [
-                {"id": f"c{i}", "type": "function", "function": {"name": "echo", "arguments": json.dumps(ARGS)}}
+                {
+                    "id": f"c{i}",
+                    "type": "function",
+                    "function": {"name": "echo", "arguments": json.dumps(ARGS)},
+                }
                 for i in range(width)
             ]
 

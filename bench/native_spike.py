@@ -54,9 +54,7 @@ def timed(call: Callable[[], object], count: int, gap_s: float) -> Figure:
     return median, p99, (time.process_time() - started) / (count + max(10, count // 10))
 
 
-def native_python(
-    box: wasmbox.Sandbox, engine: object, spare: bool
-) -> tuple[Any, Callable[[], object]]:
+def native_python(box: wasmbox.Sandbox, engine: object, spare: bool) -> tuple[Any, Callable[[], object]]:
     """The native Python call of SNIPPET, checked once; its compiled form cached by digest.
     With `spare`, the next call's instance is made ahead on a Rust thread. Returns the
     `_native.PythonRuntime` and the call."""
@@ -64,10 +62,7 @@ def native_python(
     component = Path(runner.component_path)
     digest = hashlib.sha256(component.read_bytes()).hexdigest()[:16]
     compiled = (
-        Path.home()
-        / ".cache"
-        / "wasmbox-native"
-        / f"{digest}-wasmtime{_native.WASMTIME_VERSION}.cwasm"
+        Path.home() / ".cache" / "wasmbox-native" / f"{digest}-wasmtime{_native.WASMTIME_VERSION}.cwasm"
     )
     compiled.parent.mkdir(parents=True, exist_ok=True)
     runtime = _native.PythonRuntime(
@@ -118,9 +113,7 @@ def main() -> int:
         default=5000,
         help="trivial calls per round (Python: a tenth)",
     )
-    parser.add_argument(
-        "--seconds", type=float, default=1.0, help="per throughput figure"
-    )
+    parser.add_argument("--seconds", type=float, default=1.0, help="per throughput figure")
     parser.add_argument("--skip-python", action="store_true")
     parser.add_argument(
         "--phases",
@@ -147,10 +140,7 @@ def main() -> int:
 
     settings = dict(item.split("=", 1) for item in options.engine)
     engine = _native.Engine(
-        **{
-            k: bool(int(v)) if k in ("pooling", "pagemap_scan") else int(v)
-            for k, v in settings.items()
-        }
+        **{k: bool(int(v)) if k in ("pooling", "pagemap_scan") else int(v) for k, v in settings.items()}
     )
     print(
         f"wasmtime-py {WASMTIME_VERSION}, "
@@ -162,9 +152,7 @@ def main() -> int:
         echo_path = Path(folder) / "echo.wat"
         echo_path.write_text(_bench.ECHO_WAT)
         echo = box.load({"name": "echo", "module": str(echo_path)})
-        native_tool = _native.CoreTool(
-            engine, bytes(wasmtime.wat2wasm(_bench.ECHO_WAT))
-        )
+        native_tool = _native.CoreTool(engine, bytes(wasmtime.wat2wasm(_bench.ECHO_WAT)))
         payload = _abi.pack(ARGS)
         assert _abi.unpack_reply(native_tool.call(payload)[0]) == (True, ARGS)
         assert echo.call(ARGS).value == ARGS
@@ -208,9 +196,7 @@ def main() -> int:
             )
             for threads in (1, 2)
         }
-        latency = {
-            name: entry for name, entry in latency.items() if options.only in name
-        }
+        latency = {name: entry for name, entry in latency.items() if options.only in name}
         rates = {name: entry for name, entry in rates.items() if options.only in name}
         results: dict[str, list[Figure]] = {name: [] for name in latency}
         throughput: dict[str, list[float]] = {name: [] for name in rates}
@@ -218,30 +204,18 @@ def main() -> int:
             for name, (call, count, gap) in latency.items():
                 results[name].append(timed(call, count, gap))
             for name, (call, threads) in rates.items():
-                throughput[name].append(
-                    _bench.throughput(call, threads, options.seconds)
-                )
+                throughput[name].append(_bench.throughput(call, threads, options.seconds))
             print(
                 f"round {round_}: "
-                + ", ".join(
-                    f"{name} {results[name][-1][0] * 1e6:.1f}" for name in results
-                )
+                + ", ".join(f"{name} {results[name][-1][0] * 1e6:.1f}" for name in results)
                 + " (µs)",
                 flush=True,
             )
 
-    medians = {
-        name: statistics.median(m for m, _, _ in figures)
-        for name, figures in results.items()
-    }
+    medians = {name: statistics.median(m for m, _, _ in figures) for name, figures in results.items()}
     width = max(map(len, [*results, *throughput]))
-    cpu = {
-        name: statistics.median(c for _, _, c in figures)
-        for name, figures in results.items()
-    }
-    print(
-        f"\n{'':{width}}  {'median µs':>10}  {'p99 µs (worst round)':>20}  {'CPU µs/call':>11}"
-    )
+    cpu = {name: statistics.median(c for _, _, c in figures) for name, figures in results.items()}
+    print(f"\n{'':{width}}  {'median µs':>10}  {'p99 µs (worst round)':>20}  {'CPU µs/call':>11}")
     for name, figures in results.items():
         print(
             f"{name:{width}}  {medians[name] * 1e6:10.1f}  {max(p for _, p, _ in figures) * 1e6:20.1f}"

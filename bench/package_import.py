@@ -74,7 +74,9 @@ def main() -> None:
             for stale in cache.glob("packages-*"):
                 shutil.rmtree(stale)
             limits = {"fuel": 10**11, "timeout": 60, "memory": "256MiB"}
-            base_time, base_fuel = measure(box, "sum(range(100))", {"name": "b", "runtime": "python", "limits": limits}, rounds)
+            base_time, base_fuel = measure(
+                box, "sum(range(100))", {"name": "b", "runtime": "python", "limits": limits}, rounds
+            )
             print(f"no import: {base_time * 1e3:.2f} ms, {base_fuel / 1e6:.1f}M fuel")
             print("| package | install (pip + compile) | import, bytecode | import, no bytecode |")
             print("| --- | ---: | ---: | ---: |")
@@ -84,7 +86,11 @@ def main() -> None:
                 box.run_python("1", grants)  # installs it
                 install = time.perf_counter() - started
                 with_time, with_fuel = measure(box, code, grants, rounds)
-                site = next(p / "site" for p in cache.glob("packages-*") if pins[name].lower() in (p / "wasmbox-packages.json").read_text().lower())
+                site = next(
+                    p / "site"
+                    for p in cache.glob("packages-*")
+                    if pins[name].lower() in (p / "wasmbox-packages.json").read_text().lower()
+                )
                 hidden = [folder for folder in site.rglob("__pycache__")]
                 for folder in hidden:  # the same set without its bytecode, for a while
                     folder.rename(folder.with_name("__pycache__.off"))
@@ -94,8 +100,10 @@ def main() -> None:
                 finally:
                     for folder in hidden:
                         folder.with_name("__pycache__.off").rename(folder)
-                print(f"| {pins[name]} | {install:.1f} s | {with_time * 1e3:.1f} ms, {with_fuel / 1e6:.0f}M fuel "
-                      f"| {without_time * 1e3:.1f} ms, {without_fuel / 1e6:.0f}M fuel |")
+                print(
+                    f"| {pins[name]} | {install:.1f} s | {with_time * 1e3:.1f} ms, {with_fuel / 1e6:.0f}M fuel "
+                    f"| {without_time * 1e3:.1f} ms, {without_fuel / 1e6:.0f}M fuel |"
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

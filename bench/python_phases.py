@@ -57,7 +57,9 @@ def main() -> int:
     if sys.platform == "linux":
         print(f"{'memory image (MiB)':34} {image / 2**20:8.1f}")
         print(f"{'pages a run writes (KiB)':34} {written * _PAGE / 1024:8.0f}")
-        print(f"{'pages mapped after a run (KiB)':34} {touched * _PAGE / 1024:8.0f}  (reads map 16 at a time)")
+        print(
+            f"{'pages mapped after a run (KiB)':34} {touched * _PAGE / 1024:8.0f}  (reads map 16 at a time)"
+        )
     return 0
 
 
@@ -75,7 +77,9 @@ def _timings(runner: PythonRuntimeRunner, calls: int) -> dict[str, list[float]]:
         unused = runner._instantiate(_INSTANTIATING)
         _, unused_s = _timed(unused.discard)
         if i >= 20:  # warmed up
-            for name, value in zip(timings, (prepare_s * 1e6, run_s * 1e6, faults, free_s * 1e6, unused_s * 1e6)):
+            for name, value in zip(
+                timings, (prepare_s * 1e6, run_s * 1e6, faults, free_s * 1e6, unused_s * 1e6)
+            ):
                 timings[name].append(value)
     return timings
 

@@ -47,7 +47,11 @@ async def batch(call: Callable[[], Awaitable[Any]]) -> float:
 
 async def compare(rounds: int, box: wasmbox.Sandbox, pool: RaySandboxPool) -> None:
     kinds: list[tuple[str, Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]]] = [
-        ("echo (trivial core call)", lambda: box.acall("echo", {"a": 1}), lambda: pool.acall("echo", {"a": 1})),
+        (
+            "echo (trivial core call)",
+            lambda: box.acall("echo", {"a": 1}),
+            lambda: pool.acall("echo", {"a": 1}),
+        ),
         ("spin, 20 M fuel", lambda: box.acall("spin"), lambda: pool.acall("spin")),
         ("run_python, fresh interpreter", lambda: box.arun_python(CODE), lambda: pool.arun_python(CODE)),
     ]
@@ -70,15 +74,21 @@ def main(rounds: int, actors: int) -> None:
         cache = os.environ.get("WASMBOX_CACHE_DIR") or str(Path.home() / ".cache" / "wasmbox")
         options = {"num_cpus": 0}
         python_tool = {"name": "csv_stats", "runtime": "python", "source": str(TOOLS / "csv_stats.py")}
-        for label, manifests in (("2 core tools", MANIFESTS), ("2 core tools + a Python tool", [*MANIFESTS, python_tool])):
+        for label, manifests in (
+            ("2 core tools", MANIFESTS),
+            ("2 core tools + a Python tool", [*MANIFESTS, python_tool]),
+        ):
             starts = []
             for _ in range(3):
                 with RaySandboxPool(manifests, actors=actors, actor_options=options, cache_dir=cache) as pool:
                     starts.append(pool.start_s)
-            print(f"pool start, {actors} actors, {label}: {statistics.median(starts):.2f} s (median of 3, warm cache)")
-        with wasmbox.Sandbox(cache_dir=cache) as box, RaySandboxPool(
-            MANIFESTS, actors=actors, actor_options=options, cache_dir=cache
-        ) as pool:
+            print(
+                f"pool start, {actors} actors, {label}: {statistics.median(starts):.2f} s (median of 3, warm cache)"
+            )
+        with (
+            wasmbox.Sandbox(cache_dir=cache) as box,
+            RaySandboxPool(MANIFESTS, actors=actors, actor_options=options, cache_dir=cache) as pool,
+        ):
             for manifest in MANIFESTS:
                 box.load(manifest)
             box.run_python("1"), pool.run_python("1")

@@ -1,8 +1,8 @@
 """Fuel of snippets as fresh calls and as session runs (exact, whatever the machine's load).
 
-    ./dev python bench/session_fuel.py            # fresh calls, then a session's runs
-    PYTHONPATH=<another tree> .venv/bin/python bench/session_fuel.py --fresh   # another tree's
-        fresh calls, to compare the per-call path (a tree without sessions has no session runs)
+./dev python bench/session_fuel.py            # fresh calls, then a session's runs
+PYTHONPATH=<another tree> .venv/bin/python bench/session_fuel.py --fresh   # another tree's
+    fresh calls, to compare the per-call path (a tree without sessions has no session runs)
 """
 
 from __future__ import annotations

@@ -51,9 +51,11 @@ def main() -> int:
     for label, (rss, fds, threads) in (("after warm-up", before), (f"after {core_calls:,} core calls", middle),
                                        (f"after {python_calls:,} Python calls", after)):  # fmt: skip
         print(f"{label:28} {rss:8.1f} {fds:5d} {threads:8d}")
-    print(f"growth: RSS {after[0] - before[0]:+.1f} MiB, fds {after[1] - before[1]:+d}, "
-          f"threads {after[2] - before[2]:+d}  "
-          f"({core_calls / core_s:,.0f} core calls/s, {python_calls / python_s:,.0f} Python calls/s)")
+    print(
+        f"growth: RSS {after[0] - before[0]:+.1f} MiB, fds {after[1] - before[1]:+d}, "
+        f"threads {after[2] - before[2]:+d}  "
+        f"({core_calls / core_s:,.0f} core calls/s, {python_calls / python_s:,.0f} Python calls/s)"
+    )
     box.close()
     return 0
 

@@ -67,8 +67,12 @@ class Report:
     python_calls: int = 0
 
     def table(self) -> str:
-        lines = [f"{'time s':>7} {'calls':>9} {'RSS MiB':>8} {'fds':>5} {'threads':>8}   (threads: not counting the soak's drivers)"]
-        lines += [f"{s.seconds:7.1f} {s.calls:9,d} {s.rss_mib:8.1f} {s.fds:5d} {s.threads:8d}" for s in self.samples]
+        lines = [
+            f"{'time s':>7} {'calls':>9} {'RSS MiB':>8} {'fds':>5} {'threads':>8}   (threads: not counting the soak's drivers)"
+        ]
+        lines += [
+            f"{s.seconds:7.1f} {s.calls:9,d} {s.rss_mib:8.1f} {s.fds:5d} {s.threads:8d}" for s in self.samples
+        ]
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -113,7 +117,9 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
     echo = box.load(_wat("echo"))
     tools = {
         "fuel": box.load(_wat("spin", **{"as": "spin_fuel", "limits": {"fuel": 1_000_000}})),
-        "timeout": box.load(_wat("spin", **{"as": "spin_time", "limits": {"fuel": 10**15, "timeout": "20ms"}})),
+        "timeout": box.load(
+            _wat("spin", **{"as": "spin_time", "limits": {"fuel": 10**15, "timeout": "20ms"}})
+        ),
         "grow": box.load(_wat("grow", limits={"memory": "2MiB"})),
         "bigalloc": box.load(_wat("bigalloc", limits={"memory": "2MiB"})),
         "trap": box.load(_wat("trap")),
@@ -143,10 +149,14 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
     adder.write_text("def main(a: int, b: int):\n    return {'sum': a + b, 'args': [a, b]}\n")
     add = box.load({"name": "adder", "runtime": "python", "source": str(adder)})
 
-    def core(name: str, weight: int, tool: wasmbox.Tool, args: Callable[[int], Any], expect: Callable[[int], Any]) -> Case:
+    def core(
+        name: str, weight: int, tool: wasmbox.Tool, args: Callable[[int], Any], expect: Callable[[int], Any]
+    ) -> Case:
         return Case(name, False, weight, lambda i: tool.call(args(i)), lambda i: tool.acall(args(i)), expect)
 
-    def py(name: str, weight: int, code: Callable[[int], str], expect: Callable[[int], Any], grants: Any = None) -> Case:
+    def py(
+        name: str, weight: int, code: Callable[[int], str], expect: Callable[[int], Any], grants: Any = None
+    ) -> Case:
         return Case(name, True, weight, lambda i: box.run_python(code(i), grants),
                     lambda i: box.arun_python(code(i), grants), expect)  # fmt: skip
 
@@ -155,6 +165,7 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
 
     def text(i: int) -> str:
         return " ".join(["w"] * (i % 50))
+
     cases = [
         # valid core calls
         core("echo", 30, echo, lambda i: {"n": i, "s": str(i)}, lambda i: {"n": i, "s": str(i)}),
@@ -294,7 +305,10 @@ def run(
     import tempfile
 
     kwargs: dict[str, Any] = {} if cache_dir is None else {"cache_dir": cache_dir}
-    with tempfile.TemporaryDirectory() as scratch, wasmbox.Sandbox(max_workers=max(2, tasks), **kwargs) as box:
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        wasmbox.Sandbox(max_workers=max(2, tasks), **kwargs) as box,
+    ):
         cases = make_cases(box, Path(scratch))
         plan = schedule(cases)
         warm_sync, warm_async = Soak(plan, warmup // 2), Soak(plan, warmup // 2)
@@ -304,8 +318,12 @@ def run(
         for warm in (warm_sync, warm_async):  # a wrong result while warming up counts too
             soak.report.wrong_count += warm.report.wrong_count
             soak.report.wrong += warm.report.wrong
-        drivers = [threading.Thread(target=_thread_driver, args=(soak,), name=f"soak-{n}") for n in range(threads)]
-        drivers.append(threading.Thread(target=asyncio.run, args=(_async_drivers(soak, tasks),), name="soak-asyncio"))
+        drivers = [
+            threading.Thread(target=_thread_driver, args=(soak,), name=f"soak-{n}") for n in range(threads)
+        ]
+        drivers.append(
+            threading.Thread(target=asyncio.run, args=(_async_drivers(soak, tasks),), name="soak-asyncio")
+        )
         started = time.perf_counter()
 
         def sample() -> None:

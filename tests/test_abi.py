@@ -104,7 +104,9 @@ def _lists(levels: int) -> object:
 
 
 # the reply map is one level, so {"ok": value} may hold MAX_DEPTH - 1 levels of lists
-@pytest.mark.parametrize(("levels", "ok"), [(_abi.MAX_DEPTH - 1, True), (_abi.MAX_DEPTH, False), (10_000, False)])
+@pytest.mark.parametrize(
+    ("levels", "ok"), [(_abi.MAX_DEPTH - 1, True), (_abi.MAX_DEPTH, False), (10_000, False)]
+)
 def test_nesting_limit(levels: int, ok: bool) -> None:
     data = _abi.ok(_lists(levels)) if levels < 500 else b"\x81\xa2ok" + b"\x91" * levels + b"\x01"
     if ok:

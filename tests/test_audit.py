@@ -57,7 +57,10 @@ def test_host_calls_are_recorded_with_their_verdicts(cache_dir: Path) -> None:
 
 def test_logging_sink_warns_on_refusals(cache_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger("test.audit")
-    with wasmbox.Sandbox(cache_dir=cache_dir, audit=logger) as box, caplog.at_level(logging.INFO, "test.audit"):
+    with (
+        wasmbox.Sandbox(cache_dir=cache_dir, audit=logger) as box,
+        caplog.at_level(logging.INFO, "test.audit"),
+    ):
         box.load(manifest("echo")).call({"a": 1})
         box.run_python("import wasmbox_guest\ntry: wasmbox_guest.call_host('x')\nexcept Exception: pass")
     levels = [r.levelno for r in caplog.records if r.name == "test.audit"]
@@ -135,9 +138,10 @@ def test_audit_log_chain_verifies_and_continues_across_opens(tmp_path: Path, cac
     outcome = wasmbox.verify_audit_log(path, head)
     assert outcome.ok and outcome.records == 5 and outcome.head == head
     lines = path.read_text().splitlines()
-    assert json.loads(lines[0])["args_digest"] == hashlib.sha256(
-        wasmbox._backends.core.abi.pack({"n": 0})
-    ).hexdigest()
+    assert (
+        json.loads(lines[0])["args_digest"]
+        == hashlib.sha256(wasmbox._backends.core.abi.pack({"n": 0})).hexdigest()
+    )
     assert (path.stat().st_mode & 0o777) == 0o600
 
 

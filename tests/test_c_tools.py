@@ -44,9 +44,7 @@ def test_word_count_of_a_preopened_file(box: wasmbox.Sandbox, built_examples: Pa
 @pytest.mark.parametrize(
     "text", ["", "one", "  two  words  ", "tabs\tand\nnew\nlines\n", "ünïcödé wörds", "a " * 5000]
 )
-def test_word_count_of_text_matches_python(
-    box: wasmbox.Sandbox, built_examples: Path, text: str
-) -> None:
+def test_word_count_of_text_matches_python(box: wasmbox.Sandbox, built_examples: Path, text: str) -> None:
     tool = box.load(CAPABILITIES / "word_count.toml")
     assert tool.call({"text": text}).unwrap() == counts(text)
 

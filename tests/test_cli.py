@@ -108,7 +108,16 @@ def test_run_passes_argv_that_looks_like_options(
 
 def test_run_builds_args_from_arg_options(built_examples: Path, capsys: pytest.CaptureFixture[str]) -> None:
     chart = str(Path(__file__).resolve().parent.parent / "capabilities" / "bar_chart.toml")
-    words = ["--args", '{"width": 64}', "--arg", "format=svg", "--arg", "values:=[1, -2]", "--arg", "title=-t"]
+    words = [
+        "--args",
+        '{"width": 64}',
+        "--arg",
+        "format=svg",
+        "--arg",
+        "values:=[1, -2]",
+        "--arg",
+        "title=-t",
+    ]
     assert main(["run", chart, "--no-cache", *words]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["stdout"] == "wrote /tmp/chart.svg (svg, 64x400, 2 bars)\n"
@@ -176,10 +185,15 @@ def test_lint_and_errors_escape_what_a_module_controls(
     assert main(["lint", *map(str, manifests)]) == 2
     out = capsys.readouterr().out
     assert _inert(out) and "\\x1b[2J" in out, out
-    assert [line.split(": ")[1] for line in out.splitlines() if line.startswith(str(tmp_path))] == ["ok", "error"]
+    assert [line.split(": ")[1] for line in out.splitlines() if line.startswith(str(tmp_path))] == [
+        "ok",
+        "error",
+    ]
     # run: loading fails on the unknown WASI import, and the error names it
     (tmp_path / "unknown.wat").write_text(UNKNOWN_WASI_WAT)
-    (tmp_path / "unknown.json").write_text(json.dumps({"name": "unknown", "module": str(tmp_path / "unknown.wat")}))
+    (tmp_path / "unknown.json").write_text(
+        json.dumps({"name": "unknown", "module": str(tmp_path / "unknown.wat")})
+    )
     assert main(["run", str(tmp_path / "unknown.json"), "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert _inert(err) and "fd_write\\x1b[2J" in err, err

@@ -79,7 +79,9 @@ def _png(data: bytes) -> tuple[int, int, list[bytes], bytes]:
 
 
 def test_args_become_argv_items_one_each(box: wasmbox.Sandbox, built_examples: Path) -> None:
-    command = {"argv": ["argv", "-T{format}", "--opt={opt}", "{{lit}}", "-f{*files}", "--", "{*files}", "n={n}"]}
+    command = {
+        "argv": ["argv", "-T{format}", "--opt={opt}", "{{lit}}", "-f{*files}", "--", "{*files}", "n={n}"]
+    }
     tool = box.load(_probe(built_examples, command))
     hostile = "a b; --evil $(x) '\"{opt} \t"  # (fsprobe prints one item a line: no newline here)
     result = tool.call({"format": "png", "opt": hostile, "files": ["-x", "y z"], "n": 1.5})
@@ -142,7 +144,9 @@ def test_unmapped_command_refuses_args(box: wasmbox.Sandbox, built_examples: Pat
         ({"exit_codes": "x"}, "Extra inputs"),
     ],
 )
-def test_bad_command_tables_are_refused_at_load(built_examples: Path, command: dict[str, Any], words: str) -> None:
+def test_bad_command_tables_are_refused_at_load(
+    built_examples: Path, command: dict[str, Any], words: str
+) -> None:
     with pytest.raises(ManifestError, match="command") as info:
         wasmbox.Manifest.load(_probe(built_examples, command))
     assert words in str(info.value)
@@ -165,11 +169,17 @@ def test_command_table_only_for_command_modules(box: wasmbox.Sandbox, built_exam
 # -- exit codes -----------------------------------------------------------------------------
 
 
-def test_nonzero_exit_is_a_value_unless_the_manifest_says_fail(box: wasmbox.Sandbox, built_examples: Path) -> None:
+def test_nonzero_exit_is_a_value_unless_the_manifest_says_fail(
+    box: wasmbox.Sandbox, built_examples: Path
+) -> None:
     plain = box.load({"name": "plain", "module": str(built_examples / "fsprobe.wasm")})
     assert plain.call(argv=["exit", "3"]).value == {"exit_code": 3}
     failing = box.load(
-        {"name": "failing", "module": str(built_examples / "fsprobe.wasm"), "command": {"fail_on_exit_code": True}}
+        {
+            "name": "failing",
+            "module": str(built_examples / "fsprobe.wasm"),
+            "command": {"fail_on_exit_code": True},
+        }
     )
     result = failing.call(argv=["exit", "3"])
     assert not result.ok and result.error is not None and result.error.kind is ErrorKind.GUEST_ERROR
@@ -309,7 +319,11 @@ def test_output_files_are_read_without_following_links(tmp_path: Path) -> None:
 
 def test_lint_warns_about_items_a_dash_could_turn_into_options(built_examples: Path) -> None:
     def warnings(*argv: str) -> list[str]:
-        return [w for w in lint(wasmbox.Manifest.load(_probe(built_examples, {"argv": list(argv)}))) if "argv" in w]
+        return [
+            w
+            for w in lint(wasmbox.Manifest.load(_probe(built_examples, {"argv": list(argv)})))
+            if "argv" in w
+        ]
 
     assert warnings("{opt}") and warnings("{*files}") and warnings("{n}")
     assert warnings("--opt={opt}", "-T{format}", "{flag}", "--", "{opt}", "{*files}") == []

@@ -81,13 +81,17 @@ def test_result_content_lists_binary_parts_and_keeps_text_files(media_box: wasmb
     }
 
     blob = result_content(media_box.tools["blob"].call())  # not UTF-8: a part, small: inlined
-    assert [(p.name, p.media_type, p.data) for p in blob.parts] == [("stdout", "application/octet-stream", ALL_BYTES)]
+    assert [(p.name, p.media_type, p.data) for p in blob.parts] == [
+        ("stdout", "application/octet-stream", ALL_BYTES)
+    ]
     body = json.loads(blob.text)
     assert "stdout" not in body  # (the lossy U+FFFD view is not sent)
     assert base64.b64decode(_note(blob.text, "stdout")["base64"], validate=True) == ALL_BYTES
 
 
-def test_large_binaries_are_named_not_inlined(box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path) -> None:
+def test_large_binaries_are_named_not_inlined(
+    box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path
+) -> None:
     data = bytes([0xFF]) * (INLINE_BASE64 + 1)
     (tmp_path / "big.bin").write_bytes(data)
     tool = box.load({"name": "big", "module": str(built_examples / "fsprobe.wasm"), "args": ["read", "/d/big.bin"],
@@ -99,14 +103,18 @@ def test_large_binaries_are_named_not_inlined(box: wasmbox.Sandbox, built_exampl
     assert len(content.text) < 500
 
 
-def _reader(box: wasmbox.Sandbox, built_examples: Path, folder: Path, data: bytes, **fields: Any) -> wasmbox.Tool:
+def _reader(
+    box: wasmbox.Sandbox, built_examples: Path, folder: Path, data: bytes, **fields: Any
+) -> wasmbox.Tool:
     """A tool whose stdout is `data` (fsprobe reads it from a file)."""
     (folder / "out").write_bytes(data)
     return box.load({"name": "reader", "module": str(built_examples / "fsprobe.wasm"), "args": ["read", "/d/out"],
                      "preopens": [{"host": str(folder), "guest": "/d"}], **fields})  # fmt: skip
 
 
-def test_mostly_text_that_is_not_utf8_stays_text(box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path) -> None:
+def test_mostly_text_that_is_not_utf8_stays_text(
+    box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path
+) -> None:
     latin1 = "café au lait, crème brûlée\n".encode("latin-1") * 20
     result = _reader(box, built_examples, tmp_path, latin1).call()
     assert result.stdout_bytes == latin1  # (the exact bytes stay in the CallResult)
@@ -161,7 +169,9 @@ def test_anthropic_gets_image_and_document_blocks(media_box: wasmbox.Sandbox) ->
     tools = media_box.specs("anthropic")
     messages: list[Any] = [{"role": "user", "content": "Chart 3, -1.5, 2."}]
     response = client.messages.create(model="claude-test", max_tokens=100, messages=messages, tools=tools)
-    messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]})
+    messages.append(
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]}
+    )
     messages.append({"role": "user", "content": media_box.dispatch(response, format="anthropic")})
     client.messages.create(model="claude-test", max_tokens=100, messages=messages, tools=tools)
 
@@ -185,7 +195,10 @@ def test_anthropic_gets_image_and_document_blocks(media_box: wasmbox.Sandbox) ->
 
 
 def test_openai_chat_carries_the_note_and_small_blobs(media_box: wasmbox.Sandbox) -> None:
-    calls = [{"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in CALLS]
+    calls = [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for i, n, a in CALLS
+    ]
     completion = {
         "id": "c1", "object": "chat.completion", "created": 0, "model": "gpt-test",
         "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
@@ -223,14 +236,19 @@ def test_openai_responses_gets_input_image_and_input_file(media_box: wasmbox.San
     inputs += media_box.dispatch(response, format="openai-responses")
     client.responses.create(model="gpt-test", input=inputs)
 
-    sent = {i["call_id"]: i["output"] for i in model.bodies[1]["input"] if i.get("type") == "function_call_output"}
+    sent = {
+        i["call_id"]: i["output"] for i in model.bodies[1]["input"] if i.get("type") == "function_call_output"
+    }
     text, image = sent["c_png"]
     assert text["type"] == "input_text" and "/tmp/chart.png" in text["text"]
     assert image["type"] == "input_image" and image["image_url"].startswith("data:image/png;base64,")
     assert base64.b64decode(image["image_url"].split(",", 1)[1], validate=True) == _png(media_box)
     text, document = sent["c_pdf"]
     assert document["type"] == "input_file" and document["filename"] == "doc.pdf"
-    assert base64.b64decode(document["file_data"].removeprefix("data:application/pdf;base64,")) == PDF_TEXT.encode()
+    assert (
+        base64.b64decode(document["file_data"].removeprefix("data:application/pdf;base64,"))
+        == PDF_TEXT.encode()
+    )
     assert isinstance(sent["c_blob"], str) and isinstance(sent["c_svg"], str)
 
 
@@ -341,7 +359,8 @@ def test_pydantic_ai_returns_binary_content(media_box: wasmbox.Sandbox) -> None:
     assert run.output == "done"
     images = [item for item in received if isinstance(item, BinaryContent)]
     assert sorted((i.media_type, i.data) for i in images) == [
-        ("application/pdf", PDF_TEXT.encode()), ("image/png", _png(media_box))
+        ("application/pdf", PDF_TEXT.encode()),
+        ("image/png", _png(media_box)),
     ]
     assert any(isinstance(item, str) and "/tmp/chart.png" in item for item in received)
 

@@ -76,7 +76,12 @@ def test_responses_and_anthropic_formats(echo_box: wasmbox.Sandbox) -> None:
         {"type": "tool_use", "id": "toolu_2", "name": "echo", "input": {"text": None}},
     ]
     replies = echo_box.dispatch(blocks, format="anthropic")
-    assert replies[0] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"text":"a"}', "is_error": False}
+    assert replies[0] == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": '{"text":"a"}',
+        "is_error": False,
+    }
     assert replies[1]["tool_use_id"] == "toolu_2" and replies[1]["is_error"] is True
 
 
@@ -138,13 +143,18 @@ def test_the_deadline_answers_for_unfinished_and_unstarted_calls(cache_dir: Path
             replies = asyncio.run(box.adispatch(calls, format="openai", deadline_s=0.1))
         slow, queued = (error_of(r["content"]) for r in replies)
         assert slow["kind"] == "timeout" and "before this call finished" in slow["message"]
-        assert queued == {"kind": "timeout", "message": "not run: the dispatch deadline passed before this call started"}
+        assert queued == {
+            "kind": "timeout",
+            "message": "not run: the dispatch deadline passed before this call started",
+        }
 
 
 def test_adispatch_runs_calls_concurrently_and_matches_dispatch(echo_box: wasmbox.Sandbox) -> None:
     calls = [openai_call(f"c{i}", "echo", json.dumps({"text": str(i)})) for i in range(20)]
     calls.append(openai_call("bad", "echo", "{"))
-    assert asyncio.run(echo_box.adispatch(calls, format="openai")) == echo_box.dispatch(calls, format="openai")
+    assert asyncio.run(echo_box.adispatch(calls, format="openai")) == echo_box.dispatch(
+        calls, format="openai"
+    )
 
 
 def test_wiring_errors_raise(echo_box: wasmbox.Sandbox) -> None:

@@ -189,7 +189,8 @@ def test_results_serialize_to_json_whatever_the_value(box: wasmbox.Sandbox) -> N
     assert data["value"]["blob"] == base64.urlsafe_b64encode(b"\xff\x00").decode()
     assert data["value"]["text"] == "\x1b[2J" and data["value"]["n"] == [1.5, None]
     assert json.loads(wasmbox.CallResult.failed("t", ErrorKind.TRAP, "x").model_dump_json())["error"] == {
-        "kind": "trap", "message": "x"
+        "kind": "trap",
+        "message": "x",
     }
 
 
@@ -225,8 +226,9 @@ def test_deeply_nested_result_is_a_bad_response(box: wasmbox.Sandbox) -> None:
     assert "nested" in result.error.message
 
 
-
-def test_a_trap_in_a_module_whose_memory_cannot_grow_is_a_trap_not_a_memory_limit(box: wasmbox.Sandbox) -> None:
+def test_a_trap_in_a_module_whose_memory_cannot_grow_is_a_trap_not_a_memory_limit(
+    box: wasmbox.Sandbox,
+) -> None:
     fixed = box.load(manifest("fixed_memory_trap")).call({})
     assert fixed.error is not None and fixed.error.kind is ErrorKind.TRAP  # not memory_limit
 

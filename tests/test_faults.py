@@ -281,7 +281,10 @@ def test_python_runtime_cannot_be_built_in_a_full_or_unwritable_cache(
     with wasmbox.Sandbox(cache_dir=tmp_path / "cache") as box:
         monkeypatch.setattr(python_build.tempfile, "mkdtemp", failing_mkdtemp)
         for _ in range(2):  # not remembered as broken: each use tries again, and says why
-            with pytest.raises(python_build.RuntimeBuildError, match=f"cannot build the Python runtime in .*{os.strerror(error)}"):
+            with pytest.raises(
+                python_build.RuntimeBuildError,
+                match=f"cannot build the Python runtime in .*{os.strerror(error)}",
+            ):
                 box.run_python("1")
         assert_serving(box)
 

@@ -124,13 +124,17 @@ def test_allowed_fetch_from_python_with_post(fbox: wasmbox.Sandbox, server: int)
     assert fbox.run_python(code, grants).unwrap() == [201, b"hi"]
 
 
-def test_name_is_resolved_once_and_the_checked_address_is_used(fbox: wasmbox.Sandbox, resolver: Resolver, server: int) -> None:
+def test_name_is_resolved_once_and_the_checked_address_is_used(
+    fbox: wasmbox.Sandbox, resolver: Resolver, server: int
+) -> None:
     # first answer: the allowed test server; any later answer: the metadata endpoint
     resolver.answers["api.example.test"] = [["127.0.0.1"], ["169.254.169.254"]]
     value = fetch(fbox, [f"127.0.0.1:{server}"], f"http://api.example.test:{server}/x").unwrap()
     assert json.loads(value["body"])["host"] == f"api.example.test:{server}"  # Host header kept
     assert resolver.lookups == ["api.example.test"]  # no second lookup to rebind
-    assert "169.254.169.254" in refused(fetch(fbox, [f"127.0.0.1:{server}"], f"http://api.example.test:{server}/x"))
+    assert "169.254.169.254" in refused(
+        fetch(fbox, [f"127.0.0.1:{server}"], f"http://api.example.test:{server}/x")
+    )
 
 
 def test_every_resolved_address_is_checked(fbox: wasmbox.Sandbox, resolver: Resolver, server: int) -> None:
@@ -148,7 +152,9 @@ def test_redirect_to_a_forbidden_host_is_refused(fbox: wasmbox.Sandbox, server: 
     allow = [f"127.0.0.1:{server}"]
     ok = fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://127.0.0.1:{server}/landed").unwrap()
     assert json.loads(ok["body"])["path"] == "/landed" and ok["url"].endswith("/landed")
-    detail = refused(fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://169.254.169.254/latest/meta-data/"))
+    detail = refused(
+        fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://169.254.169.254/latest/meta-data/")
+    )
     assert "169.254.169.254 is link-local" in detail
     other_port = refused(fetch(fbox, allow, f"http://127.0.0.1:{server}/to/http://127.0.0.1:1/"))
     assert "127.0.0.1 is loopback" in other_port
@@ -280,7 +286,9 @@ def test_a_cidr_entry_allows_internal_addresses_explicitly(fbox: wasmbox.Sandbox
         ("http://user:pw@127.0.0.1/", "user info"),
     ],
 )
-def test_other_schemes_and_user_info_are_refused(fbox: wasmbox.Sandbox, server: int, url: str, message: str) -> None:
+def test_other_schemes_and_user_info_are_refused(
+    fbox: wasmbox.Sandbox, server: int, url: str, message: str
+) -> None:
     assert message in refused(fetch(fbox, [f"127.0.0.1:{server}"], url))
 
 
@@ -308,7 +316,9 @@ def test_response_size_and_time_are_capped(fbox: wasmbox.Sandbox, server: int) -
         ({"url": 5}, "valid string"),
     ],
 )
-def test_request_injection_is_refused(fbox: wasmbox.Sandbox, server: int, args: dict[str, Any], message: str) -> None:
+def test_request_injection_is_refused(
+    fbox: wasmbox.Sandbox, server: int, args: dict[str, Any], message: str
+) -> None:
     tool = core_tool(fbox, [f"127.0.0.1:{server}"])
     result = tool.call(args)
     assert not result.ok and result.host_calls[0].verdict == "invalid_arguments"
@@ -337,7 +347,9 @@ def test_refusals_reach_the_audit_trail(cache_dir: Any, server: int) -> None:
 )
 def test_bad_allow_entries_are_manifest_errors(network: dict[str, Any], message: str) -> None:
     with pytest.raises(wasmbox.ManifestError, match=message):
-        wasmbox.Manifest.load({"name": "n", "runtime": "python", "host_functions": ["http.fetch"], "network": network})
+        wasmbox.Manifest.load(
+            {"name": "n", "runtime": "python", "host_functions": ["http.fetch"], "network": network}
+        )
 
 
 def test_network_and_fetch_go_together() -> None:
@@ -379,7 +391,9 @@ class Hostile:
     def __init__(self, first: bytes, unit: bytes = b"", every: float = 0.05, *,
                  tls: ssl.SSLContext | None = None, read_request: bool = True, host: str = "127.0.0.1") -> None:  # fmt: skip
         self.first, self.unit, self.every, self.tls, self.read_request = first, unit, every, tls, read_request
-        self.listener = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.listener = socket.create_server(
+            (host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET
+        )
         self.listener.settimeout(0.1)
         self.port = self.listener.getsockname()[1]
         self.accepted = threading.Event()
@@ -460,7 +474,9 @@ def test_the_deadline_holds_over_ipv6_loopback_too(fbox: wasmbox.Sandbox) -> Non
         pytest.skip("no IPv6 loopback here")
     with server:
         started = time.perf_counter()
-        timed_out(fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/", timeout="1s"), started)
+        timed_out(
+            fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/", timeout="1s"), started
+        )
     with Hostile(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", host="::1") as server:
         assert fetch(fbox, [f"[::1]:{server.port}"], f"http://[::1]:{server.port}/").unwrap()["body"] == b"ok"
 
@@ -507,7 +523,9 @@ def test_a_slow_resolver_cannot_hold_a_fetch(cache_dir: Any) -> None:
         with wasmbox.Sandbox(cache_dir=cache_dir, resolver=stalling) as box:
             started = time.perf_counter()
             timed_out(fetch(box, ["127.0.0.1/32"], "http://slow-dns.example.test/", timeout="1s"), started)
-            assert "name lookup" in (box.tool("fetch").call({"url": "http://x.test/"}).host_calls[0].detail or "")
+            assert "name lookup" in (
+                box.tool("fetch").call({"url": "http://x.test/"}).host_calls[0].detail or ""
+            )
     finally:
         release.set()
 
@@ -524,12 +542,17 @@ def test_lookups_that_do_not_answer_are_capped(cache_dir: Any, server: int) -> N
     try:
         with wasmbox.Sandbox(cache_dir=cache_dir, resolver=stalling) as box:
             tool = core_tool(box, allow, timeout="50ms")
-            details = [tool.call({"url": "http://stuck.example.test/"}).host_calls[0].detail or "" for _ in range(40)]
+            details = [
+                tool.call({"url": "http://stuck.example.test/"}).host_calls[0].detail or "" for _ in range(40)
+            ]
             assert any("too many earlier lookups" in d for d in details), details  # 32 left behind at most
             assert "name lookup did not answer" in details[0]
             release.set()  # the lookups left behind finish, and give their places back
             waited = time.monotonic() + 10
-            while not (ok := tool.call({"url": f"http://ok.example.test:{server}/"})).ok and time.monotonic() < waited:
+            while (
+                not (ok := tool.call({"url": f"http://ok.example.test:{server}/"})).ok
+                and time.monotonic() < waited
+            ):
                 time.sleep(0.05)
             assert ok.ok, ok
     finally:
@@ -613,7 +636,9 @@ def test_close_is_not_held_by_a_fetch_past_the_call_deadline(cache_dir: Any) -> 
                          "limits": {"timeout": "2s"}, "network": {"allow": allow, "timeout": "60s"}})  # fmt: skip
         results: list[wasmbox.CallResult] = []
         started = time.perf_counter()
-        caller = threading.Thread(target=lambda: results.append(tool.call({"url": f"http://127.0.0.1:{server.port}/"})))
+        caller = threading.Thread(
+            target=lambda: results.append(tool.call({"url": f"http://127.0.0.1:{server.port}/"}))
+        )
         caller.start()
         assert server.accepted.wait(2.0 + SLACK)
         box.close()  # waits for the call in flight, which its deadline ends

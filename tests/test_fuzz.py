@@ -101,7 +101,9 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "runtime": st.sampled_from(["python", "ruby"]) | json_values,
     "source": st.sampled_from([str(Path(__file__)), "nope.py"]) | json_values,
     "entry": st.text(max_size=10) | json_values,
-    "host_functions": st.lists(st.sampled_from(["kv.get", "a..b", "", "x.y"]) | st.text(max_size=6), max_size=3),
+    "host_functions": st.lists(
+        st.sampled_from(["kv.get", "a..b", "", "x.y"]) | st.text(max_size=6), max_size=3
+    ),
     "env": st.dictionaries(st.text(max_size=6), st.text(max_size=6) | json_values, max_size=3),
     "args": st.lists(st.text(max_size=6) | json_values, max_size=3),
     "limits": limits | json_values,
@@ -264,7 +266,9 @@ def reflect(fuzz_box: wasmbox.Sandbox) -> wasmbox.Tool:
 
 @WASM
 @given(st.binary(max_size=700))
-def test_arbitrary_bytes_from_a_guest_are_a_value_or_a_typed_error(reflect: wasmbox.Tool, reply: bytes) -> None:
+def test_arbitrary_bytes_from_a_guest_are_a_value_or_a_typed_error(
+    reflect: wasmbox.Tool, reply: bytes
+) -> None:
     check_reply(reflect.call({"r": reply}), reply, 512)
 
 
@@ -284,7 +288,11 @@ def test_arbitrary_structures_from_a_guest_are_a_value_or_a_typed_error(
     reply = _abi.pack(structure)
     if reply and data.draw(st.booleans()):  # and a damaged copy: cut short or one byte changed
         i = data.draw(st.integers(0, len(reply) - 1))
-        reply = reply[:i] if data.draw(st.booleans()) else reply[:i] + bytes([data.draw(st.integers(0, 255))]) + reply[i + 1 :]
+        reply = (
+            reply[:i]
+            if data.draw(st.booleans())
+            else reply[:i] + bytes([data.draw(st.integers(0, 255))]) + reply[i + 1 :]
+        )
     check_reply(reflect.call({"r": reply}), reply, 512)
 
 
@@ -296,7 +304,9 @@ def test_arbitrary_result_pointers_are_bounds_checked(reflect: wasmbox.Tool, pac
 
 # -- call arguments -------------------------------------------------------------------------
 
-args_dicts = st.dictionaries(st.text(max_size=8), msgpack_values | st.sets(st.integers(), max_size=2), max_size=5)
+args_dicts = st.dictionaries(
+    st.text(max_size=8), msgpack_values | st.sets(st.integers(), max_size=2), max_size=5
+)
 ECHO_SCHEMA = {
     "type": "object",
     "properties": {
@@ -337,7 +347,9 @@ def test_deep_args_with_a_recursive_schema_keyword_are_invalid_arguments(fuzz_bo
     deep: list[Any] = []
     for _ in range(100_000):
         deep = [deep]
-    tool = fuzz_box.tools.get("echo_schema") or fuzz_box.load(manifest("echo", name="echo_schema", input_schema=ECHO_SCHEMA))
+    tool = fuzz_box.tools.get("echo_schema") or fuzz_box.load(
+        manifest("echo", name="echo_schema", input_schema=ECHO_SCHEMA)
+    )
     result = tool.call({"tags": deep})
     assert result.error is not None and result.error.kind is ErrorKind.INVALID_ARGUMENTS
     assert "nested deeper" in result.error.message

@@ -222,7 +222,13 @@ def test_inner_grant_swapped_for_a_symlink_during_calls_is_never_followed(
         for _ in range(calls):
             result = read()
             text = result.stdout if kind == "command" else str(result.value)
-            outcome = "public" if result.ok and text == "public" else result.error.kind.value if result.error else text
+            outcome = (
+                "public"
+                if result.ok and text == "public"
+                else result.error.kind.value
+                if result.error
+                else text
+            )
             seen[outcome] = seen.get(outcome, 0) + 1
             if time.monotonic() > deadline:
                 break
@@ -266,7 +272,11 @@ def test_a_symlink_planted_in_a_writable_grant_cannot_redirect_a_later_grant(
     w, secret = tmp_path / "w", tmp_path / "secret"
     w.mkdir()
     secret.mkdir()
-    writer = {"name": "writer", "runtime": "python", "preopens": [{"host": str(w), "guest": "/w", "writable": True}]}
+    writer = {
+        "name": "writer",
+        "runtime": "python",
+        "preopens": [{"host": str(w), "guest": "/w", "writable": True}],
+    }
     assert box.run_python("import os\nos.symlink('../secret', '/w/shared')", writer).ok
     assert os.readlink(w / "shared") == "../secret"
     later = [{"host": str(w / "shared"), "guest": "/s"}]
@@ -274,7 +284,10 @@ def test_a_symlink_planted_in_a_writable_grant_cannot_redirect_a_later_grant(
         box.load(manifest("echo", preopens=later))
     with pytest.raises(wasmbox.CapabilityError, match="given through a symlink"):
         box.run_python("1", {"name": "reader", "runtime": "python", "preopens": later})
-    with wasmbox.Sandbox(cache_dir=cache_dir) as other, pytest.raises(wasmbox.CapabilityError, match="symlink"):
+    with (
+        wasmbox.Sandbox(cache_dir=cache_dir) as other,
+        pytest.raises(wasmbox.CapabilityError, match="symlink"),
+    ):
         other.load(manifest("echo", preopens=later))
     box.close()
     with wasmbox.Sandbox(cache_dir=cache_dir) as fresh:  # the other order: the link's grant first
@@ -330,9 +343,14 @@ def test_no_writable_grant_holds_the_path_to_a_tools_own_files(
     with pytest.raises(wasmbox.CapabilityError, match="tool's file"):
         box.run_python("1", {"name": "g", "runtime": "python",
                              "preopens": [{"host": str(tmp_path), "guest": "/w", "writable": True}]})  # fmt: skip
-    with wasmbox.Sandbox(cache_dir=cache_dir) as other, pytest.raises(wasmbox.CapabilityError, match="tool's file"):
+    with (
+        wasmbox.Sandbox(cache_dir=cache_dir) as other,
+        pytest.raises(wasmbox.CapabilityError, match="tool's file"),
+    ):
         other.load(manifest("spam", preopens=[{"host": str(tools), "guest": "/w", "writable": True}]))
-    box.load({**echo, "preopens": [{"host": str(data), "guest": "/w", "writable": True}]}, replace=True)  # beside: fine
+    box.load(
+        {**echo, "preopens": [{"host": str(data), "guest": "/w", "writable": True}]}, replace=True
+    )  # beside: fine
 
 
 def test_wasmtime_opens_a_preopen_when_the_config_is_built(built_examples: Path, tmp_path: Path) -> None:
@@ -345,7 +363,9 @@ def test_wasmtime_opens_a_preopen_when_the_config_is_built(built_examples: Path,
     grants = wasmbox.Manifest.load({"name": "probe", "module": str(built_examples / "fsprobe.wasm"),
                                     "preopens": [{"host": str(granted), "guest": "/data"}]})  # fmt: skip
     stdout, stderr = Output(4096), Output(4096)
-    wasi = wasmbox._call.build_wasi(grants, wasmbox._call.CallInput({}, argv=("read", "/data/a.txt")), stdout, stderr)
+    wasi = wasmbox._call.build_wasi(
+        grants, wasmbox._call.CallInput({}, argv=("read", "/data/a.txt")), stdout, stderr
+    )
     granted.rename(tmp_path / "moved")
     granted.mkdir()
     (granted / "a.txt").write_text("swapped in")
@@ -354,7 +374,9 @@ def test_wasmtime_opens_a_preopen_when_the_config_is_built(built_examples: Path,
     store.set_wasi(wasi)
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
-    instance = linker.instantiate(store, wasmtime.Module.from_file(engine, str(built_examples / "fsprobe.wasm")))
+    instance = linker.instantiate(
+        store, wasmtime.Module.from_file(engine, str(built_examples / "fsprobe.wasm"))
+    )
     start = instance.exports(store)["_start"]
     assert isinstance(start, wasmtime.Func)
     with contextlib.suppress(wasmtime.ExitTrap):

@@ -78,9 +78,7 @@ def test_acall_runs_off_the_event_loop(box: wasmbox.Sandbox) -> None:
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        results = await asyncio.gather(
-            box.acall("spin"), *(box.acall("echo", {"n": n}) for n in range(20))
-        )
+        results = await asyncio.gather(box.acall("spin"), *(box.acall("echo", {"n": n}) for n in range(20)))
         task.cancel()
         return list(results), ticks
 

@@ -31,7 +31,9 @@ def _call(name: str, args: dict[str, object], call_id: str = "call-1") -> ToolCa
 
 
 def test_tool_calls_become_tool_messages(box: wasmbox.Sandbox) -> None:
-    box.load({"name": "echo", "description": "Echo the text", "module": wat("echo"), "input_schema": ECHO_SCHEMA})
+    box.load(
+        {"name": "echo", "description": "Echo the text", "module": wat("echo"), "input_schema": ECHO_SCHEMA}
+    )
     box.load({"name": "trap", "description": "Trap", "module": wat("trap")})
     by_name = {tool.name: tool for tool in tools(box)}
     assert list(by_name) == ["echo", "trap"]

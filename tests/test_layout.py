@@ -10,7 +10,9 @@ import wasmbox
 PACKAGE = Path(wasmbox.__file__).parent
 ENGINE_LAYER = PACKAGE / "_wasmtime"
 # wasmtime-py's private API: its ctypes declarations, store and instance internals, raw pointers
-PRIVATE = re.compile(r"wasmtime\._ffi|from wasmtime import _ffi|\._context\(|_Store__|\._consume\(|\.ptr\(\)|\._instance\b")
+PRIVATE = re.compile(
+    r"wasmtime\._ffi|from wasmtime import _ffi|\._context\(|_Store__|\._consume\(|\.ptr\(\)|\._instance\b"
+)
 
 
 def _host_modules() -> list[Path]:

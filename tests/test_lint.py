@@ -14,7 +14,9 @@ from wasmbox.cli import main as cli
 from .conftest import CAPABILITIES, manifest
 
 
-def test_bundled_manifests_grant_only_what_they_use(built_examples: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bundled_manifests_grant_only_what_they_use(
+    built_examples: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     paths = sorted(CAPABILITIES.glob("*.toml"))
     assert len(paths) >= 5
     assert cli(["lint", *map(str, paths)]) == 0
@@ -32,14 +34,28 @@ def big_tree(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "fields, expected",
     [
-        ({"limits": {"memory": "2GiB", "fuel": 10**11, "timeout": "10m"}}, ["limits.fuel", "limits.memory", "limits.timeout"]),
-        ({"host_functions": ["http.fetch"], "network": {"allow": ["0.0.0.0/0"]}}, ["a whole range", "internal addresses", "never imports"]),
-        ({"host_functions": ["http.fetch"], "network": {"allow": ["169.254.169.254"]}}, ["internal addresses", "never imports"]),
+        (
+            {"limits": {"memory": "2GiB", "fuel": 10**11, "timeout": "10m"}},
+            ["limits.fuel", "limits.memory", "limits.timeout"],
+        ),
+        (
+            {"host_functions": ["http.fetch"], "network": {"allow": ["0.0.0.0/0"]}},
+            ["a whole range", "internal addresses", "never imports"],
+        ),
+        (
+            {"host_functions": ["http.fetch"], "network": {"allow": ["169.254.169.254"]}},
+            ["internal addresses", "never imports"],
+        ),
         ({"scratch": "4GiB"}, ["scratch is 4GiB", "does not import WASI"]),
         ({"env": {"A": "b"}}, ["env is granted"]),
         ({"preopens": [{"host": "/tmp", "guest": "/t", "writable": True}]}, ["top-level folder"]),
-        ({"host_functions": ["http.fetch"], "network": {"allow": ["93.184.216.34:443"], "max_response": "1GiB"}},
-         ["network.max_response is 1GiB"]),
+        (
+            {
+                "host_functions": ["http.fetch"],
+                "network": {"allow": ["93.184.216.34:443"], "max_response": "1GiB"},
+            },
+            ["network.max_response is 1GiB"],
+        ),
     ],
 )
 def test_broad_or_unused_grants_are_warned(fields: dict[str, Any], expected: list[str]) -> None:
@@ -69,8 +85,12 @@ def test_python_tool_granted_a_host_function_its_source_never_names(tmp_path: Pa
     source = tmp_path / "tool.py"
     source.write_text("def main():\n    return 1\n")
     grants = {"name": "py", "runtime": "python", "source": str(source), "host_functions": ["kv.get"]}
-    assert lint(wasmbox.Manifest.load(grants)) == ["host function kv.get is granted but the source never names it"]
-    source.write_text("from wasmbox_guest import call_host\ndef main():\n    return call_host('kv.get', key='a')\n")
+    assert lint(wasmbox.Manifest.load(grants)) == [
+        "host function kv.get is granted but the source never names it"
+    ]
+    source.write_text(
+        "from wasmbox_guest import call_host\ndef main():\n    return call_host('kv.get', key='a')\n"
+    )
     assert lint(wasmbox.Manifest.load(grants)) == []
 
 
@@ -107,6 +127,8 @@ def test_a_grant_given_through_a_symlink_is_warned(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to("real")
     grants = manifest("spam", preopens=[{"host": str(tmp_path / "link"), "guest": "/g"}])
     warnings = lint(wasmbox.Manifest.load(grants))
-    expected = (f"preopen /g: given through a symlink ({tmp_path / 'link'}); whoever can write the "
-                f"folder holding it chooses what is granted: give the real path {tmp_path / 'real'}")
+    expected = (
+        f"preopen /g: given through a symlink ({tmp_path / 'link'}); whoever can write the "
+        f"folder holding it chooses what is granted: give the real path {tmp_path / 'real'}"
+    )
     assert warnings == [expected]

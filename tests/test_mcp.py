@@ -128,9 +128,7 @@ async def _exercise(session: ClientSession, meet_dir: Path) -> None:
 
 
 def test_stdio_server(manifests: list[Path], cache_dir: Path) -> None:
-    params = StdioServerParameters(
-        command=sys.executable, args=_serve_args(manifests), env=_env(cache_dir)
-    )
+    params = StdioServerParameters(command=sys.executable, args=_serve_args(manifests), env=_env(cache_dir))
 
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -201,7 +199,9 @@ with wasmbox.Sandbox(cache_dir=None) as box:
 def test_serve_http_on_any_loopback_address_refuses_rebinding() -> None:
     """The SDK guards Host and Origin only for 127.0.0.1, localhost and ::1; serve_http does
     for every loopback address."""
-    process = subprocess.Popen([sys.executable, "-c", SERVE_PY, wat("echo")], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE_PY, wat("echo")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert process.stdout is not None
         url = process.stdout.readline().strip()
@@ -210,7 +210,10 @@ def test_serve_http_on_any_loopback_address_refuses_rebinding() -> None:
         body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         with httpx2.Client() as http:
             assert http.post(url, json=body, headers={**headers, "Host": "evil.example"}).status_code == 421
-            assert http.post(url, json=body, headers={**headers, "Origin": "http://evil.example"}).status_code == 403
+            assert (
+                http.post(url, json=body, headers={**headers, "Origin": "http://evil.example"}).status_code
+                == 403
+            )
             assert http.post(url, json=body, headers=headers).status_code != 421
     finally:
         process.terminate()
@@ -252,8 +255,14 @@ def test_build_server_calls_run_concurrently_through_the_sandbox(cache_dir: Path
             barrier.wait()
             return i
 
-        box.load({"name": "forward", "module": wat("forward"), "host_functions": ["host.fn"],
-                  "limits": {"timeout": "60s"}})  # (the barrier, not the deadline, decides)
+        box.load(
+            {
+                "name": "forward",
+                "module": wat("forward"),
+                "host_functions": ["host.fn"],
+                "limits": {"timeout": "60s"},
+            }
+        )  # (the barrier, not the deadline, decides)
 
         async def body(client: Any) -> None:
             listed = await client.list_tools()

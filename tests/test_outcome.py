@@ -96,7 +96,9 @@ def test_messages_say_which_cap() -> None:
     assert cut is not None and cut.message == "stderr exceeded the 1KiB output cap"
     oom = decide(Evidence(LIMITS, err(ErrorKind.TRAP, "unreachable"), peak_memory=AT_CAP))
     assert oom is not None and oom.message == "unreachable (memory cap reached)"
-    failed = decide(Evidence(LIMITS, err(ErrorKind.GUEST_ERROR, "kv.get refused"), failure=ErrorKind.CAPABILITY_DENIED))
+    failed = decide(
+        Evidence(LIMITS, err(ErrorKind.GUEST_ERROR, "kv.get refused"), failure=ErrorKind.CAPABILITY_DENIED)
+    )
     assert failed is not None and failed.message == "kv.get refused"
 
 

@@ -29,7 +29,9 @@ def build_wheel(
         path: data.encode() if isinstance(data, str) else data for path, data in files.items()
     }
     requires_lines = "".join(f"Requires-Dist: {r}\n" for r in requires)
-    contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires_lines}".encode()
+    contents[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires_lines}".encode()
+    )
     contents[f"{info}/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: wasmbox-tests\nRoot-Is-Purelib: {str(purelib).lower()}\nTag: {tag}\n"
     ).encode()
@@ -74,7 +76,9 @@ def tool(tmp_path: Path, name: str, source: str, **fields: object) -> dict[str, 
     return {"name": name, "runtime": "python", "source": str(path), **fields}
 
 
-USES_TINYPKG = "import tinypkg\n\ndef main():\n    return {'answer': tinypkg.answer(), 'file': tinypkg.__file__}\n"
+USES_TINYPKG = (
+    "import tinypkg\n\ndef main():\n    return {'answer': tinypkg.answer(), 'file': tinypkg.__file__}\n"
+)
 
 
 def package_sets(cache_dir: Path) -> list[Path]:
@@ -87,9 +91,7 @@ def test_a_tool_imports_a_declared_package_and_its_dependency(pbox: wasmbox.Sand
     assert value == {"answer": 42, "file": "/packages/tinypkg/__init__.py"}
 
 
-def test_the_same_set_in_two_manifests_is_built_once(
-    cache_dir: Path, wheels: Path, tmp_path: Path
-) -> None:
+def test_the_same_set_in_two_manifests_is_built_once(cache_dir: Path, wheels: Path, tmp_path: Path) -> None:
     manifest = tool(tmp_path, "first", USES_TINYPKG, packages=["tinydep==2.0", "tinypkg==1.0"])
     with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
         box.load(manifest)
@@ -108,9 +110,15 @@ def test_the_same_set_in_two_manifests_is_built_once(
     assert not list(cache_dir.glob(".build-packages-*"))
 
 
-def test_packages_are_bytecode_compiled_by_the_runtime(pbox: wasmbox.Sandbox, tmp_path: Path, cache_dir: Path) -> None:
+def test_packages_are_bytecode_compiled_by_the_runtime(
+    pbox: wasmbox.Sandbox, tmp_path: Path, cache_dir: Path
+) -> None:
     pbox.load(tool(tmp_path, "uses", USES_TINYPKG, packages=["tinypkg==1.0"]))
-    site = next(p / "site" for p in package_sets(cache_dir) if '"pins": ["tinypkg==1.0"]' in (p / "wasmbox-packages.json").read_text())
+    site = next(
+        p / "site"
+        for p in package_sets(cache_dir)
+        if '"pins": ["tinypkg==1.0"]' in (p / "wasmbox-packages.json").read_text()
+    )
     assert (site / "tinypkg" / "__pycache__" / "__init__.cpython-314.pyc").is_file()
     assert (site / "__pycache__" / "tinydep.cpython-314.pyc").is_file()
 
@@ -127,7 +135,9 @@ def test_a_wheel_with_native_code_is_refused_naming_it(pbox: wasmbox.Sandbox, tm
                                          "https://example.com/tinypkg-1.0.whl", "--index-url=http://x"])  # fmt: skip
 def test_an_unpinned_requirement_is_refused(requirement: str, tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="is not pinned: give an exact version"):
-        wasmbox.Manifest.load(tool(tmp_path, "unpinned", "def main():\n    return 1\n", packages=[requirement]))
+        wasmbox.Manifest.load(
+            tool(tmp_path, "unpinned", "def main():\n    return 1\n", packages=[requirement])
+        )
 
 
 def test_a_project_pinned_twice_and_packages_on_a_module_are_refused(tmp_path: Path) -> None:
@@ -136,12 +146,16 @@ def test_a_project_pinned_twice_and_packages_on_a_module_are_refused(tmp_path: P
     with pytest.raises(ManifestError, match="for Python tools"):
         wasmbox.Manifest.load({"name": "m", "module": __file__, "packages": ["idna==3.10"]})
     with pytest.raises(ManifestError, match="reserved for the Python runtime"):
-        wasmbox.Manifest.load(tool(tmp_path, "t", "", preopens=[{"host": str(tmp_path), "guest": "/packages"}]))
+        wasmbox.Manifest.load(
+            tool(tmp_path, "t", "", preopens=[{"host": str(tmp_path), "guest": "/packages"}])
+        )
 
 
 def test_a_missing_package_is_a_quick_clear_error(pbox: wasmbox.Sandbox, tmp_path: Path) -> None:
     started = time.monotonic()
-    with pytest.raises(ManifestError, match=r"no pure-Python wheel of nothere==9\.9: it is not in the wheel folder"):
+    with pytest.raises(
+        ManifestError, match=r"no pure-Python wheel of nothere==9\.9: it is not in the wheel folder"
+    ):
         pbox.load(tool(tmp_path, "missing", "def main():\n    return 1\n", packages=["nothere==9.9"]))
     assert time.monotonic() - started < 120  # pip found nothing and said so: no network wait, no hang
 
@@ -149,7 +163,13 @@ def test_a_missing_package_is_a_quick_clear_error(pbox: wasmbox.Sandbox, tmp_pat
 def test_a_requirements_file_adds_to_packages(pbox: wasmbox.Sandbox, tmp_path: Path) -> None:
     (tmp_path / "requirements.txt").write_text("# pinned\ntinypkg==1.0  # the one we use\n\n")
     manifest = wasmbox.Manifest.load(
-        tool(tmp_path, "req", USES_TINYPKG, requirements=str(tmp_path / "requirements.txt"), packages=["tinydep==2.0"])
+        tool(
+            tmp_path,
+            "req",
+            USES_TINYPKG,
+            requirements=str(tmp_path / "requirements.txt"),
+            packages=["tinydep==2.0"],
+        )
     )
     assert manifest.packages == ("tinydep==2.0", "tinypkg==1.0")
     assert pbox.load(manifest).call({}).unwrap()["answer"] == 42
@@ -189,7 +209,11 @@ done
     result = pbox.run_python(attempts, grants)
     assert result.ok, result.error
     assert "written" not in result.value
-    site = next(p / "site" for p in package_sets(cache_dir) if '"pins": ["tinypkg==1.0"]' in (p / "wasmbox-packages.json").read_text())
+    site = next(
+        p / "site"
+        for p in package_sets(cache_dir)
+        if '"pins": ["tinypkg==1.0"]' in (p / "wasmbox-packages.json").read_text()
+    )
     assert not (site / "evil.py").exists() and (site / "tinydep.py").is_file()
     assert pbox.run_python("import tinypkg; tinypkg.answer()", grants).value == 42
 
@@ -234,7 +258,10 @@ def test_two_processes_install_a_set_once(cache_dir: Path, wheels: Path) -> None
     assert [out for out, _ in outputs] == ["3\n", "3\n"], outputs
     installs = sum(err.count("wasmbox: installing packages racepkg==3.0, tinydep==2.0") for _, err in outputs)
     assert installs == 1, outputs  # the other waited on the lock, then reused the set
-    assert len([p for p in package_sets(cache_dir) if "racepkg" in (p / "wasmbox-packages.json").read_text()]) == 1
+    assert (
+        len([p for p in package_sets(cache_dir) if "racepkg" in (p / "wasmbox-packages.json").read_text()])
+        == 1
+    )
 
 
 def test_an_unreachable_index_is_a_quick_clear_error(cache_dir: Path, tmp_path: Path) -> None:
@@ -243,17 +270,26 @@ def test_an_unreachable_index_is_a_quick_clear_error(cache_dir: Path, tmp_path: 
         index = f"http://127.0.0.1:{unused.getsockname()[1]}/simple"
     with wasmbox.Sandbox(cache_dir=cache_dir, package_index=index) as box:
         started = time.monotonic()
-        with pytest.raises(ManifestError, match=r"tinypkg==1\.0: the index http://127\.0\.0\.1:\d+/simple could not be reached"):
+        with pytest.raises(
+            ManifestError,
+            match=r"tinypkg==1\.0: the index http://127\.0\.0\.1:\d+/simple could not be reached",
+        ):
             box.load(tool(tmp_path, "offline", USES_TINYPKG, packages=["tinypkg==1.0"]))
         assert time.monotonic() - started < 120
 
 
-def test_a_set_whose_record_is_missing_is_installed_again(cache_dir: Path, wheels: Path, tmp_path: Path) -> None:
+def test_a_set_whose_record_is_missing_is_installed_again(
+    cache_dir: Path, wheels: Path, tmp_path: Path
+) -> None:
     build_wheel(wheels, "redo", "1.0", {"redo.py": "V = 'fresh'\n"})
-    manifest = tool(tmp_path, "redo", "import redo\n\ndef main():\n    return redo.V\n", packages=["redo==1.0"])
+    manifest = tool(
+        tmp_path, "redo", "import redo\n\ndef main():\n    return redo.V\n", packages=["redo==1.0"]
+    )
     with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
         box.load(manifest)
-    (built,) = [p for p in package_sets(cache_dir) if "redo==1.0" in (p / "wasmbox-packages.json").read_text()]
+    (built,) = [
+        p for p in package_sets(cache_dir) if "redo==1.0" in (p / "wasmbox-packages.json").read_text()
+    ]
     (built / "wasmbox-packages.json").unlink()  # as if a build had stopped before its last step
     (built / "site" / "redo.py").write_text("V = 'stale'\n")
     with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:

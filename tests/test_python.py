@@ -232,7 +232,9 @@ def test_a_c_wrappers_type_error_is_a_guest_error_and_misfit_args_are_invalid(
     box: wasmbox.Sandbox, tmp_path: Path
 ) -> None:
     """functools.lru_cache is a C wrapper: its TypeError comes from no Python frame."""
-    cached = _tool_of(box, tmp_path, "import functools\n@functools.lru_cache\ndef main(items):\n    return len(items)\n")
+    cached = _tool_of(
+        box, tmp_path, "import functools\n@functools.lru_cache\ndef main(items):\n    return len(items)\n"
+    )
     unhashable = cached.call({"items": [1]})
     assert kind(unhashable) == "guest_error" and "unhashable" in unhashable.error.message  # type: ignore[union-attr]
     assert kind(cached.call({"zzz": 1})) == "invalid_arguments"
@@ -393,7 +395,11 @@ def test_tools_and_snippets_are_real_modules(box: wasmbox.Sandbox, tmp_path: Pat
     for future in ("", "from __future__ import annotations\n"):
         source = tmp_path / "points.py"
         source.write_text(future + body)
-        value = box.load({"name": "points", "runtime": "python", "source": str(source)}, replace=True).call({}).value
+        value = (
+            box.load({"name": "points", "runtime": "python", "source": str(source)}, replace=True)
+            .call({})
+            .value
+        )
         assert value == [3, "str" if future else "type"]
     snippet = box.run_python(body + "main()")
     assert snippet.value == [3, "type"], snippet.error
@@ -441,12 +447,16 @@ def test_random_is_seeded_per_call(box: wasmbox.Sandbox) -> None:
 
 
 def test_stdlib_beyond_the_snapshot_imports_lazily(box: wasmbox.Sandbox) -> None:
-    result = box.run_python("import colorsys, shlex\n[colorsys.rgb_to_hsv(1, 0, 0), shlex.split('a \"b c\"')]")
+    result = box.run_python(
+        "import colorsys, shlex\n[colorsys.rgb_to_hsv(1, 0, 0), shlex.split('a \"b c\"')]"
+    )
     assert result.value == [[0.0, 1.0, 1], ["a", "b c"]]
     for big in ("pickle", "argparse", "shutil", "tarfile", "configparser"):  # their .pyc are
         imported = box.run_python(f"import {big}\n{big}.__name__")  # bigger than a WASI write
         assert imported.value == big, imported.error  # compiling pickle took ~300M fuel
-    assert box.run_python("import sqlite3\nsqlite3.connect(':memory:').execute('select 2').fetchone()").value == [2]
+    assert box.run_python(
+        "import sqlite3\nsqlite3.connect(':memory:').execute('select 2').fetchone()"
+    ).value == [2]
 
 
 # -- grants -----------------------------------------------------------------------------
@@ -805,7 +815,12 @@ def test_closed_sandboxes_release_their_engine(cache_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "code", ["import time\ntime.sleep(30)", "import select\nselect.select([], [], [], 30)", "import time\ntime.sleep(0.01)"]
+    "code",
+    [
+        "import time\ntime.sleep(30)",
+        "import select\nselect.select([], [], [], 30)",
+        "import time\ntime.sleep(0.01)",
+    ],
 )
 def test_sleeping_is_refused_at_once(box: wasmbox.Sandbox, code: str) -> None:
     import time

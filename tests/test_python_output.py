@@ -16,7 +16,9 @@ import pytest
 import wasmbox
 from wasmbox._wasmtime.component_io import REPLY_MAX
 
-PRINTS_THEN_SPINS = "import sys\nprint('step 1')\nprint('step 2', file=sys.stderr)\nprint('step 3')\nwhile True:\n    pass\n"
+PRINTS_THEN_SPINS = (
+    "import sys\nprint('step 1')\nprint('step 2', file=sys.stderr)\nprint('step 3')\nwhile True:\n    pass\n"
+)
 # Stops by fuel (the default 50M) or by a deadline with fuel to spare.
 STOPS = {
     "out_of_fuel": {},

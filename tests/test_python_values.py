@@ -9,7 +9,7 @@ from pathlib import Path
 import wasmbox
 from wasmbox import ErrorKind
 
-SOURCE = '''
+SOURCE = """
 import dataclasses, datetime, decimal, enum, fractions, pathlib, uuid
 
 class Color(enum.Enum):
@@ -40,7 +40,7 @@ def main(which: str):
         "bytes": b"\\x00\\xff",
         "nested": [{"at": datetime.date(2000, 1, 1)}],
     }[which]
-'''
+"""
 
 
 def _tool(box: wasmbox.Sandbox, tmp_path: Path, source: str = SOURCE) -> wasmbox.Tool:

@@ -145,7 +145,9 @@ CALLS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("name", "args", "kwargs"), CALLS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(CALLS)])
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs"), CALLS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(CALLS)]
+)
 def test_results_equal_in_process(
     pool: RaySandboxPool, local: wasmbox.Sandbox, name: str, args: dict[str, Any], kwargs: dict[str, Any]
 ) -> None:
@@ -173,11 +175,17 @@ def test_run_python_equal_in_process(pool: RaySandboxPool, local: wasmbox.Sandbo
     assert pool.run_python(code).value == [45, [1.5, None, b"x"]]
     failing = "1/0"
     check_same(asyncio.run(pool.arun_python(failing)), local.run_python(failing))
-    grants = {"name": "snippet", "runtime": "python", "preopens": [{"host": str(CAPABILITIES / "data"), "guest": "/data"}]}
+    grants = {
+        "name": "snippet",
+        "runtime": "python",
+        "preopens": [{"host": str(CAPABILITIES / "data"), "guest": "/data"}],
+    }
     reads = "open('/data/sample.txt').read()"
     check_same(pool.run_python(reads, grants), local.run_python(reads, grants))
     with pytest.raises(wasmbox.ManifestError, match="no source"):
-        pool.run_python("1", {"name": "t", "runtime": "python", "source": str(CAPABILITIES / "tools" / "csv_stats.py")})
+        pool.run_python(
+            "1", {"name": "t", "runtime": "python", "source": str(CAPABILITIES / "tools" / "csv_stats.py")}
+        )
 
 
 def test_tools_specs_and_dispatch_as_the_sandbox(pool: RaySandboxPool, local: wasmbox.Sandbox) -> None:
@@ -209,7 +217,9 @@ def test_calls_spread_by_load(pool: RaySandboxPool) -> None:
         assert all(f.result().error.kind is ErrorKind.TIMEOUT for f in spinning)  # type: ignore[union-attr]
 
 
-def test_audit_records_reach_the_driver(pool: RaySandboxPool, local: wasmbox.Sandbox, audit: list[AuditRecord]) -> None:
+def test_audit_records_reach_the_driver(
+    pool: RaySandboxPool, local: wasmbox.Sandbox, audit: list[AuditRecord]
+) -> None:
     audit.clear()
     pool.call("kv_lookup", {"key": "greeting"})
     pool.call("kv_lookup", {"key": "secret/x"})
@@ -222,13 +232,19 @@ def test_audit_records_reach_the_driver(pool: RaySandboxPool, local: wasmbox.San
     assert [r.seq for r in audit] == sorted({r.seq for r in audit})  # one sequence on the driver
 
 
-def test_a_grant_missing_on_the_node_is_refused_at_start(cluster: None, tmp_path: Path, cache_dir: Path) -> None:
+def test_a_grant_missing_on_the_node_is_refused_at_start(
+    cluster: None, tmp_path: Path, cache_dir: Path
+) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    grants = wasmbox.Manifest.load(manifest("echo", name="reader", preopens=[{"host": str(data), "guest": "/data"}]))
+    grants = wasmbox.Manifest.load(
+        manifest("echo", name="reader", preopens=[{"host": str(data), "guest": "/data"}])
+    )
     shutil.rmtree(data)  # read where it exists, then gone: as on a node without the folder
     free = ray.available_resources().get("CPU")
-    with pytest.raises(wasmbox.CapabilityError, match=rf"reader: preopen {data} \(guest /data\) is not a directory on node"):
+    with pytest.raises(
+        wasmbox.CapabilityError, match=rf"reader: preopen {data} \(guest /data\) is not a directory on node"
+    ):
         RaySandboxPool([manifest("echo"), grants], actors=2, actor_options=ACTOR, cache_dir=cache_dir)
     _until(lambda: ray.available_resources().get("CPU") == free, "the refused pool's actors ended")
 
@@ -237,7 +253,9 @@ def test_code_altered_on_its_way_to_a_node_is_refused(cluster: None, cache_dir: 
     """An actor loads a manifest's module only if its bytes have the sha256 the driver sent."""
     sent = b"(module)"
     other = hashlib.sha256(b"(module (func))").hexdigest()
-    shipment = _Shipment("m", {"name": "m", "module": None}, (_File("module", "m.wat", other, ray.put(sent)),), "d")
+    shipment = _Shipment(
+        "m", {"name": "m", "module": None}, (_File("module", "m.wat", other, ray.put(sent)),), "d"
+    )
     actor = _remote_actor().options(**ACTOR).remote()
     try:
         outcome = ray.get(actor.start.remote({"cache_dir": cache_dir}, False, [shipment], {}))
@@ -279,7 +297,12 @@ def test_a_call_never_answered_is_a_host_error(pool: RaySandboxPool, monkeypatch
     """The driver waits for an answer its deadline plus the start timeout, not forever (here a
     host function holds the call on the actor for 3 s, past both)."""
     monkeypatch.setattr(pool, "_start_timeout_s", 0.5)
-    grants = {"name": "napper", "runtime": "python", "host_functions": ["test.nap"], "limits": {"timeout": 0.5}}
+    grants = {
+        "name": "napper",
+        "runtime": "python",
+        "host_functions": ["test.nap"],
+        "limits": {"timeout": 0.5},
+    }
     code = "import wasmbox_guest\nwasmbox_guest.call_host('test.nap', seconds=3)"
     for result in (pool.run_python(code, grants), asyncio.run(pool.arun_python(code, grants))):
         assert result.error is not None and result.error.kind is ErrorKind.HOST_ERROR, result
@@ -288,7 +311,9 @@ def test_a_call_never_answered_is_a_host_error(pool: RaySandboxPool, monkeypatch
     assert pool.call("echo", {"a": 1}).value == {"a": 1}
 
 
-def test_a_killed_actor_fails_its_calls_and_is_replaced(pool: RaySandboxPool, audit: list[AuditRecord]) -> None:
+def test_a_killed_actor_fails_its_calls_and_is_replaced(
+    pool: RaySandboxPool, audit: list[AuditRecord]
+) -> None:
     audit.clear()
     victim, survivor = pool.actors
     with ThreadPoolExecutor(2) as threads:
@@ -304,11 +329,16 @@ def test_a_killed_actor_fails_its_calls_and_is_replaced(pool: RaySandboxPool, au
     _until(lambda: len(pool.actors) == 2, "the replacement actor started")
     assert victim not in pool.actors and survivor in pool.actors
     with ThreadPoolExecutor(4) as threads:
-        assert [f.result().value for f in [threads.submit(pool.call, "echo", {"i": i}) for i in range(8)]] == [
-            {"i": i} for i in range(8)
-        ]
-    assert pool.call("kv_lookup", {"key": "greeting"}).value == {"key": "greeting", "value": "hello"}  # host functions too
-    assert {"host_error", "timeout"} <= {r.error_kind for r in audit if r.tool == "spin"}  # the lost call's record
+        assert [
+            f.result().value for f in [threads.submit(pool.call, "echo", {"i": i}) for i in range(8)]
+        ] == [{"i": i} for i in range(8)]
+    assert pool.call("kv_lookup", {"key": "greeting"}).value == {
+        "key": "greeting",
+        "value": "hello",
+    }  # host functions too
+    assert {"host_error", "timeout"} <= {
+        r.error_kind for r in audit if r.tool == "spin"
+    }  # the lost call's record
 
 
 def test_a_closed_pool_refuses_calls(cluster: None, cache_dir: Path) -> None:

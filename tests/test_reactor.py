@@ -153,7 +153,10 @@ def test_inspect_notes_the_c_api_of_a_command(graphviz: Path, capsys: pytest.Cap
     from wasmbox.cli import main
 
     assert main(["inspect", str(graphviz)]) == 0
-    assert "note: a WASI command that also exports ['graphviz_version', 'graphviz_last_error'" in capsys.readouterr().out
+    assert (
+        "note: a WASI command that also exports ['graphviz_version', 'graphviz_last_error'"
+        in capsys.readouterr().out
+    )
     assert main(["inspect", "--json", str(graphviz)]) == 0
     assert "graphviz_render" in json.loads(capsys.readouterr().out)["command_exports_c_api"]
 
@@ -400,7 +403,11 @@ def test_cstring_in_and_out(box: wasmbox.Sandbox, shapes: str) -> None:
 
 def test_buffer_and_integer_params_and_a_packed_result(box: wasmbox.Sandbox, shapes: str) -> None:
     """`(ptr, len)` as one i64; the initializer ran once before the entry ('1' written)."""
-    reactor = {"entry": "echo_packed", "params": [{"buffer": "{data}"}, {"integer": "{n}"}], "result": "ptr_len"}
+    reactor = {
+        "entry": "echo_packed",
+        "params": [{"buffer": "{data}"}, {"integer": "{n}"}],
+        "result": "ptr_len",
+    }
     tool = box.load(_shape(shapes, reactor, {"data": {"type": "string"}, "n": {"type": "integer"}}))
     assert tool.call({"data": "xabcdef", "n": 4}).unwrap() == "1abc"
     assert tool.call({"data": "xabcdef", "n": 4}).unwrap() == "1abc"  # a fresh instance: once again
@@ -415,7 +422,11 @@ def test_integer_params_are_checked(box: wasmbox.Sandbox, shapes: str) -> None:
                "result_encoding": "json"}  # fmt: skip
     tool = box.load(_shape(shapes, reactor, {"n": {}}))
     assert tool.call({"n": 3}).unwrap() == {"n": 3}
-    for bad, words in ((2**32, "does not fit in i32"), ("three", "'three' is not an integer"), (1.5, "not an integer")):
+    for bad, words in (
+        (2**32, "does not fit in i32"),
+        ("three", "'three' is not an integer"),
+        (1.5, "not an integer"),
+    ):
         result = tool.call({"n": bad})
         assert result.error is not None and result.error.kind is ErrorKind.INVALID_ARGUMENTS, bad
         assert words in result.error.message
@@ -424,7 +435,12 @@ def test_integer_params_are_checked(box: wasmbox.Sandbox, shapes: str) -> None:
 
 
 def test_two_result_pair_and_bytes(box: wasmbox.Sandbox, shapes: str) -> None:
-    reactor = {"entry": "echo_pair", "params": [{"buffer": "{data}"}], "result": "ptr_len", "result_encoding": "bytes"}
+    reactor = {
+        "entry": "echo_pair",
+        "params": [{"buffer": "{data}"}],
+        "result": "ptr_len",
+        "result_encoding": "bytes",
+    }
     tool = box.load(_shape(shapes, reactor, {"data": {"type": "string"}}))
     assert tool.call({"data": "é"}).unwrap() == "é".encode()
     assert tool.call({}).error is not None  # absent: (NULL, 0), a NULL result pointer

@@ -61,7 +61,9 @@ def test_closed_or_dropped_sandboxes_leave_no_host_function_behind(
     a tool that calls it. Once each Sandbox is closed (or only dropped), nothing of it stays
     reachable from the module-level registries of callbacks."""
     source = tmp_path / "asks.py"
-    source.write_text("import wasmbox_guest\n\ndef main(**args):\n    return wasmbox_guest.call_host('host.fn', **args)\n")
+    source.write_text(
+        "import wasmbox_guest\n\ndef main(**args):\n    return wasmbox_guest.call_host('host.fn', **args)\n"
+    )
     registries = {"host functions": _hostcall._functions, "call-host handlers": _component_io._handlers}
     gc.collect()
     before = {name: len(registry._items) for name, registry in registries.items()}
@@ -73,7 +75,9 @@ def test_closed_or_dropped_sandboxes_leave_no_host_function_behind(
         if kind == "core":
             tool = box.load(manifest("forward", host_functions=["host.fn"]))
         else:
-            tool = box.load({"name": "asks", "runtime": "python", "source": str(source), "host_functions": ["host.fn"]})
+            tool = box.load(
+                {"name": "asks", "runtime": "python", "source": str(source), "host_functions": ["host.fn"]}
+            )
         assert tool.call({"n": n}).unwrap() == {"served": {"n": n}}
         if n % 2 == 0:
             box.close()  # the other half are only dropped

@@ -88,10 +88,14 @@ def test_many_small_files_count_against_the_cap(box: wasmbox.Sandbox) -> None:
         ("open('/tmp/a', 'w').write('x')\n1/0", wasmbox.ErrorKind.GUEST_ERROR),
         ("open('/tmp/a', 'w').write('x')\nwhile True: pass", wasmbox.ErrorKind.TIMEOUT),
         ("open('/tmp/a', 'w').write('x')\nwhile True: pass", wasmbox.ErrorKind.OUT_OF_FUEL),
-        (("import os\np = '/tmp'\nfor i in range(300):\n    p += '/d'\n    os.mkdir(p)\n"
-          "os.symlink('../' * 310 + 'python', p + '/out')\nos.symlink('..', '/tmp/up')\n"
-          "open(p + '/f', 'w').write('x')"),
-         None),
+        (
+            (
+                "import os\np = '/tmp'\nfor i in range(300):\n    p += '/d'\n    os.mkdir(p)\n"
+                "os.symlink('../' * 310 + 'python', p + '/out')\nos.symlink('..', '/tmp/up')\n"
+                "open(p + '/f', 'w').write('x')"
+            ),
+            None,
+        ),
     ],
     ids=["guest_error", "timeout", "out_of_fuel", "deep-tree-and-symlinks"],
 )
@@ -99,7 +103,11 @@ def test_nothing_is_left_on_the_host_whatever_the_outcome(
     box: wasmbox.Sandbox, code: str, kind: wasmbox.ErrorKind | None
 ) -> None:
     # fuel or the deadline decides, never the machine's speed: the other one is far away
-    limits = {"timeout": "300ms", "fuel": 10**12} if kind is wasmbox.ErrorKind.TIMEOUT else {"fuel": 10**8, "timeout": "60s"}
+    limits = (
+        {"timeout": "300ms", "fuel": 10**12}
+        if kind is wasmbox.ErrorKind.TIMEOUT
+        else {"fuel": 10**8, "timeout": "60s"}
+    )
     grants = {"name": f"outcome-{kind}", "runtime": "python", "scratch": "4MiB", "limits": limits}
     result = box.run_python(code, grants)
     assert (result.error.kind if result.error else None) is kind

@@ -221,7 +221,12 @@ def test_anthropic_messages_round_trip(tools_box: wasmbox.Sandbox) -> None:
         "content": blocks, "stop_reason": "tool_use", "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": 10},
     }  # fmt: skip
-    done = {**message, "id": "msg_2", "content": [{"type": "text", "text": "4 words."}], "stop_reason": "end_turn"}
+    done = {
+        **message,
+        "id": "msg_2",
+        "content": [{"type": "text", "text": "4 words."}],
+        "stop_reason": "end_turn",
+    }
     model = FakeModel([message, done])
     client = anthropic.Anthropic(
         api_key="sk-ant-test", base_url="http://model.test",
@@ -231,8 +236,12 @@ def test_anthropic_messages_round_trip(tools_box: wasmbox.Sandbox) -> None:
     messages: list[Any] = [{"role": "user", "content": "Count the words."}]
     response = client.messages.create(model="claude-test", max_tokens=1024, messages=messages, tools=tools)
     assert isinstance(response.content[1], anthropic.types.ToolUseBlock)
-    messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]})
-    messages.append({"role": "user", "content": tools_box.dispatch(response, format="anthropic", python=True)})
+    messages.append(
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]}
+    )
+    messages.append(
+        {"role": "user", "content": tools_box.dispatch(response, format="anthropic", python=True)}
+    )
     final = client.messages.create(model="claude-test", max_tokens=1024, messages=messages, tools=tools)
     assert final.content[0].text == "4 words."
 

@@ -176,7 +176,9 @@ def test_max_sessions_is_a_clear_error_and_an_ended_session_frees_its_place(cach
     with wasmbox.Sandbox(cache_dir=cache_dir, max_sessions=2) as box:
         first, second = box.session(name="a"), box.session(name="b")
         assert box.session(name="a") is first  # by name: the live one, not a third
-        with pytest.raises(SessionError, match=r"2 sessions are open, the most this Sandbox allows \(max_sessions=2\)"):
+        with pytest.raises(
+            SessionError, match=r"2 sessions are open, the most this Sandbox allows \(max_sessions=2\)"
+        ):
             box.session(name="c")
         first.close()
         third = box.session(name="c")
@@ -204,7 +206,10 @@ def test_sessions_of_different_grant_sets_never_share_state(box: wasmbox.Sandbox
                      "os.environ['WHO']]")  # fmt: skip
     assert seen.value == [False, False, [], "two"]
     same_grants = box.session(one)  # another session under the same grants is as separate
-    assert same_grants.run("import builtins, os\n[hasattr(builtins, 'LEFT'), os.listdir('/tmp')]").value == [False, []]
+    assert same_grants.run("import builtins, os\n[hasattr(builtins, 'LEFT'), os.listdir('/tmp')]").value == [
+        False,
+        [],
+    ]
     assert first.run("secret").value == "one"
     assert first.manifest_digest == wasmbox.Manifest.load(one).digest() != other.manifest_digest
 
@@ -232,7 +237,11 @@ def test_each_run_is_audited_with_the_session(cache_dir: Path) -> None:
         session.run("x = 1")
         session.run("1/0")
         box.run_python("2")
-    assert [(r.session, r.error_kind) for r in records] == [("conv-7", None), ("conv-7", "guest_error"), (None, None)]
+    assert [(r.session, r.error_kind) for r in records] == [
+        ("conv-7", None),
+        ("conv-7", "guest_error"),
+        (None, None),
+    ]
     assert records[0].session_id == records[1].session_id == session.id and records[2].session_id is None
     assert records[0].as_dict()["session"] == "conv-7"
 
@@ -249,7 +258,11 @@ def test_sessions_from_asyncio(box: wasmbox.Sandbox) -> None:
 
 def _openai_calls(*codes: str) -> list[dict[str, Any]]:
     return [
-        {"id": f"c{i}", "type": "function", "function": {"name": "run_python", "arguments": json.dumps({"code": code})}}
+        {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": "run_python", "arguments": json.dumps({"code": code})},
+        }
         for i, code in enumerate(codes)
     ]
 
@@ -335,7 +348,9 @@ def test_mcp_serve_sessions_over_stdio(cache_dir: Path) -> None:
             await client.initialize()
             first = await client.call_tool("run_python", {"code": "import math\nr = 3"})
             name = first.content[-1].text.removeprefix("session: ")  # type: ignore[union-attr]
-            area = await client.call_tool("run_python", {"code": "round(math.pi * r * r, 1)", "session": name})
+            area = await client.call_tool(
+                "run_python", {"code": "round(math.pi * r * r, 1)", "session": name}
+            )
             assert area.content[0].text == "28.3"  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(run(), 300))

@@ -73,7 +73,9 @@ def test_the_schema_follows_annotations_defaults_and_docstring(summarise: wasmbo
     }  # fmt: skip
 
 
-def test_a_derived_schema_goes_through_strict_mode_and_dispatch(summarise: wasmbox.Tool, box: wasmbox.Sandbox) -> None:
+def test_a_derived_schema_goes_through_strict_mode_and_dispatch(
+    summarise: wasmbox.Tool, box: wasmbox.Sandbox
+) -> None:
     with pytest.raises(wasmbox.StrictSchemaError, match="weights: additionalProperties as a schema"):
         summarise.spec("openai", strict=True)
     parameters = dict(summarise.parameters)
@@ -85,8 +87,16 @@ def test_a_derived_schema_goes_through_strict_mode_and_dispatch(summarise: wasmb
     call = {"id": "c1", "type": "function", "function": {"name": "summarise", "arguments": json.dumps(args)}}
     (reply,) = box.dispatch([call], format="openai")
     assert json.loads(reply["content"]) == {
-        "path": "/data/x.csv", "column": "units", "limit": None, "mode": "sum", "tags": [],
-        "weights": {}, "ratio": 0.5, "note": "", "scale": 1.0, "flag": True,
+        "path": "/data/x.csv",
+        "column": "units",
+        "limit": None,
+        "mode": "sum",
+        "tags": [],
+        "weights": {},
+        "ratio": 0.5,
+        "note": "",
+        "scale": 1.0,
+        "flag": True,
     }  # fmt: skip  (limit allows null: passed as given, which is its default too)
 
 
@@ -104,7 +114,9 @@ def test_no_schema_without_a_plain_def(box: wasmbox.Sandbox, tmp_path: Path) -> 
         assert tool.parameters == {"type": "object"}, name
 
 
-def test_kwargs_leave_the_schema_open_and_unknown_types_unconstrained(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+def test_kwargs_leave_the_schema_open_and_unknown_types_unconstrained(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
     source = tmp_path / "open.py"
     source.write_text(
         "class Point: ...\n"
@@ -123,7 +135,9 @@ def test_kwargs_leave_the_schema_open_and_unknown_types_unconstrained(box: wasmb
     with pytest.warns(wasmbox.StrictSchemaWarning, match="open: sent without strict mode"):
         assert tool.spec("openai", strict="auto")["function"]["strict"] is False
     manifest_schema = {"type": "object", "properties": {"x": {"type": "string"}}}
-    tool = box.load({"name": "given", "runtime": "python", "source": str(source), "input_schema": manifest_schema})
+    tool = box.load(
+        {"name": "given", "runtime": "python", "source": str(source), "input_schema": manifest_schema}
+    )
     assert tool.parameters == manifest_schema  # the manifest's own schema wins
 
 
@@ -131,6 +145,10 @@ def test_signature_schema_is_defensive() -> None:
     assert signature_schema(None) == (None, "")
     assert signature_schema({"params": "nope"}) == (None, "")
     assert signature_schema({"params": [{"kind": "positional_or_keyword"}]}) == (None, "")
-    odd = {"params": [{"name": "x", "kind": "positional_or_keyword", "annotation": "int |", "has_default": False}]}
+    odd = {
+        "params": [
+            {"name": "x", "kind": "positional_or_keyword", "annotation": "int |", "has_default": False}
+        ]
+    }
     assert signature_schema(odd) == ({"type": "object", "properties": {"x": {}}, "required": ["x"],
                                       "additionalProperties": False}, "")  # fmt: skip

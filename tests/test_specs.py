@@ -171,7 +171,9 @@ def test_run_python_is_offered_as_a_tool(box: wasmbox.Sandbox) -> None:
 
 
 def test_mcp_annotations_follow_the_grants(box: wasmbox.Sandbox, tmp_path: Path) -> None:
-    writable = box.load(manifest("echo", preopens=[{"host": str(tmp_path), "guest": "/out", "writable": True}]))
+    writable = box.load(
+        manifest("echo", preopens=[{"host": str(tmp_path), "guest": "/out", "writable": True}])
+    )
     assert writable.spec("mcp")["annotations"] == {
         "readOnlyHint": False, "destructiveHint": True, "openWorldHint": False,
     }  # fmt: skip
@@ -196,7 +198,14 @@ def test_prepare_args_strips_only_the_nulls_strictness_introduced() -> None:
         },
         "required": ["c"],
     }
-    args = {"a": None, "b": None, "c": None, "inner": {"x": None}, "list": [{"y": None}, {"y": "k"}], "z": None}
+    args = {
+        "a": None,
+        "b": None,
+        "c": None,
+        "inner": {"x": None},
+        "list": [{"y": None}, {"y": "k"}],
+        "z": None,
+    }
     assert prepare_args(args, schema) == {
         "b": None,  # the original allows null: kept as given
         "c": None,  # required: kept, and the schema check refuses it
@@ -246,7 +255,9 @@ _schemas = st.recursive(
     _leaf_schemas,
     lambda inner: st.one_of(
         _objects(inner),
-        st.builds(lambda items, n: {"type": "array", "items": items, "maxItems": n}, inner, st.integers(1, 3)),
+        st.builds(
+            lambda items, n: {"type": "array", "items": items, "maxItems": n}, inner, st.integers(1, 3)
+        ),
         st.builds(lambda branches: {"anyOf": branches}, st.lists(inner, min_size=1, max_size=3)),
         st.builds(lambda branches: {"oneOf": branches}, st.lists(inner, min_size=1, max_size=2)),
     ),
@@ -266,7 +277,9 @@ def _instance(draw: st.DrawFn, schema: dict[str, Any], depth: int = 0) -> Any:
     kind = schema["type"] if isinstance(schema["type"], str) else draw(st.sampled_from(schema["type"]))
     if kind == "object":
         props = schema["properties"]
-        names = set(schema["required"]) | set(draw(st.lists(st.sampled_from(sorted(props)), unique=True)) if props else [])
+        names = set(schema["required"]) | set(
+            draw(st.lists(st.sampled_from(sorted(props)), unique=True)) if props else []
+        )
         return {name: _instance(draw, props[name], depth + 1) for name in sorted(names)}
     if kind == "array":
         return [_instance(draw, schema["items"], depth + 1) for _ in range(draw(st.integers(0, 2)))]

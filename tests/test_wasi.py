@@ -94,9 +94,7 @@ def test_read_only_preopen_refuses_a_commands_writes(
     assert os.listdir(tree / "granted" / "sub") == []
 
 
-def test_writable_preopen_writes_inside_only(
-    box: wasmbox.Sandbox, built_examples: Path, tree: Path
-) -> None:
+def test_writable_preopen_writes_inside_only(box: wasmbox.Sandbox, built_examples: Path, tree: Path) -> None:
     result = probe(box, built_examples, tree, "write", "/data/new.txt", "hello", writable=True)
     assert exit_code(result) == 0
     assert (tree / "granted" / "new.txt").read_text() == "hello"
@@ -163,7 +161,9 @@ def test_sleep_is_cut_at_the_deadline(box: wasmbox.Sandbox) -> None:
 
 
 def test_nothing_runs_after_a_sleep_cut_at_the_deadline(box: wasmbox.Sandbox) -> None:
-    tool = box.load(manifest("security/sleep_then_write", name="sleep_then_write", limits={"timeout": "200ms"}))
+    tool = box.load(
+        manifest("security/sleep_then_write", name="sleep_then_write", limits={"timeout": "200ms"})
+    )
     result = tool.call()
     assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
     assert result.stdout == ""  # the guest stopped in the sleep, before its write

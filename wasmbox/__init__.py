@@ -1,8 +1,8 @@
 """wasmbox: run LLM tool calls as WebAssembly under Wasmtime, with nothing ambient.
 
-    box = wasmbox.Sandbox()
-    tool = box.load("capabilities/word_count.toml")
-    tool.call({"text": "a b c"}).unwrap()
+box = wasmbox.Sandbox()
+tool = box.load("capabilities/word_count.toml")
+tool.call({"text": "a b c"}).unwrap()
 """
 
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log

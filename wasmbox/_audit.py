@@ -179,7 +179,9 @@ def args_digest(args: object) -> str:
         try:
             data = repr(args).encode("utf-8", "surrogatepass")
         except Exception as exc:  # noqa: BLE001 - RecursionError, ValueError, a hostile __repr__
-            data = f"<{type(args).__name__} args without an encoding or a repr: {type(exc).__name__}>".encode()
+            data = (
+                f"<{type(args).__name__} args without an encoding or a repr: {type(exc).__name__}>".encode()
+            )
     return hashlib.sha256(data).hexdigest()
 
 

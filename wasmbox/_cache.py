@@ -210,7 +210,9 @@ class ArtifactCache:
         """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
         read only to compile it). `on_compile` is called before a (slow) compile, and what it
         returns (if anything) after it."""
-        return self._artifact(engine, digest, partial(read_regular_file, wasm), component.Component, on_compile)  # type: ignore[return-value]
+        return self._artifact(
+            engine, digest, partial(read_regular_file, wasm), component.Component, on_compile
+        )  # type: ignore[return-value]
 
     def _artifact(
         self,

@@ -311,7 +311,11 @@ def finish(
             _outcome.Evidence(limits, error, state.abort, state.failure, peak_memory, truncated, scratch_over)
         )
     # (else every rule of the table gives success: the common case skips building the evidence)
-    fuel = _store.fuel_left(_store.context(store)) if state.fuel_left_at_abort is None else state.fuel_left_at_abort
+    fuel = (
+        _store.fuel_left(_store.context(store))
+        if state.fuel_left_at_abort is None
+        else state.fuel_left_at_abort
+    )
     (close or _store.close_store)(store)
     if state.reraise is not None:
         raise state.reraise

@@ -91,7 +91,9 @@ def _download(requirement: str, folder: Path, progress: Callable[[str], None] | 
                 stdin=subprocess.DEVNULL, cwd=stage,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
-            raise InputUnavailable(f"{requirement}: pip did not finish in {PIP_TIMEOUT:.0f} s (is PyPI reachable?)") from None
+            raise InputUnavailable(
+                f"{requirement}: pip did not finish in {PIP_TIMEOUT:.0f} s (is PyPI reachable?)"
+            ) from None
         found = sorted(stage.glob("*.whl"))
         if done.returncode != 0 or len(found) != 1:
             log = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]

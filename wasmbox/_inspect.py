@@ -97,9 +97,7 @@ def read_module_info(wasm: bytes, origin: str) -> ModuleInfo | None:
 
 def inspect_module(module: wasmtime.Module) -> ModuleInfo:
     """The surface of a compiled module, as Wasmtime describes it."""
-    imports = tuple(
-        ModuleImport(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports
-    )
+    imports = tuple(ModuleImport(imp.module, imp.name or "", _describe(imp.type)) for imp in module.imports)
     exports = tuple((exp.name, _describe(exp.type)) for exp in module.exports)
     return _info(imports, exports)
 

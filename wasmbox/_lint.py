@@ -126,7 +126,9 @@ def _preopen_warnings(manifest: Manifest) -> list[str]:
 
 # Folders whose contents a guest should not read, even read-only, and why.
 _SYSTEM = {
-    Path("/proc"): "the kernel's and every process's state (e.g. the host's environment in /proc/self/environ)",
+    Path(
+        "/proc"
+    ): "the kernel's and every process's state (e.g. the host's environment in /proc/self/environ)",
     Path("/sys"): "the kernel's and the hardware's state",
     Path("/dev"): "the host's devices",
     Path("/etc"): "the host's configuration (and often its secrets)",
@@ -222,7 +224,9 @@ def _unused_grant_warnings(manifest: Manifest) -> list[str]:
             for what, given in (("preopens", manifest.preopens), ("scratch", manifest.scratch),
                                 ("env", manifest.env), ("args", manifest.args)):  # fmt: skip
                 if given:
-                    warnings.append(f"{what} is granted but the module does not import WASI, so cannot use it")
+                    warnings.append(
+                        f"{what} is granted but the module does not import WASI, so cannot use it"
+                    )
         return warnings
     if manifest.source is not None:  # a Python tool: names its host functions in its source
         source = read_regular_file(manifest.source).decode("utf-8", errors="replace")

@@ -178,7 +178,7 @@ class Command(_Strict):
         description="argv templates after `args`, e.g. [\"-T{format}\", \"{*files}\"]: "
         "{name} is an input_schema property, {*name} repeats the item per array element.",
     )  # fmt: skip
-    stdin: str | None = Field(None, description="stdin template, e.g. \"{graph}\".")
+    stdin: str | None = Field(None, description='stdin template, e.g. "{graph}".')
     fail_on_exit_code: bool = Field(False, description="A nonzero exit code is a guest_error.")
     stdout_media_type: str | None = Field(
         None, pattern=MEDIA_TYPE, description="e.g. image/svg+xml; else sniffed from the bytes."
@@ -296,9 +296,7 @@ class Manifest(_Strict):
         "or 'scientific' (numpy, pandas; README: \"The scientific runtime\").",
     )  # fmt: skip
     entry: str = "main"
-    host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field(
-        (), strict=False
-    )
+    host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field((), strict=False)
     env: dict[str, str] = Field(default_factory=dict)
     args: tuple[str, ...] = Field((), strict=False)
     limits: Limits = Field(default_factory=Limits)
@@ -372,11 +370,11 @@ class Manifest(_Strict):
     @model_validator(mode="after")
     def _one_kind_of_tool(self) -> Manifest:
         if self.runtime is None and self.module is None:
-            raise ValueError("give `module`, or `runtime = \"python\"`")
+            raise ValueError('give `module`, or `runtime = "python"`')
         if self.runtime is not None and self.module is not None:
             raise ValueError("give either `module` or `runtime`, not both")
         if self.runtime is None and self.source is not None:
-            raise ValueError("`source` needs `runtime = \"python\"`")
+            raise ValueError('`source` needs `runtime = "python"`')
         guests = [p.guest for p in self.preopens]
         if len(set(guests)) != len(guests):
             raise ValueError("two preopens share a guest path")
@@ -404,19 +402,21 @@ class Manifest(_Strict):
     def _check_packages(self) -> None:
         """`packages` (checked and sorted by `_pinned`) takes in the pins of `requirements`."""
         if (self.packages or self.requirements is not None) and self.runtime != "python":
-            raise ValueError("`packages` and `requirements` are for Python tools (runtime = \"python\")")
+            raise ValueError('`packages` and `requirements` are for Python tools (runtime = "python")')
         if self.requirements is not None:
-            listed = _packages.check_pins(_packages.read_requirements(self.requirements), str(self.requirements))
+            listed = _packages.check_pins(
+                _packages.read_requirements(self.requirements), str(self.requirements)
+            )
             merged = _packages.check_pins((*self.packages, *listed), "packages and requirements")
             object.__setattr__(self, "packages", merged)  # (frozen: set here, once, while validated)
 
     def _check_python_runtime(self, guests: list[str]) -> None:
         if self.runtime != "python":
-            raise ValueError("`python` chooses the runtime of a Python tool (runtime = \"python\")")
+            raise ValueError('`python` chooses the runtime of a Python tool (runtime = "python")')
         if self.python != "scientific":
             return
         if self.packages:
-            raise ValueError("`packages` are for the standard Python runtime, not python = \"scientific\"")
+            raise ValueError('`packages` are for the standard Python runtime, not python = "scientific"')
         if self.host_functions:
             raise ValueError("the scientific Python runtime serves no host functions (nor [network])")
         for guest in guests:
@@ -441,7 +441,7 @@ class Manifest(_Strict):
         if self.runtime is not None:
             raise ValueError("[reactor] is for a wasm module, not Python tools")
         if self.command is not None and self.command.fail_on_exit_code and reactor.result != "exit_code":
-            raise ValueError("command.fail_on_exit_code needs reactor.result = \"exit_code\"")
+            raise ValueError('command.fail_on_exit_code needs reactor.result = "exit_code"')
         properties = (self.input_schema or {}).get("properties")
         for index, param in enumerate(reactor.params):
             if isinstance(param, ReactorParam):

@@ -145,9 +145,9 @@ RULES: tuple[Rule, ...] = (
     ),
     (
         "the guest trapped or failed with its memory at the cap",
-        lambda e: _failed_or_trapped(e)
-        and e.peak_memory is not None
-        and near_cap(e.peak_memory, e.limits.memory),
+        lambda e: (
+            _failed_or_trapped(e) and e.peak_memory is not None and near_cap(e.peak_memory, e.limits.memory)
+        ),
         _with_kind(ErrorKind.MEMORY_LIMIT, " (memory cap reached)"),
     ),
     (

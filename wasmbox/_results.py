@@ -74,9 +74,7 @@ class CallResult(BaseModel):
     @classmethod
     def failed(cls, tool: str, kind: ErrorKind, message: str, duration_s: float = 0.0) -> CallResult:
         """A result for a call refused before the guest ran."""
-        return cls(
-            tool=tool, ok=False, error=CallError(kind=kind, message=message), duration_s=duration_s
-        )
+        return cls(tool=tool, ok=False, error=CallError(kind=kind, message=message), duration_s=duration_s)
 
     def unwrap(self) -> Any:
         """The value, or raise the `ToolError` subclass of the error's kind."""

@@ -104,7 +104,9 @@ _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a m
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
 # run_python(runtime="scientific") without a manifest: no grants, limits a numpy/pandas call fits
 SCIENTIFIC_LIMITS = Limits(fuel=5_000_000_000, memory=512 * 1024**2, timeout=10.0, output=1024**2)
-_NO_GRANTS_SCIENTIFIC = Manifest(name="python", runtime="python", python="scientific", limits=SCIENTIFIC_LIMITS)
+_NO_GRANTS_SCIENTIFIC = Manifest(
+    name="python", runtime="python", python="scientific", limits=SCIENTIFIC_LIMITS
+)
 _NO_GRANTS_SCIENTIFIC_DIGEST = _NO_GRANTS_SCIENTIFIC.digest()
 # The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
 # with the folder writable; its program is `_backends/python/programs/precompile.py`.
@@ -156,9 +158,7 @@ class Sandbox:
         cap = default_max_bytes() if isinstance(cache_max_bytes, _Default) else parse_size(cache_max_bytes)
         if cap is not None and (not isinstance(cap, int) or cap < 0):
             raise ValueError(f"cache_max_bytes={cache_max_bytes!r} is not a size")
-        self._cache = ArtifactCache(
-            Path(directory) if directory is not None else None, self.settings, cap
-        )
+        self._cache = ArtifactCache(Path(directory) if directory is not None else None, self.settings, cap)
         self._progress = progress
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
@@ -227,7 +227,9 @@ class Sandbox:
         self._check_host_functions(manifest)
         reservation = self._reserve(manifest, replacing=manifest.name if replace else None)
         try:  # compiled outside any lock: the reservation keeps overlapping grants out meanwhile
-            tool = self._python_tool(manifest) if manifest.runtime == "python" else self._module_tool(manifest)
+            tool = (
+                self._python_tool(manifest) if manifest.runtime == "python" else self._module_tool(manifest)
+            )
             self._register(manifest, tool, replace, reservation)
         except BaseException:
             _grants.release(reservation)
@@ -328,7 +330,9 @@ class Sandbox:
                     "its manifest resolved (read the manifest again)"
                 ) from None
         try:  # the tool's own files, read by path: no guest may choose what they are
-            files = tuple(_grants.lookup(path) for path in (manifest.module, manifest.source) if path is not None)
+            files = tuple(
+                _grants.lookup(path) for path in (manifest.module, manifest.source) if path is not None
+            )
         except OSError as exc:
             raise ManifestError(f"{manifest.name}: {exc}") from None
         with self._lock:
@@ -381,8 +385,7 @@ class Sandbox:
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
         if missing:
             raise CapabilityError(
-                f"{manifest.name}: grants host function(s) {missing} "
-                "that this Sandbox has not registered"
+                f"{manifest.name}: grants host function(s) {missing} that this Sandbox has not registered"
             )
 
     # -- the CPython runtime --------------------------------------------------------------
@@ -423,7 +426,9 @@ class Sandbox:
         if scientific is not None:  # checked (syntax, signature) by the standard runtime; run here
             from ._backends.scientific.runner import ScientificToolRunner
 
-            runner: PythonToolRunner | ScientificToolRunner = ScientificToolRunner(scientific, manifest, source)
+            runner: PythonToolRunner | ScientificToolRunner = ScientificToolRunner(
+                scientific, manifest, source
+            )
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
@@ -541,8 +546,10 @@ class Sandbox:
             raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
         missing = [path for path in result.value if _importable(path)]
         if missing:  # each would be compiled again at every import, at the call's expense
-            raise RuntimeBuildError(f"byte-compiling the stdlib left {len(missing)} modules "
-                                    f"without bytecode, e.g. {missing[:3]}: {result.stdout[-2000:]}")
+            raise RuntimeBuildError(
+                f"byte-compiling the stdlib left {len(missing)} modules "
+                f"without bytecode, e.g. {missing[:3]}: {result.stdout[-2000:]}"
+            )
         count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
         progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
 
@@ -578,7 +585,9 @@ class Sandbox:
             limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
         )  # fmt: skip
         try:
-            result = runner.call(grants, grants.digest(), {"mode": "code", "code": precompile_program(PACKAGES_GUEST_PATH)})
+            result = runner.call(
+                grants, grants.digest(), {"mode": "code", "code": precompile_program(PACKAGES_GUEST_PATH)}
+            )
         finally:
             runner.close()
         if not result.ok:
@@ -643,8 +652,7 @@ class Sandbox:
         grants = Manifest.load(manifest)
         if grants.runtime != "python" or grants.source is not None:
             raise ManifestError(
-                f"{grants.name}: run_python takes a manifest with runtime = \"python\" "
-                "and no source"
+                f'{grants.name}: run_python takes a manifest with runtime = "python" and no source'
             )
         if runtime is not None and (grants.python or "standard") != runtime:
             raise ManifestError(
@@ -673,7 +681,9 @@ class Sandbox:
         manifest. README: "Sessions" has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
         if grants.python == "scientific":
-            raise ManifestError(f"{grants.name}: sessions run in the standard Python runtime, not the scientific one")
+            raise ManifestError(
+                f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
+            )
         runtime = self._python_runtime()
         totals = limits if limits is not None else self._session_limits
         if not isinstance(totals, SessionLimits):
@@ -702,7 +712,9 @@ class Sandbox:
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run_python, code, manifest, runtime=runtime))
+        return await loop.run_in_executor(
+            self._executor, partial(self.run_python, code, manifest, runtime=runtime)
+        )
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
@@ -781,9 +793,7 @@ class Sandbox:
         """`Tool.call` of the loaded tool `name`."""
         return self.tool(name).call(args, **kwargs)
 
-    async def acall(
-        self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> CallResult:
+    async def acall(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
         """`Tool.acall` of the loaded tool `name`: runs off the event loop."""
         return await self.tool(name).acall(args, **kwargs)
 
@@ -836,4 +846,3 @@ def _importable(path: str) -> bool:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-

@@ -195,7 +195,9 @@ def _instrument(module: _Module) -> bytes:
         extra.append((_TABLE_EXPORT, 0x01, 0))
     imported_globals = 0  # refused above: defined globals' indices start at 0
     extra += [
-        (f"{_EXPORT}global{i}", 0x03, imported_globals + i) for i, (_, mutable, _) in enumerate(module.globals) if mutable
+        (f"{_EXPORT}global{i}", 0x03, imported_globals + i)
+        for i, (_, mutable, _) in enumerate(module.globals)
+        if mutable
     ]
     sections = list(module.sections)
     exports = module.section(7)
@@ -240,7 +242,9 @@ def _write(module: _Module, pages: int, data: bytes, values: list[int | float]) 
         if section.code == 8:  # start: it ran in the set-up
             continue
         if section.code == 5:
-            limits = b"\x01" + _uleb(pages) + _uleb(maximum) if maximum is not None else b"\x00" + _uleb(pages)
+            limits = (
+                b"\x01" + _uleb(pages) + _uleb(maximum) if maximum is not None else b"\x00" + _uleb(pages)
+            )
             section = _Section(5, b"\x01" + limits)
         elif section.code == 6:
             section = _Section(6, _globals(module, values))

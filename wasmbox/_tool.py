@@ -50,7 +50,9 @@ class Tool:
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
         self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
-        self.code_digest = code_digest  # the wasm module's or Python source's sha256 (run_python: the runtime's build)
+        self.code_digest = (
+            code_digest  # the wasm module's or Python source's sha256 (run_python: the runtime's build)
+        )
         self._signature_schema = signature_schema  # a Python tool's, from its entry's signature
         # checked and shown like `input_schema` when the manifest has none (run_python's)
         self._args_schema = args_schema
@@ -131,9 +133,7 @@ class Tool:
 
     def _audit(self, result: CallResult, args: object, argv: object, stdin: object) -> None:
         given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
-        self._auditor.record(
-            result, self.manifest_digest, self.code_digest, given, self.manifest.limits
-        )
+        self._auditor.record(result, self.manifest_digest, self.code_digest, given, self.manifest.limits)
 
     async def acall(
         self,
@@ -146,9 +146,7 @@ class Tool:
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, partial(self.call, args, argv=argv, stdin=stdin)
-        )
+        return await loop.run_in_executor(self._executor, partial(self.call, args, argv=argv, stdin=stdin))
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):

@@ -38,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="one arg, a string (KEY=TEXT) or any JSON value (KEY:=JSON); over --args",
     )  # fmt: skip
     run.add_argument(
-        "--argv", nargs="*", action="extend", default=[],
+        "--argv",
+        nargs="*",
+        action="extend",
+        default=[],
         help="extra argv (WASI command tools); --argv=-x for one that starts with a dash",
     )
     run.add_argument("--stdin", type=Path, help="a file whose bytes are the guest's stdin")
@@ -66,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lint.add_argument("manifests", type=Path, nargs="+")
 
     cache = commands.add_parser("cache", help="show the compile cache's entries, sizes and cap")
-    cache.add_argument("--dir", type=Path, help="the cache directory (default: $WASMBOX_CACHE_DIR or ~/.cache/wasmbox)")
+    cache.add_argument(
+        "--dir", type=Path, help="the cache directory (default: $WASMBOX_CACHE_DIR or ~/.cache/wasmbox)"
+    )
     cache_commands = cache.add_subparsers(dest="cache_command")
     prune = cache_commands.add_parser("prune", help="evict least recently used entries")
     prune.add_argument("--to", metavar="SIZE", help='down to this total ("500MiB"; default: the cap)')
@@ -260,7 +265,9 @@ def _cache(options: argparse.Namespace) -> int:
             used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
             print(f"{_size(entry.size):>10}  {used}  {entry.key}")
     total = sum(e.size for e in found)
-    print(f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX)")
+    print(
+        f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX)"
+    )
     return 0
 
 

@@ -156,7 +156,9 @@ class Load:
         for thread in self._threads:
             thread.join()
         self._threads = []
-        assert not self.wrong, f"{len(self.wrong)} valid calls went wrong under the hostile case: {self.wrong[:3]}"
+        assert not self.wrong, (
+            f"{len(self.wrong)} valid calls went wrong under the hostile case: {self.wrong[:3]}"
+        )
         assert all(self.calls), f"the load made no call in time: {self.calls}"
 
 
@@ -196,7 +198,9 @@ class Guarded:
                   "preopens": self.preopen(writable), **fields}  # fmt: skip
         return self.box.run_python(code, grants)
 
-    def end_once_cut(self, call: Callable[[], wasmbox.CallResult], timeout_s: float = 30.0) -> wasmbox.CallResult:
+    def end_once_cut(
+        self, call: Callable[[], wasmbox.CallResult], timeout_s: float = 30.0
+    ) -> wasmbox.CallResult:
         """Run `call`, a guest that floods its output and then goes on forever under a deadline
         of `timeout_s`, on a thread; once some output is cut at its cap, move the engine's
         clock past that deadline. So it is cut and then ends as `timeout`, however slow the
@@ -222,7 +226,9 @@ class Guarded:
             self.load.stop()
         assert snapshot(self.outside) == self._outside, "a file outside the grant changed"
         assert self.secret.read_text() == SECRET
-        assert sorted(os.listdir(self.root)) == ["granted", "outside"], "something was created beside the grant"
+        assert sorted(os.listdir(self.root)) == ["granted", "outside"], (
+            "something was created beside the grant"
+        )
         if granted_too:
             assert snapshot(self.granted) == self._granted, "the read-only grant changed"
         echo = self.box.load({"name": "echo_after", "module": str(WAT / "echo.wat")}, replace=True)
@@ -256,9 +262,9 @@ def guarded(
 ) -> Iterator[Guarded]:
     """A fresh Sandbox beside a host tree:
 
-        granted/inside.txt, granted/sub/, granted/abs_link -> outside/secret.txt,
-        granted/rel_link -> ../outside/secret.txt, granted/dir_link -> outside/
-        outside/secret.txt (SECRET)
+    granted/inside.txt, granted/sub/, granted/abs_link -> outside/secret.txt,
+    granted/rel_link -> ../outside/secret.txt, granted/dir_link -> outside/
+    outside/secret.txt (SECRET)
     """
     root = tmp_path / "host"
     granted, outside = root / "granted", root / "outside"

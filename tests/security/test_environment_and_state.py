@@ -33,7 +33,10 @@ def test_host_env_and_argv_are_invisible(guarded: Guarded, secret_env: None, kin
     else:
         run = guarded.command if kind == "command" else guarded.core
         result = run("env" if probe == "env" else "wasiargs", env={"TZ": "UTC"})
-        expected = {"env": "TZ=UTC\n", "argv": "hostile_cmd\nwasiargs\n" if kind == "command" else "hostile_core\n"}
+        expected = {
+            "env": "TZ=UTC\n",
+            "argv": "hostile_cmd\nwasiargs\n" if kind == "command" else "hostile_core\n",
+        }
         assert result.stdout == expected[probe]
     assert not leaks_secret(result)
     guarded.assert_untouched()
@@ -182,4 +185,6 @@ def _is_echo(entry: Path) -> bool:
     import json
 
     wasm = bytes(wasmbox._inspect.read_wasm(Path(wat("echo"))))
-    return json.loads(entry.with_suffix(".json").read_text())["wasm_sha256"] == hashlib.sha256(wasm).hexdigest()
+    return (
+        json.loads(entry.with_suffix(".json").read_text())["wasm_sha256"] == hashlib.sha256(wasm).hexdigest()
+    )

@@ -71,7 +71,9 @@ COMMAND_CASES = [
 
 
 @pytest.mark.parametrize(("argv", "stdin", "kind"), named(COMMAND_CASES))
-def test_command_cannot_exhaust_the_host(guarded: Guarded, argv: list[str], stdin: bytes, kind: ErrorKind) -> None:
+def test_command_cannot_exhaust_the_host(
+    guarded: Guarded, argv: list[str], stdin: bytes, kind: ErrorKind
+) -> None:
     module = HOSTILE_CMD.with_name("fsprobe.wasm" if argv[0] == "cat" else "hostile_cmd.wasm")
     manifest = {"name": "cmd", "module": str(module), "limits": {**FOREVER, "timeout": "30s", "output": "8KiB"},
                 "preopens": guarded.preopen()}  # fmt: skip

@@ -243,7 +243,9 @@ FD_PROBES = [
 
 @pytest.mark.parametrize("kind", ["command", "core"])
 @pytest.mark.parametrize(("op", "stdout"), FD_PROBES, ids=["-".join(op) for op, _ in FD_PROBES])
-def test_guessed_descriptors_lead_nowhere(guarded: Guarded, kind: str, op: tuple[str, ...], stdout: str) -> None:
+def test_guessed_descriptors_lead_nowhere(
+    guarded: Guarded, kind: str, op: tuple[str, ...], stdout: str
+) -> None:
     run = guarded.command if kind == "command" else guarded.core
     result = run(*op)
     assert result.ok and result.stdout == stdout, (result.error, result.stdout)
@@ -291,7 +293,9 @@ def test_python_open_files_are_capped(guarded: Guarded) -> None:
     assert result.value == MAX_OPEN_FILES, f"{result.value} opens: no per-call cap on open files"
 
 
-def test_an_interrupt_in_the_bookkeeping_loses_no_budget(guarded: Guarded, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupt_in_the_bookkeeping_loses_no_budget(
+    guarded: Guarded, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A Ctrl-C between taking budget for an open and recording the descriptor reaches the
     caller, and the call's budget still comes back in full."""
     budget = _wasi_files._budget
@@ -339,7 +343,9 @@ def test_closing_stdio_or_renumbering_does_not_raise_the_cap(guarded: Guarded) -
     guarded.assert_untouched()
 
 
-def test_all_calls_together_stay_within_the_process_budget(guarded: Guarded, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_all_calls_together_stay_within_the_process_budget(
+    guarded: Guarded, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Beside the per-call cap, the calls of a process together may hold at most
     `process_budget()` descriptors (half the process's limit); a call's are given back when it
     ends, however it ends."""

@@ -43,7 +43,9 @@ ARGUMENTS = [
 
 
 @pytest.mark.parametrize(("args", "words"), named(ARGUMENTS))
-def test_bad_host_function_arguments_never_reach_it(guarded: Guarded, args: dict[str, Any], words: str) -> None:
+def test_bad_host_function_arguments_never_reach_it(
+    guarded: Guarded, args: dict[str, Any], words: str
+) -> None:
     received: list[Any] = []
     register(guarded.box, received)
     tool = guarded.box.load({"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"]})
@@ -86,7 +88,16 @@ def test_malformed_host_requests_are_bad_requests(guarded: Guarded, request_byte
 
 @pytest.mark.parametrize(
     "name",
-    ["secret.get", "nope", "host.fn\x00secret.get", "../secret.get", "host.fn ", "HOST.FN", "x" * 100_000, ""],
+    [
+        "secret.get",
+        "nope",
+        "host.fn\x00secret.get",
+        "../secret.get",
+        "host.fn ",
+        "HOST.FN",
+        "x" * 100_000,
+        "",
+    ],
     ids=["ungranted", "unregistered", "nul-injection", "path", "trailing-space", "case", "huge", "empty"],
 )
 def test_python_cannot_call_ungranted_or_unregistered_functions(guarded: Guarded, name: str) -> None:
@@ -135,7 +146,9 @@ def test_raising_host_function_keeps_its_secret(guarded: Guarded) -> None:
     def host_fn(**_: Any) -> int:
         raise RuntimeError(f"db password {SECRET}")
 
-    result = guarded.box.load({"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"]}).call({})
+    result = guarded.box.load({"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"]}).call(
+        {}
+    )
     assert result.error is not None and result.error.kind is ErrorKind.HOST_ERROR
     assert SECRET not in result.error.message + result.stdout + result.stderr
     assert SECRET in (result.host_calls[0].detail or "")  # the host keeps the detail
@@ -211,7 +224,9 @@ def test_host_function_reentering_the_sandbox_is_bounded(guarded: Guarded, kind:
     CODE = "import wasmbox_guest\nwasmbox_guest.call_host('host.fn')"
     GRANTS = {"name": "py", "runtime": "python", "host_functions": ["host.fn"], "limits": QUICK}
     if kind == "core":
-        guarded.box.load({"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"], "limits": QUICK})
+        guarded.box.load(
+            {"name": "fwd", "module": wat("forward"), "host_functions": ["host.fn"], "limits": QUICK}
+        )
         result = guarded.box.call("fwd", {})
     else:
         result = guarded.box.run_python(CODE, GRANTS)

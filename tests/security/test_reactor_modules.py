@@ -45,9 +45,7 @@ console.log(attempt());
 
 
 def js(guarded: Guarded, *args: str, writable: bool = False, **fields: Any) -> CallResult:
-    manifest = quickjs_manifest(
-        pinned(QUICKJS), limits=QUICK, preopens=guarded.preopen(writable), **fields
-    )
+    manifest = quickjs_manifest(pinned(QUICKJS), limits=QUICK, preopens=guarded.preopen(writable), **fields)
     manifest["name"] = "hostile_js"
     manifest["command"] = {"argv": ["--std", "-e", "{code}", "--", "{*args}"], "fail_on_exit_code": True}
     return guarded.box.load(manifest, replace=True).call({"code": PROBE, "args": list(args)})
@@ -146,7 +144,9 @@ JS_EXHAUSTION = [
 
 
 @pytest.mark.parametrize(("code", "limits", "kind"), named(JS_EXHAUSTION))
-def test_js_cannot_exhaust_the_host(guarded: Guarded, code: str, limits: dict[str, Any], kind: ErrorKind) -> None:
+def test_js_cannot_exhaust_the_host(
+    guarded: Guarded, code: str, limits: dict[str, Any], kind: ErrorKind
+) -> None:
     manifest = quickjs_manifest(pinned(QUICKJS), limits=limits)
     manifest["command"] = {"argv": ["--std", "-e", "{code}"], "fail_on_exit_code": True}
     result = guarded.box.load(manifest).call({"code": code})

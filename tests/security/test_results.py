@@ -21,8 +21,11 @@ def call_returning(guarded: Guarded, reply: bytes, ptr: int = AT_REPLY, length: 
                    output: str = "64KiB"):  # fmt: skip
     """Make result_bytes.wat return (ptr << 32) | length, with `reply` in its memory."""
     args = {"r": reply, "p": b"\0" * 8}
-    offset = msgpack.packb(args, use_bin_type=True).index(b"\xc4" + bytes([len(reply)]) + reply) + 2 \
-        if len(reply) < 256 else None
+    offset = (
+        msgpack.packb(args, use_bin_type=True).index(b"\xc4" + bytes([len(reply)]) + reply) + 2
+        if len(reply) < 256
+        else None
+    )
     if ptr == AT_REPLY:
         assert offset is not None
         ptr = ARGS_AT + offset
@@ -48,15 +51,54 @@ CASES = [
     ("unhashable-key", b"\x81\x91\x01\x02", AT_REPLY, None, ErrorKind.BAD_RESPONSE, "unhashable"),
     ("bad-utf8", b"\x81\xa2ok\xa2\xff\xfe", AT_REPLY, None, ErrorKind.BAD_RESPONSE, "utf-8"),
     ("ext-type", b"\x81\xa2ok\xd4\x05\x00", AT_REPLY, None, ErrorKind.BAD_RESPONSE, "extension type 5"),
-    ("timestamp-ext", b"\x81\xa2ok\xd6\xff\x00\x00\x00\x00", AT_REPLY, None, ErrorKind.BAD_RESPONSE, "timestamp"),
-    ("timestamp-in-key", b"\x81\xa2ok\x81\xd6\xff\x00\x00\x00\x00\x01", AT_REPLY, None, ErrorKind.BAD_RESPONSE,
-     "timestamp"),
-    ("array32-claims-4G-items", b"\x81\xa2ok\xdd\xff\xff\xff\xff", AT_REPLY, None, ErrorKind.BAD_RESPONSE,
-     "max_array_len"),
-    ("map32-claims-4G-pairs", b"\x81\xa2ok\xdf\xff\xff\xff\xff", AT_REPLY, None, ErrorKind.BAD_RESPONSE,
-     "max_map_len"),
-    ("str32-claims-4GB", b"\x81\xa2ok\xdb\xff\xff\xff\xff", AT_REPLY, None, ErrorKind.BAD_RESPONSE, "incomplete"),
-    ("bin32-claims-4GB", b"\x81\xa2ok\xc6\xff\xff\xff\xff", AT_REPLY, None, ErrorKind.BAD_RESPONSE, "incomplete"),
+    (
+        "timestamp-ext",
+        b"\x81\xa2ok\xd6\xff\x00\x00\x00\x00",
+        AT_REPLY,
+        None,
+        ErrorKind.BAD_RESPONSE,
+        "timestamp",
+    ),
+    (
+        "timestamp-in-key",
+        b"\x81\xa2ok\x81\xd6\xff\x00\x00\x00\x00\x01",
+        AT_REPLY,
+        None,
+        ErrorKind.BAD_RESPONSE,
+        "timestamp",
+    ),
+    (
+        "array32-claims-4G-items",
+        b"\x81\xa2ok\xdd\xff\xff\xff\xff",
+        AT_REPLY,
+        None,
+        ErrorKind.BAD_RESPONSE,
+        "max_array_len",
+    ),
+    (
+        "map32-claims-4G-pairs",
+        b"\x81\xa2ok\xdf\xff\xff\xff\xff",
+        AT_REPLY,
+        None,
+        ErrorKind.BAD_RESPONSE,
+        "max_map_len",
+    ),
+    (
+        "str32-claims-4GB",
+        b"\x81\xa2ok\xdb\xff\xff\xff\xff",
+        AT_REPLY,
+        None,
+        ErrorKind.BAD_RESPONSE,
+        "incomplete",
+    ),
+    (
+        "bin32-claims-4GB",
+        b"\x81\xa2ok\xc6\xff\xff\xff\xff",
+        AT_REPLY,
+        None,
+        ErrorKind.BAD_RESPONSE,
+        "incomplete",
+    ),
     ("nested-65", nested(64), AT_REPLY, None, ErrorKind.BAD_RESPONSE, "nested deeper"),
     ("nested-200", nested(200), AT_REPLY, None, ErrorKind.BAD_RESPONSE, "nested deeper"),
     ("length-past-memory", b"\x81\xa2ok\xc0", 65530, 100, ErrorKind.BAD_RESPONSE, "outside"),

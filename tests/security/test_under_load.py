@@ -13,7 +13,9 @@ from wasmbox._capabilities.hostfuncs import HostFunction
 from .conftest import Load
 
 
-def test_a_wrong_result_of_the_load_fails_the_case(hostile_guests: Path, cache_dir: Path, tmp_path: Path) -> None:
+def test_a_wrong_result_of_the_load_fails_the_case(
+    hostile_guests: Path, cache_dir: Path, tmp_path: Path
+) -> None:
     with wasmbox.Sandbox(cache_dir=cache_dir) as box:
         load = Load(box, tmp_path)
         # the Python tool's host calls now get a wrong value (the core tool linked the right one)

@@ -212,5 +212,3 @@ def verdict(rules: Sequence[Rule], host: str, port: int, address: IPAddress) -> 
     if NameRule(host, port) in rules:
         return None
     return f"{host}:{port} ({address}) is not in the allow list"
-
-

@@ -128,19 +128,25 @@ EXTERN_MEMORY = ffi.WASMTIME_EXTERN_MEMORY.value
 EXTERN_FUNC = ffi.WASMTIME_EXTERN_FUNC.value
 
 
-def memory_view(context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t) -> tuple[int, int]:
+def memory_view(
+    context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t
+) -> tuple[int, int]:
     """`(address, size)` of a memory's bytes now; stale after the guest runs (it may grow)."""
     data = ffi.wasmtime_memory_data(context, ctypes.byref(item.of.memory))
     size = ffi.wasmtime_memory_data_size(context, ctypes.byref(item.of.memory))
     return ctypes.cast(data, ctypes.c_void_p).value or 0, size
 
 
-def call_i32(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int) -> int:
+def call_i32(
+    context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int
+) -> int:
     """Call a checked function of i32 params and one i32 result."""
     return _call(context, func, args).i32 & 0xFFFF_FFFF
 
 
-def call_i64(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int) -> int:
+def call_i64(
+    context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int
+) -> int:
     """Call a checked function of i32 params and one i64 result."""
     return _call(context, func, args).i64
 
@@ -159,7 +165,9 @@ def call_raw(
     """Call `func` on raw `values` (its params in, its results out; `count` is the larger of
     the two numbers), e.g. a host callback's own array; returns the first result as an i32."""
     trap = ctypes.POINTER(ffi.wasm_trap_t)()
-    error = ffi.wasmtime_func_call_unchecked(context, ctypes.byref(func.of.func), values, count, ctypes.byref(trap))
+    error = ffi.wasmtime_func_call_unchecked(
+        context, ctypes.byref(func.of.func), values, count, ctypes.byref(trap)
+    )
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
     if trap:

@@ -15,7 +15,9 @@ import signal
 import sys
 import threading
 
-_SIGNALS = tuple(getattr(signal, name) for name in ("SIGSEGV", "SIGILL", "SIGFPE", "SIGBUS") if hasattr(signal, name))
+_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGSEGV", "SIGILL", "SIGFPE", "SIGBUS") if hasattr(signal, name)
+)
 _SIZE = 512  # bytes: more than any libc's struct sigaction (glibc x86-64: 152), read and written whole
 _POINTER = ctypes.sizeof(ctypes.c_void_p)
 _saved: dict[int, bytes] = {}
@@ -61,6 +63,9 @@ def restore() -> list[str]:
             return []
         restored = []
         for number, action in _saved.items():
-            if _handler(_read(libc, number)) != _handler(action) and libc.sigaction(number, action, None) == 0:
+            if (
+                _handler(_read(libc, number)) != _handler(action)
+                and libc.sigaction(number, action, None) == 0
+            ):
                 restored.append(signal.Signals(number).name)
         return restored

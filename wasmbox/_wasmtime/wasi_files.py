@@ -137,9 +137,7 @@ class FileGuard:
             functype = wasmtime.FuncType(params, [i32])
             _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
-    def forwarder(
-        self, caller: _capi.Caller, context: _capi.Context
-    ) -> OpenFiles:
+    def forwarder(self, caller: _capi.Caller, context: _capi.Context) -> OpenFiles:
         """A forwarder instance in the caller's store, around the caller's memory."""
         memory = _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY)
         if memory is None:

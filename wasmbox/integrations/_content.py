@@ -20,7 +20,9 @@ INLINE_BASE64 = 4096
 standard base64, so a text-only channel (OpenAI Chat) carries them whole."""
 _OCTETS = "application/octet-stream"
 _BLOCKS = IMAGE_TYPES | {PDF}  # (never sent as text, even when their bytes are UTF-8)
-_NOT_TEXT = re.compile("[\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\ufffd]")  # U+FFFD, and C0 controls but \t\n\f\r\b ESC
+_NOT_TEXT = re.compile(
+    "[\x00-\x07\x0b\x0e-\x1a\x1c-\x1f\ufffd]"
+)  # U+FFFD, and C0 controls but \t\n\f\r\b ESC
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,12 @@ def result_content(result: CallResult) -> Content:
     """
     extra: dict[str, Any] = {}
     parts: tuple[Attachment, ...] = ()
-    if result.media_types or result.files or result.stdout_bytes is not None or result.stderr_bytes is not None:
+    if (
+        result.media_types
+        or result.files
+        or result.stdout_bytes is not None
+        or result.stderr_bytes is not None
+    ):
         parts = _outputs(result, extra)
     else:  # text streams only, the common case
         if result.stdout:

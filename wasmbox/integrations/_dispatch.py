@@ -20,6 +20,7 @@ from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
 
+
 class Caller(Protocol):
     """What `dispatch` runs calls on: a Sandbox, or a pool of them (`integrations.ray`).
     Its tools have `call(args)` and `parameters`; its executor runs the calls."""
@@ -190,7 +191,9 @@ def _jobs(
     _check_session(session, python)
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
-    if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+    if max_calls is not None and (
+        isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0
+    ):
         raise ValueError(f"max_calls must be a non-negative integer, got {max_calls!r}")
     parsed = [_parse(call, format) for call in _calls(calls, format)]
     tools = box.tools
@@ -282,7 +285,9 @@ def _plan(
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
     listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
     job.result = CallResult.failed(
-        job.name, ErrorKind.INVALID_ARGUMENTS, f"no tool named {job.name[:_NAME_SHOWN]!r}; the tools are: {listed or '(none)'}"
+        job.name,
+        ErrorKind.INVALID_ARGUMENTS,
+        f"no tool named {job.name[:_NAME_SHOWN]!r}; the tools are: {listed or '(none)'}",
     )
 
 

@@ -244,9 +244,7 @@ def _holds_none(value: Any, depth: int) -> bool:
         items = value
     else:
         return False
-    return depth > _schema.MAX_DEPTH or any(
-        item is None or _holds_none(item, depth + 1) for item in items
-    )
+    return depth > _schema.MAX_DEPTH or any(item is None or _holds_none(item, depth + 1) for item in items)
 
 
 def _without_nulls(args: Any, schema: Any) -> Any:

@@ -139,7 +139,12 @@ def _host_reference(name: str, func: Callable[..., Any] | str) -> str:
         _import_reference(name, func)
         return func
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname or module == "__main__":
+    if (
+        not isinstance(module, str)
+        or not isinstance(qualname, str)
+        or "<" in qualname
+        or module == "__main__"
+    ):
         raise ValueError(
             f"host function {name!r}: {func!r} cannot travel to the pool's actors: register a "
             "function defined at the top level of an importable module (or its 'module:qualname'), "
@@ -162,7 +167,9 @@ def _import_reference(name: str, reference: str) -> Callable[..., Any]:
         for part in qualname.split("."):
             target = getattr(target, part)
     except Exception as exc:  # noqa: BLE001 - whatever importing it raised, say which reference
-        raise ValueError(f"host function {name!r}: cannot import {reference}: {type(exc).__name__}: {exc}") from None
+        raise ValueError(
+            f"host function {name!r}: cannot import {reference}: {type(exc).__name__}: {exc}"
+        ) from None
     if not callable(target):
         raise TypeError(f"host function {name!r}: {reference} is not callable")
     HostFunction(name, target)  # the name and the signature, checked as a Sandbox checks them
@@ -188,13 +195,19 @@ class _SandboxActor:
 
     @ray.method(concurrency_group=_CONTROL)
     async def start(
-        self, sandbox_kwargs: dict[str, Any], audit: bool, shipments: list[_Shipment], host_functions: dict[str, str]
+        self,
+        sandbox_kwargs: dict[str, Any],
+        audit: bool,
+        shipments: list[_Shipment],
+        host_functions: dict[str, str],
     ) -> _Started | BaseException:
         """Make the Sandbox, register the host functions and load every manifest; what it
         raised is returned (the driver raises it)."""
         try:
             blobs = await asyncio.gather(*(file.data for shipment in shipments for file in shipment.files))
-            return await asyncio.to_thread(self._start, sandbox_kwargs, audit, shipments, host_functions, blobs)
+            return await asyncio.to_thread(
+                self._start, sandbox_kwargs, audit, shipments, host_functions, blobs
+            )
         except Exception as exc:  # noqa: BLE001 - handed back whole to the driver
             return _portable(exc)
 
@@ -218,7 +231,9 @@ class _SandboxActor:
 
     def _write(self, manifest: str, file: _File, data: bytes) -> Path:
         if hashlib.sha256(data).hexdigest() != file.sha256:
-            raise ManifestError(f"{manifest}: {file.field}: {file.filename} arrived with another sha256 than it was sent with")
+            raise ManifestError(
+                f"{manifest}: {file.field}: {file.filename} arrived with another sha256 than it was sent with"
+            )
         folder = Path(self._folder) / file.sha256
         folder.mkdir(mode=0o700, exist_ok=True)
         path = folder / file.filename
@@ -383,13 +398,21 @@ class RemoteTool:
         )  # fmt: skip
 
     def call(
-        self, args: Mapping[str, Any] | None = None, *, argv: list[str] | tuple[str, ...] = (), stdin: bytes | str = b""
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        argv: list[str] | tuple[str, ...] = (),
+        stdin: bytes | str = b"",
     ) -> CallResult:
         """`Tool.call` on the actor with the fewest calls in flight."""
         return self._pool._call(self._send(args, argv, stdin), self._lost(args, argv, stdin))
 
     async def acall(
-        self, args: Mapping[str, Any] | None = None, *, argv: list[str] | tuple[str, ...] = (), stdin: bytes | str = b""
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        argv: list[str] | tuple[str, ...] = (),
+        stdin: bytes | str = b"",
     ) -> CallResult:
         """`call` awaited: the event loop keeps running."""
         return await self._pool._acall(self._send(args, argv, stdin), self._lost(args, argv, stdin))
@@ -435,13 +458,17 @@ class RaySandboxPool:
     ) -> None:
         if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
             raise ValueError(f"actors must be a positive integer, got {actors!r}")
-        audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = sandbox_kwargs.pop("audit", None)
+        audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = sandbox_kwargs.pop(
+            "audit", None
+        )
         self._auditor = Auditor(audit)
         self._threads = int(sandbox_kwargs.get("max_workers") or os.cpu_count() or 2)
         self._sandbox_kwargs = {**sandbox_kwargs, "max_workers": self._threads}
         self._actor_options = {"max_concurrency": self._threads, **(actor_options or {})}
         self._start_timeout_s = start_timeout_s
-        self._host_functions = {name: _host_reference(name, func) for name, func in (host_functions or {}).items()}
+        self._host_functions = {
+            name: _host_reference(name, func) for name, func in (host_functions or {}).items()
+        }
         self._manifests: dict[str, Manifest] = {}
         for source in manifests:
             manifest = Manifest.load(source)
@@ -452,7 +479,10 @@ class RaySandboxPool:
             ray.init()  # (what Ray's first call would do)
         restored = signals.restore()  # ray.init replaces them: the next in-process trap would kill us
         if restored:
-            _log.info("wasmbox pool: Wasmtime's handlers of %s put back after Ray replaced them", ", ".join(restored))
+            _log.info(
+                "wasmbox pool: Wasmtime's handlers of %s put back after Ray replaced them",
+                ", ".join(restored),
+            )
         self._shipments = self._ship(self._manifests.values())
         self._cond = threading.Condition()
         self._ticks = itertools.count(1)
@@ -460,11 +490,15 @@ class RaySandboxPool:
         self._slots = [_Slot(index) for index in range(actors)]
         self._tools: dict[str, RemoteTool] = {}
         # dispatch's worker threads: each waits on one call in the pool
-        self._executor = ThreadPoolExecutor(max_workers=actors * self._threads, thread_name_prefix="wasmbox-ray")
+        self._executor = ThreadPoolExecutor(
+            max_workers=actors * self._threads, thread_name_prefix="wasmbox-ray"
+        )
         started = time.perf_counter()
         handles = [self._new_actor() for _ in self._slots]
         try:
-            outcomes = self._wait_started([self._start(handle, dict(self._host_functions)) for handle in handles])
+            outcomes = self._wait_started(
+                [self._start(handle, dict(self._host_functions)) for handle in handles]
+            )
         except BaseException:
             for handle in handles:
                 _kill(handle)
@@ -473,7 +507,9 @@ class RaySandboxPool:
         for slot, handle, outcome in zip(self._slots, handles, outcomes, strict=True):
             slot.handle, slot.node, slot.ready = handle, outcome.node, True
         infos = {info.name: info for info in outcomes[0].tools}
-        self._tools = {name: RemoteTool(self, manifest, infos[name]) for name, manifest in self._manifests.items()}
+        self._tools = {
+            name: RemoteTool(self, manifest, infos[name]) for name, manifest in self._manifests.items()
+        }
         self.start_s = time.perf_counter() - started  # how long the actors took to start
 
     # -- starting actors -------------------------------------------------------------------
@@ -492,7 +528,9 @@ class RaySandboxPool:
                 try:
                     data = read_regular_file(path)
                 except OSError as exc:
-                    raise ManifestError(f"{manifest.name}: {name}: cannot read {path}: {exc.strerror or exc}") from None
+                    raise ManifestError(
+                        f"{manifest.name}: {name}: cannot read {path}: {exc.strerror or exc}"
+                    ) from None
                 digest = hashlib.sha256(data).hexdigest()
                 if digest not in stored:
                     stored[digest] = ray.put(data)
@@ -504,7 +542,9 @@ class RaySandboxPool:
         return _remote_actor().options(**self._actor_options).remote()
 
     def _start(self, handle: Any, host_functions: dict[str, str]) -> Any:
-        return handle.start.remote(self._sandbox_kwargs, self._auditor.enabled, self._shipments, host_functions)
+        return handle.start.remote(
+            self._sandbox_kwargs, self._auditor.enabled, self._shipments, host_functions
+        )
 
     def _wait_started(self, refs: list[Any]) -> list[_Started]:
         """The actors' start outcomes; raises the first failure (or WasmboxError on timeout)."""
@@ -583,7 +623,12 @@ class RaySandboxPool:
                 return
             old, slot.handle = slot.handle, None
             slot.ready, slot.replacing, slot.generation = False, True, generation + 1
-        _log.warning("wasmbox pool: actor %d on %s died (%s); starting a replacement", slot.index, slot.node, _first_line(exc))
+        _log.warning(
+            "wasmbox pool: actor %d on %s died (%s); starting a replacement",
+            slot.index,
+            slot.node,
+            _first_line(exc),
+        )
         _kill(old)
         threading.Thread(target=self._replace, args=(slot,), name="wasmbox-ray-replace", daemon=True).start()
 
@@ -658,7 +703,9 @@ class RaySandboxPool:
     def _no_actor(self) -> str:
         with self._cond:
             failures = [f"actor {s.index}: {s.failure}" for s in self._slots if s.failure]
-        return "not run: the pool has no live Ray actor" + (f" (replacements failed: {'; '.join(failures)})" if failures else "")
+        return "not run: the pool has no live Ray actor" + (
+            f" (replacements failed: {'; '.join(failures)})" if failures else ""
+        )
 
     # -- the Sandbox's surface -------------------------------------------------------------
 
@@ -696,11 +743,15 @@ class RaySandboxPool:
         if manifest is not None:
             grants = Manifest.load(manifest)
             if grants.runtime != "python" or grants.source is not None:
-                raise ManifestError(f"{grants.name}: run_python takes a manifest with runtime = \"python\" and no source")
+                raise ManifestError(
+                    f'{grants.name}: run_python takes a manifest with runtime = "python" and no source'
+                )
         digest = grants.digest() if grants is not _NO_GRANTS else _NO_GRANTS_DIGEST
         if grants is not _NO_GRANTS:
             sent = (digest, _travelling(grants))
-        code_digest = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest() if isinstance(code, str) else ""
+        code_digest = (
+            hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest() if isinstance(code, str) else ""
+        )
         lost = _Lost(grants.name, digest, code_digest, code, grants.limits)
         return (lambda actor: actor.run_python.remote(code, sent)), lost
 
@@ -720,7 +771,9 @@ class RaySandboxPool:
         deadline_s: float | None = None,
     ) -> list[dict[str, Any]]:
         """`Sandbox.dispatch`, each call on the pool."""
-        return _dispatch.dispatch(self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s)
+        return _dispatch.dispatch(
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+        )
 
     async def adispatch(
         self,
@@ -732,7 +785,9 @@ class RaySandboxPool:
         deadline_s: float | None = None,
     ) -> list[dict[str, Any]]:
         """`Sandbox.adispatch`, each call on the pool."""
-        return await _dispatch.adispatch(self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s)
+        return await _dispatch.adispatch(
+            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+        )
 
     # -- host functions --------------------------------------------------------------------
 

@@ -120,7 +120,7 @@ def check_names(template: Template, properties: object, origin: str) -> None:
         declared = properties[template.expand]
         kinds = declared.get("type") if isinstance(declared, Mapping) else None
         if kinds != "array":
-            raise ValueError(f"{origin}: {{*{template.expand}}} needs its property to be of type \"array\"")
+            raise ValueError(f'{origin}: {{*{template.expand}}} needs its property to be of type "array"')
 
 
 def schema_defaults(properties: object) -> dict[str, Any]:
@@ -128,7 +128,9 @@ def schema_defaults(properties: object) -> dict[str, Any]:
     if not isinstance(properties, Mapping):
         return {}
     return {
-        name: sub["default"] for name, sub in properties.items() if isinstance(sub, Mapping) and "default" in sub
+        name: sub["default"]
+        for name, sub in properties.items()
+        if isinstance(sub, Mapping) and "default" in sub
     }
 
 

@@ -75,7 +75,9 @@ def export_problem(info: ModuleInfo, reactor: Reactor) -> str | None:
         if name not in types:
             return f"[reactor] allocator: the module exports no {name!r}"
         if types[name] != expected:
-            return f"[reactor] allocator: {name} has type {types[name]}, a {signature} allocator is {expected}"
+            return (
+                f"[reactor] allocator: {name} has type {types[name]}, a {signature} allocator is {expected}"
+            )
     initialize = reactor.initialize or (_abi.EXPORT_INITIALIZE if _abi.EXPORT_INITIALIZE in types else None)
     if initialize is not None and types.get(initialize, _VOID) != _VOID:
         return f"[reactor] initialize: {initialize} has type {types[initialize]}, expected {_VOID}"
@@ -95,7 +97,9 @@ def export_problem(info: ModuleInfo, reactor: Reactor) -> str | None:
     ) or split[1] not in _RESULTS[reactor.result]  # fmt: skip
     if wrong:
         want = "(" + ", ".join("/".join(w) for w in expected_params) + ") -> "
-        want += " or ".join("(" + ", ".join(r) + ")" if len(r) != 1 else r[0] for r in _RESULTS[reactor.result])
+        want += " or ".join(
+            "(" + ", ".join(r) + ")" if len(r) != 1 else r[0] for r in _RESULTS[reactor.result]
+        )
         return (
             f"[reactor] entry: {reactor.entry} has type {types[reactor.entry]}, but its params and "
             f"result {reactor.result!r} call it as {want}"
@@ -161,8 +165,16 @@ class EntryCall:
         position = 0
         for param in reactor.params:
             if isinstance(param, ReactorParam):
-                kind = "cstring" if param.cstring is not None else "buffer" if param.buffer is not None else "integer"
-                params.append(_Param(kind, Template.parse(param.template, argv_item=False), wasm_params[position]))
+                kind = (
+                    "cstring"
+                    if param.cstring is not None
+                    else "buffer"
+                    if param.buffer is not None
+                    else "integer"
+                )
+                params.append(
+                    _Param(kind, Template.parse(param.template, argv_item=False), wasm_params[position])
+                )
                 position += 2 if kind == "buffer" else 1
             else:
                 params.append(_Param(param, None, "i32"))
@@ -170,7 +182,9 @@ class EntryCall:
         self._params = tuple(params)
         self._defaults = schema_defaults((manifest.input_schema or {}).get("properties"))
         self._entry = _capi.ExportName(reactor.entry)
-        initialize = reactor.initialize or (_abi.EXPORT_INITIALIZE if _abi.EXPORT_INITIALIZE in types else None)
+        initialize = reactor.initialize or (
+            _abi.EXPORT_INITIALIZE if _abi.EXPORT_INITIALIZE in types else None
+        )
         self._initialize = _capi.ExportName(initialize) if initialize is not None else None
         allocator = reactor.allocator
         self._allocator = _capi.ExportName(allocator.export) if allocator is not None else None
@@ -201,7 +215,9 @@ class EntryCall:
             if param.kind == "integer":
                 out.append(_integer(text, param.wasm, index))
             elif param.kind == "cstring" and b"\0" in data:
-                raise Failure(ErrorKind.INVALID_ARGUMENTS, f"param {index}: a string would contain a NUL byte")
+                raise Failure(
+                    ErrorKind.INVALID_ARGUMENTS, f"param {index}: a string would contain a NUL byte"
+                )
             else:
                 out.append(data)
         return tuple(out)
@@ -227,7 +243,9 @@ class EntryCall:
             if param.kind == "integer":
                 raw.append((param.wasm, value or 0))
             elif param.kind == "cstring":
-                raw.append(("i32", self._write(store, instance, memory, value + b"\0") if value is not None else 0))
+                raw.append(
+                    ("i32", self._write(store, instance, memory, value + b"\0") if value is not None else 0)
+                )
             elif param.kind == "buffer":
                 ptr = self._write(store, instance, memory, value) if value is not None else 0
                 raw += [("i32", ptr), ("i32", len(value or b""))]
@@ -290,7 +308,9 @@ class EntryCall:
             raise Failure(ErrorKind.MEMORY_LIMIT, f"{self._allocator.name} returned NULL for {size} bytes")
         base, memory_size = _capi.memory_view(context, memory)
         if ptr + size > memory_size:
-            raise Failure(ErrorKind.BAD_RESPONSE, f"{self._allocator.name} returned a pointer outside the memory")
+            raise Failure(
+                ErrorKind.BAD_RESPONSE, f"{self._allocator.name} returned a pointer outside the memory"
+            )
         ctypes.memmove(base + ptr, data, len(data))
         return ptr
 
@@ -341,7 +361,9 @@ def _integer(text: str, wasm: str, index: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise Failure(ErrorKind.INVALID_ARGUMENTS, f"param {index}: {text[:40]!r} is not an integer") from None
+        raise Failure(
+            ErrorKind.INVALID_ARGUMENTS, f"param {index}: {text[:40]!r} is not an integer"
+        ) from None
     bits = 64 if wasm == "i64" else 32
     if not -(1 << (bits - 1)) <= value < 1 << bits:
         raise Failure(ErrorKind.INVALID_ARGUMENTS, f"param {index}: {value} does not fit in {wasm}")
@@ -376,7 +398,9 @@ def _cstring(
     if len(data) > cap:
         if cut:
             return data[:cap]
-        raise Failure(ErrorKind.OUTPUT_LIMIT, f"the returned string is longer than the {format_size(cap)} output cap")
+        raise Failure(
+            ErrorKind.OUTPUT_LIMIT, f"the returned string is longer than the {format_size(cap)} output cap"
+        )
     raise Failure(ErrorKind.BAD_RESPONSE, "a returned string runs past the end of the module's memory")
 
 

@@ -156,7 +156,9 @@ class ModuleRunner:
         if self._outputs and scratch is not None and error is None and scratch_over is None:
             files, error = scratch.collect(self._outputs, limits.output)
         peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
-        return _call.finish(state, store, started, value, error, stdout, stderr, peak, files=files, scratch_over=scratch_over)
+        return _call.finish(
+            state, store, started, value, error, stdout, stderr, peak, files=files, scratch_over=scratch_over
+        )
 
     def _run_reactor(
         self,

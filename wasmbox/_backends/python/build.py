@@ -142,8 +142,7 @@ def _inputs_digest() -> str:
     digest.update(f" msgpack={version('msgpack')}".encode())
     if version("componentize-py") != COMPONENTIZE_PY:
         raise RuntimeBuildError(
-            f"the Python runtime needs componentize-py=={COMPONENTIZE_PY}, "
-            f"found {version('componentize-py')}"
+            f"the Python runtime needs componentize-py=={COMPONENTIZE_PY}, found {version('componentize-py')}"
         )
     sources = [*(SOURCES / "guest").glob("*.py"), *(SOURCES / "wit").glob("*.wit")]
     files = sorted([*sources, PRECOMPILE])

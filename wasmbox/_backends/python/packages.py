@@ -134,7 +134,9 @@ class PackageInstaller:
                 self._sets[pins] = found
             return found
 
-    def _install(self, pins: tuple[str, ...], precompile: Callable[[Path], None], progress: Progress) -> PackageSet:
+    def _install(
+        self, pins: tuple[str, ...], precompile: Callable[[Path], None], progress: Progress
+    ) -> PackageSet:
         root = self._root()
         key = self.key(pins)[:32]
         target = root / f"packages-{key}"
@@ -166,7 +168,9 @@ class PackageInstaller:
 
     def _pip(self, pins: tuple[str, ...], site: Path) -> None:
         if importlib.util.find_spec("pip") is None:
-            raise ManifestError(f"packages: installing {', '.join(pins)} needs pip in {sys.executable}'s environment")
+            raise ManifestError(
+                f"packages: installing {', '.join(pins)} needs pip in {sys.executable}'s environment"
+            )
         command = [
             # -I: neither the working directory (a writable grant may hold it: a planted pip/
             # there would run on the host) nor PYTHON* variables nor the user site on sys.path
@@ -184,8 +188,13 @@ class PackageInstaller:
         command += ["--", *pins]
         try:
             done = subprocess.run(
-                command, check=False, capture_output=True, text=True, timeout=self._timeout,
-                stdin=subprocess.DEVNULL, cwd=site.parent,  # the private stage folder
+                command,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=self._timeout,
+                stdin=subprocess.DEVNULL,
+                cwd=site.parent,  # the private stage folder
             )
         except subprocess.TimeoutExpired:
             raise ManifestError(
@@ -215,12 +224,16 @@ class PackageInstaller:
         for line in log.splitlines():
             if "Link requires a different Python" in line and _file_project(line.rsplit(" ", 1)[-1]) == name:
                 other_python = True
-            skipped = re.match(r"\s*Skipping link: none of the wheel's tags \((.*?)\) are compatible.*?(\S+)$", line)
+            skipped = re.match(
+                r"\s*Skipping link: none of the wheel's tags \((.*?)\) are compatible.*?(\S+)$", line
+            )
             if skipped and _file_project(skipped[2]) == name:
                 native.append(skipped[1])
             if re.search(rf"No binaries permitted for {re.escape(name)}\b", line, re.IGNORECASE):
                 sdists = True
-        unreachable = re.search(r"Could not fetch URL (\S+?):? (?:connection error: )?(.*?)(?: - skipping)?$", log, re.MULTILINE)
+        unreachable = re.search(
+            r"Could not fetch URL (\S+?):? (?:connection error: )?(.*?)(?: - skipping)?$", log, re.MULTILINE
+        )
         if unreachable:
             why = f"{self._source()} could not be reached ({unreachable[1]}: {unreachable[2]})"
         elif native:

@@ -192,7 +192,9 @@ class PythonRuntimeRunner:
             if manifest.packages:
                 site = self._packages.get(manifest.packages)
                 if site is None:
-                    raise Failure(ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox")
+                    raise Failure(
+                        ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox"
+                    )
                 extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
             if manifest.scratch is not None:
                 prepared.scratch = self._scratch.create(manifest.scratch)
@@ -293,9 +295,7 @@ _MAX_NAME = 128  # host function names are short; a longer one is a guest playin
 _INSTANTIATING = Manifest(name="preparing", runtime="python")
 
 
-def _release(
-    keeper: _Housekeeper, spares: _Spares, linker: component.Linker, handle: int
-) -> None:
+def _release(keeper: _Housekeeper, spares: _Spares, linker: component.Linker, handle: int) -> None:
     keeper.stop()
     for spare in spares.drain():
         spare.discard()
@@ -435,7 +435,9 @@ class PythonSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]})
+        return self._runtime.call(
+            self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]}
+        )
 
 
 class PythonToolRunner:

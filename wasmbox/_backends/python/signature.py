@@ -16,8 +16,28 @@ from typing import Any
 
 from ... import _schema
 
-_SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null", "NoneType": "null"}
-_ARRAYS = {"list", "List", "Sequence", "MutableSequence", "Iterable", "Collection", "set", "Set", "frozenset", "FrozenSet", "tuple", "Tuple"}
+_SCALARS = {
+    "int": "integer",
+    "float": "number",
+    "str": "string",
+    "bool": "boolean",
+    "None": "null",
+    "NoneType": "null",
+}
+_ARRAYS = {
+    "list",
+    "List",
+    "Sequence",
+    "MutableSequence",
+    "Iterable",
+    "Collection",
+    "set",
+    "Set",
+    "frozenset",
+    "FrozenSet",
+    "tuple",
+    "Tuple",
+}
 _MAPS = {"dict", "Dict", "Mapping", "MutableMapping"}
 _ANY = {"Any", "object"}
 _PARAMS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments):\s*$")

@@ -107,9 +107,7 @@ def _run_tool(request: dict) -> object:
     exec(compile(request["source"], filename, "exec", dont_inherit=True), namespace)  # noqa: S102
     entry = namespace.get(request["entry"])
     if not callable(entry):
-        raise _Refusal(
-            "guest_error", f"{filename} defines no function {request['entry']!r}"
-        )
+        raise _Refusal("guest_error", f"{filename} defines no function {request['entry']!r}")
     args = request.get("args") or {}
     try:
         import inspect
@@ -148,9 +146,7 @@ def _reply(value: object, strict: bool) -> bytes:
 
 
 def _pack(message: dict) -> bytes:
-    return json.dumps(message, default=_encode, ensure_ascii=False).encode(
-        "utf-8", "surrogatepass"
-    )
+    return json.dumps(message, default=_encode, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def _encode(value: object) -> object:
@@ -167,13 +163,9 @@ def _encode(value: object) -> object:
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
-    if isinstance(
-        value, (decimal.Decimal, fractions.Fraction, uuid.UUID, pathlib.PurePath)
-    ):
+    if isinstance(value, (decimal.Decimal, fractions.Fraction, uuid.UUID, pathlib.PurePath)):
         return str(value)
-    name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix(
-        "builtins."
-    )
+    name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
     raise _Unsendable(f"a value of type {name}")
 
 

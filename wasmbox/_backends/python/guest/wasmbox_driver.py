@@ -155,7 +155,7 @@ def _explain_missing_module(exc: BaseException) -> None:
             exc.add_note(
                 f"wasmbox: {name!r} is not in the sandbox's Python; a pure-Python package can be added by "
                 "declaring it, pinned, in the tool's or grant set's manifest: packages = [\"name==version\"] "
-                "(README: \"Third-party packages\")"
+                '(README: "Third-party packages")'
             )
 
 
@@ -238,14 +238,19 @@ def _bound_names(node: ast.stmt) -> set:
     return {  # (a def or class inside a top-level if/try/with counts too)
         n.id if isinstance(n, ast.Name) else n.name
         for n in ast.walk(node)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        if isinstance(n, ast.Name)
+        and isinstance(n.ctx, ast.Store)
         or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
     }
 
 
 def _param(arg: ast.arg, kind: str, default: ast.expr | None) -> dict:
-    param = {"name": arg.arg, "kind": kind, "has_default": default is not None,
-             "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None}
+    param = {
+        "name": arg.arg,
+        "kind": kind,
+        "has_default": default is not None,
+        "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None,
+    }
     if default is not None:
         try:
             value = ast.literal_eval(default)

@@ -38,5 +38,6 @@ def precompile(root):
         os.path.join(folder, name)
         for folder, _, names in os.walk(root)
         for name in names
-        if name.endswith(".py") and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
+        if name.endswith(".py")
+        and not os.path.exists(bootstrap.cache_from_source(os.path.join(folder, name)))
     ]
