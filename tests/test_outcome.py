@@ -23,6 +23,13 @@ def err(kind: ErrorKind, message: str = "boom") -> CallError:
 CASES = [
     # (what, evidence, the decided kind or None)
     ("success", Evidence(LIMITS, None), None),
+    # what `_call.finish` relies on when it skips `decide`: with no error, no stop, no cut and
+    # no scratch over its cap, a host function's failure and a full memory still give success
+    (
+        "success despite a host function's failure and a full memory",
+        Evidence(LIMITS, None, failure=ErrorKind.CAPABILITY_DENIED, peak_memory=AT_CAP),
+        None,
+    ),
     ("a plain trap", Evidence(LIMITS, err(ErrorKind.TRAP)), ErrorKind.TRAP),
     ("abort beats success", Evidence(LIMITS, None, abort=HOST), ErrorKind.HOST_ERROR),
     (

