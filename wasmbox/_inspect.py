@@ -21,12 +21,13 @@ _VOID = "() -> ()"
 class ToolKind(str, Enum):
     """How a tool is called: wasmbox ABI v1 (reactor), a WASI command (`_start`), a module's
     own exports by the C calling convention its manifest's `[reactor]` declares (c_reactor),
-    or Python source run by the CPython runtime."""
+    Python source run by the CPython runtime, or JavaScript run by the QuickJS runtime."""
 
     REACTOR = "reactor"
     COMMAND = "command"
     C_REACTOR = "c_reactor"
     PYTHON = "python"
+    JAVASCRIPT = "javascript"
 
 
 @dataclass(frozen=True)

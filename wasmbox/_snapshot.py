@@ -11,8 +11,11 @@ instantiating an empty one.
 
 Sound for modules whose set-up changes only their own memory and globals: the caller's imports
 (`define`) decide what host state the set-up can reach (the JavaScript backend's set-up gets
-WASI functions that refuse everything but the clock). A table the set-up grew is refused;
-the entries of a table are not compared (C code does not write its table). Passive data
+WASI world with nothing in it). A table the set-up grew is refused; the entries of a table
+are not compared (C code does not write its table). `table_slots` adds that many empty
+(null) entries at the end of the module's one table, for the host to fill in each instance
+(the JavaScript backend's host functions); the snapshot then exports the table as
+TABLE_EXPORT. Passive data
 segments are kept as they are, at their indices (the code names them); active ones are
 replaced by the memory image, in at most MAX_SEGMENTS segments (the smallest zero gaps are
 merged first; Wasmtime refuses modules with more than 100,000). Modules with imported
@@ -36,6 +39,7 @@ MAX_SEGMENTS = 10_000  # data segments of the memory image at most (Wizer's figu
 _EXPORT = "__wasmbox_snapshot_"
 _MEMORY_EXPORT = _EXPORT + "memory"
 _TABLE_EXPORT = _EXPORT + "table"
+TABLE_EXPORT = "__wasmbox_table"  # the snapshot's export of its table, when it has reserved slots
 _SETUP_FUEL = 10**11
 _CONST = {0x7F: 0x41, 0x7E: 0x42, 0x7D: 0x43, 0x7C: 0x44}  # value type -> its const opcode
 
@@ -68,11 +72,31 @@ class _Module:
             self.globals = self._globals()
             self.memory = self._memory()
             self.tables = self._count(4) + self._imported(0x01)
+            self.table_exported = False
         except _Malformed as exc:
             raise SnapshotError(f"not a valid module: {exc}") from None
         if self._imported(0x02) or self._imported(0x03):
             raise SnapshotError("the module imports a memory or a global")
         self._check_data()
+
+    def reserve_table_slots(self, count: int) -> None:
+        """Grow the one table, defined here, by `count` null entries, and export it."""
+        section = self.section(4)
+        if section is None or self.tables != 1 or self._imported(0x01):
+            raise SnapshotError("table slots need exactly one table, defined by the module")
+        body = _Reader(section.body)
+        try:
+            body.uleb()
+            reftype = body.byte()
+            minimum, maximum = _limits(body)
+        except _Malformed as exc:
+            raise SnapshotError(f"not a valid table: {exc}") from None
+        if reftype != 0x70 or body.left():
+            raise SnapshotError("table slots need a funcref table without an initializer")
+        limits = _uleb(minimum + count)
+        limits = b"\x01" + limits + _uleb(maximum + count) if maximum is not None else b"\x00" + limits
+        self.sections[self.sections.index(section)] = _Section(4, b"\x01\x70" + limits)
+        self.table_exported = True
 
     def section(self, code: int) -> _Section | None:
         return next((s for s in self.sections if s.code == code), None)
@@ -154,11 +178,17 @@ def snapshot(
     wasm: bytes,
     define: Callable[[wasmtime.Linker, wasmtime.Store, wasmtime.Module], None],
     init: Callable[[wasmtime.Store, wasmtime.Instance], None],
+    *,
+    table_slots: int = 0,
 ) -> bytes:
     """The module `wasm` as `init(store, instance)` leaves it; `define(linker, store, module)`
-    defines its imports for that one instance. Raises SnapshotError (see the module docstring); what
-    `init` raises propagates."""
+    defines its imports for that one instance. With `table_slots`, the table has that many more
+    entries, null, at its end (`init` sees them: the table is its instance's export
+    `_TABLE_EXPORT`), and the snapshot exports it as TABLE_EXPORT. Raises SnapshotError (see the
+    module docstring); what `init` raises propagates."""
     module = _Module(wasm)
+    if table_slots:
+        module.reserve_table_slots(table_slots)
     instrumented = _instrument(module)
     store = wasmtime.Store(engine)
     try:  # bounded, on an engine that meters fuel; and never interrupted by its epoch
@@ -199,8 +229,12 @@ def _instrument(module: _Module) -> bytes:
         for i, (_, mutable, _) in enumerate(module.globals)
         if mutable
     ]
-    sections = list(module.sections)
-    exports = module.section(7)
+    return _encode(_exporting(list(module.sections), extra))
+
+
+def _exporting(sections: list[_Section], extra: list[tuple[str, int, int]]) -> list[_Section]:
+    """`sections` with exports `(name, kind, index)` added to the export section."""
+    exports = next((s for s in sections if s.code == 7), None)
     old = _Reader(exports.body) if exports is not None else None
     count = old.uleb() if old is not None else 0
     rest = bytes(old.data[old.pos :]) if old is not None else b""
@@ -209,12 +243,13 @@ def _instrument(module: _Module) -> bytes:
         encoded = name.encode()
         body += _uleb(len(encoded)) + encoded + bytes([kind]) + _uleb(index)
     new = _Section(7, body)
+    sections = list(sections)
     if exports is not None:
         sections[sections.index(exports)] = new
     else:  # after the sections that come before exports (1..6)
         at = next((i for i, s in enumerate(sections) if s.code not in range(7)), len(sections))
         sections.insert(at, new)
-    return _encode(sections)
+    return sections
 
 
 def _write(module: _Module, pages: int, data: bytes, values: list[int | float]) -> bytes:
@@ -255,6 +290,8 @@ def _write(module: _Module, pages: int, data: bytes, values: list[int | float]) 
         out.append(section)
         if section.code == 10 and module.section(11) is None:  # data follows code
             out.append(data_section)
+    if module.table_exported:
+        out = _exporting(out, [(TABLE_EXPORT, 0x01, 0)])
     return _encode(out)
 
 

@@ -121,11 +121,35 @@ def trap_pointer(message: str) -> int:
     return ctypes.cast(ffi.wasmtime_trap_new(encoded, len(encoded)), ctypes.c_void_p).value or 0
 
 
+def set_table_func(
+    context: Context,
+    table: Extern,
+    index: int,
+    functype: wasmtime.FuncType,
+    callback: Any,  # a ffi.wasmtime_func_unchecked_callback_t
+    handle: int = 0,
+) -> None:
+    """Put a new raw host function (`callback`, given `handle` as its data) into `table` at
+    `index`, in this store only. The callback's data is ours (no finalizer): keep what `handle`
+    finds for as long as the store may call it."""
+    func = ffi.wasmtime_func_t()
+    ffi.wasmtime_func_new_unchecked(
+        context, functype.ptr(), callback, handle, NO_FINALIZER, ctypes.byref(func)
+    )
+    value = ffi.wasmtime_val_t()
+    value.kind = ffi.WASMTIME_FUNCREF
+    value.of.funcref = func
+    error = ffi.wasmtime_table_set(context, ctypes.byref(table.of.table), index, ctypes.byref(value))
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+
+
 # The ABI exports both the runner and the host-call trampoline look up, and extern kinds.
 MEMORY = ExportName(_abi.EXPORT_MEMORY)
 ALLOC = ExportName(_abi.EXPORT_ALLOC)
 EXTERN_MEMORY = ffi.WASMTIME_EXTERN_MEMORY.value
 EXTERN_FUNC = ffi.WASMTIME_EXTERN_FUNC.value
+EXTERN_TABLE = ffi.WASMTIME_EXTERN_TABLE.value
 
 
 def memory_view(

@@ -1,0 +1,1 @@
+"""The JavaScript runtime: QuickJS-NG, pre-initialized, one fresh instance per call."""

@@ -1,0 +1,135 @@
+// The guest side of wasmbox's JavaScript runtime, evaluated once when the runtime is built.
+// Its completion value is `install(host)`: the build calls it with the host-call function (a C
+// function in a table slot the host fills in each instance) and keeps what it returns, `run`
+// and `fail`, for every call. A call evaluates its code as an async script (top-level await),
+// then `run` awaits the completion value (a tool's source: calls its entry with the args) and
+// returns the JSON reply `{"ok": value}` or `{"error": text, "kind": kind}`; `fail` makes the
+// reply of a script that did not compile. The references are taken here, once, so a script
+// that replaces JSON or Object cannot change how its result is encoded.
+(function install(host) {
+  "use strict";
+  const { stringify, parse } = JSON;
+  const { defineProperty, freeze, fromEntries } = Object;
+  const { isArray } = Array;
+  const { isView } = ArrayBuffer;
+  const { isSafeInteger } = Number;
+  const arrayFrom = Array.from;
+  const ErrorType = Error;
+  const MapType = Map;
+  const SetType = Set;
+  const DataViewType = DataView;
+  const StringOf = String;
+
+  class HostCallError extends Error {
+    constructor(message) {
+      super(message);
+      this.name = "HostCallError";
+    }
+  }
+
+  // wasmbox.callHost(name, {keyword: value}): a host function the manifest grants; its value,
+  // or a HostCallError saying why the host refused or the function failed.
+  function callHost(name, args = {}) {
+    if (typeof name !== "string") throw new TypeError("wasmbox.callHost: the name must be a string");
+    if (args === null || typeof args !== "object" || isArray(args)) {
+      throw new TypeError("wasmbox.callHost: args must be an object of keyword arguments");
+    }
+    const reply = parse(host(name, stringify(args, replacer)));
+    if (reply !== null && typeof reply === "object" && "ok" in reply) return reply.ok;
+    throw new HostCallError(reply && typeof reply.error === "string" ? reply.error : "malformed reply");
+  }
+
+  defineProperty(globalThis, "wasmbox", {
+    value: freeze({ callHost, HostCallError }),
+    enumerable: false,
+    writable: false,
+    configurable: false,
+  });
+
+  // What JSON.stringify cannot write by itself: BigInt (a number when exact, else its
+  // digits), Map (an object), Set and typed arrays (arrays).
+  function replacer(key, value) {
+    if (typeof value === "bigint") {
+      const number = Number(value);
+      return isSafeInteger(number) ? number : StringOf(value);
+    }
+    if (value instanceof MapType) return fromEntries(value);
+    if (value instanceof SetType) return arrayFrom(value);
+    if (isView(value) && !(value instanceof DataViewType)) return arrayFrom(value);
+    return value;
+  }
+
+  function encode(value) {
+    const text = stringify(value, replacer);
+    return text === undefined ? "null" : text; // undefined, a function, a symbol
+  }
+
+  function describe(error) {
+    try {
+      if (error instanceof ErrorType) {
+        const head = `${error.name}: ${error.message}`;
+        const stack = typeof error.stack === "string" ? error.stack.replace(/\s+$/, "") : "";
+        return stack ? `${head}\n${stack}` : head;
+      }
+      return `Uncaught ${typeof error === "string" ? stringify(error) : StringOf(error)}`;
+    } catch {
+      return "Uncaught exception (it could not be described)";
+    }
+  }
+
+  // console.log and print write a line to stdout, console.error and console.warn to stderr,
+  // flushed at once (a call that is stopped keeps what it printed): strings as they are,
+  // errors with their stack, other objects as JSON where they can be.
+  function show(value) {
+    if (typeof value === "string") return value;
+    if (value instanceof ErrorType) return describe(value);
+    if (typeof value === "function") return `[Function: ${value.name || "anonymous"}]`;
+    if ((typeof value === "object" && value !== null) || typeof value === "bigint") {
+      try {
+        const text = stringify(value, replacer);
+        if (text !== undefined) return text;
+      } catch {
+        // a cycle, or a getter that throws: its plain form below
+      }
+    }
+    try {
+      return StringOf(value);
+    } catch {
+      return "[unprintable]";
+    }
+  }
+
+  function writer(file) {
+    return (...values) => {
+      file.puts(values.map(show).join(" ") + "\n");
+      file.flush();
+    };
+  }
+
+  const log = writer(std.out);
+  const warn = writer(std.err);
+  globalThis.console = { log, info: log, debug: log, error: warn, warn };
+  globalThis.print = log;
+
+  function fail(error) {
+    return stringify({ error: describe(error), kind: "guest_error" });
+  }
+
+  async function run(evaluated, entry, args) {
+    try {
+      let value = (await evaluated).value;
+      if (entry !== undefined) {
+        const found = globalThis[entry];
+        if (typeof found !== "function") {
+          throw new TypeError(`the tool's entry ${entry} is not a function its source defines`);
+        }
+        value = found(parse(args));
+      }
+      return `{"ok":${encode(await value)}}`;
+    } catch (error) {
+      return fail(error);
+    }
+  }
+
+  return freeze({ run, fail });
+})

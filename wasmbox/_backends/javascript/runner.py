@@ -1,0 +1,424 @@
+"""Runs JavaScript snippets and tools in the JavaScript runtime, one fresh instance of its
+snapshot per call.
+
+A call instantiates the snapshot (`build`: QuickJS-NG with its context made and the driver
+installed; Wasmtime maps its memory copy-on-write) with the manifest's WASI world (preopens,
+env, scratch /tmp; stdout and stderr captured up to the cap) and limits, seeds the context's
+Math.random state from the host's randomness, fills the host-call table slot with the
+trampoline below, and then, through the C API: evaluates the code as an async script, calls
+the driver's `run` on the result (and a tool's entry and args), awaits it with
+`js_std_await` (jobs and timers run meanwhile) and reads the JSON reply. Nothing is freed:
+the instance is dropped whole.
+
+Host functions: `wasmbox.callHost(name, args)` in the guest calls the C function the build
+registered with `JS_NewCFunction2` on the reserved table slot, which here is `_host_call` (a
+raw host function, `_call.host_callback`'s guard): it reads the name and the JSON args back
+through `JS_ToCStringLen2`, serves the call by the shared host-call policy
+(`_call.serve_host_call`: granted names only, counted, capped, recorded) and returns the JSON
+reply as a new JS string.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import os
+import struct
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import wasmtime
+
+from ... import _call, _outcome
+from ..._call import CallInput, CallState
+from ..._capabilities import scratch as _scratch
+from ..._capabilities.hostfuncs import HostFunction, refusal
+from ..._errors import ErrorKind
+from ..._inspect import ToolKind
+from ..._manifest import Manifest
+from ..._outcome import Failure
+from ..._results import CallError, CallResult
+from ..._wasmtime import capi as _capi
+from ..._wasmtime import store as _store
+from ..._wasmtime import wasi_files as _wasi_files
+from ..._wasmtime import wasi_poll as _wasi_poll
+from ..._wasmtime.engine import EpochTicker
+from ..._wasmtime.output import Output
+from ..core import abi as _abi
+from . import build
+
+# The guest's instance and the file forwarder of `_wasi_files`, one memory; the table holds the
+# snapshot's 581 entries.
+_STORE_LIMITS = {"table_elements": 10_000, "instances": 2, "tables": 2, "memories": 1}
+_MASK = 0xFFFF_FFFF_FFFF_FFFF
+_NO_INPUT = CallInput({})
+_MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
+_REPLY_KEYS = 64  # bytes of a reply's own keys, beyond the value the output cap counts
+_EXPORTS = {
+    name: _capi.ExportName(name)
+    for name in (
+        "malloc", "JS_Eval", "JS_Call", "JS_GetException", "js_std_await", "JS_ToCStringLen2",
+        "JS_NewStringLen",
+    )
+}  # fmt: skip
+_TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
+I32, I64 = "i32", "i64"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one call runs: `code` (a snippet, or a tool's source named `filename`) and, for a
+    tool, the `entry` function to call with `args` (JSON)."""
+
+    code: str
+    filename: str | None = None
+    entry: str | None = None
+    args: str | None = None
+
+
+class JavaScriptRunner:
+    """The Sandbox's JavaScript runtime: the compiled snapshot and its linker. Thread-safe."""
+
+    kind = ToolKind.JAVASCRIPT
+
+    def __init__(
+        self,
+        engine: wasmtime.Engine,
+        module: wasmtime.Module,
+        runtime: build.JavaScriptRuntime,
+        host_functions: Mapping[str, HostFunction],
+        ticker: EpochTicker,
+        scratch: _scratch.ScratchSpace,
+    ) -> None:
+        self._engine = engine
+        self._runtime = runtime
+        self._layout = runtime.layout
+        self._host_functions = host_functions
+        self._ticker = ticker
+        self._scratch = scratch
+        linker = wasmtime.Linker(engine)
+        linker.define_wasi()
+        linker.allow_shadowing = True
+        _wasi_poll.define(linker)  # sleeps and timers end at the deadline
+        self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
+        self._files.define(linker)
+        linker.allow_shadowing = False
+        self._pre = linker.instantiate_pre(module)
+        i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+        # JSValue (*)(JSContext *, JSValueConst this, int argc, JSValueConst *argv)
+        self._host_type = wasmtime.FuncType([i32, i64, i32, i32], [i64])
+        self._handle = _runners.add(weakref.ref(self))
+        weakref.finalize(self, _runners.discard, self._handle)
+
+    @property
+    def build_digest(self) -> str:
+        """The digest of the runtime's build inputs."""
+        return self._runtime.key
+
+    def call(self, manifest: Manifest, request: Request) -> CallResult:
+        """Run `request` in a fresh instance under `manifest`'s grants and limits."""
+        self._ticker.enter()
+        scratch = None
+        try:
+            if manifest.scratch is not None:
+                scratch = self._scratch.create(manifest.scratch)
+            started = time.perf_counter()
+            state = CallState.start(manifest, started)
+            try:
+                return self._call(manifest, request, scratch, state, started)
+            finally:
+                _wasi_files.release(state)
+        finally:
+            if scratch is not None:
+                scratch.remove()
+            self._ticker.leave()
+
+    def _call(
+        self,
+        manifest: Manifest,
+        request: Request,
+        scratch: _scratch.CallScratch | None,
+        state: CallState,
+        started: float,
+    ) -> CallResult:
+        limits = manifest.limits
+        stdout, stderr = Output(limits.output), Output(limits.output)
+        store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
+        memory: _capi.Extern | None = None
+        value: Any = None
+        error: CallError | None = None
+        scratch_over: str | None = None
+        try:
+            extra = (scratch.preopen,) if scratch is not None else ()
+            store.set_wasi(_call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra))
+            with _call.running(state):
+                if scratch is not None:
+                    scratch.arm(store)
+                instance = self._pre.instantiate(store)
+                memory = _capi.MEMORY.get(store, instance)
+                value = self._run(store, instance, memory, request, limits.output)
+        except _outcome.RUN_ENDS as exc:
+            error = _outcome.ended_with(exc, limits, exit_is_an_end=True)  # std.exit(n) ends the script
+        finally:
+            stdout.detach()
+            stderr.detach()
+            if scratch is not None:
+                scratch_over = scratch.settle()
+        peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
+        return _call.finish(
+            state, store, started, value, error, stdout, stderr, peak, scratch_over=scratch_over
+        )
+
+    def _run(
+        self,
+        store: wasmtime.Store,
+        instance: wasmtime.Instance,
+        memory: _capi.Extern,
+        request: Request,
+        cap: int,
+    ) -> Any:
+        layout = self._layout
+        context = _store.context(store)
+        guest = _Guest(
+            context, {name: export.get(store, instance) for name, export in _EXPORTS.items()}, memory
+        )
+        guest.write(layout.random_state, _seed())
+        _capi.set_table_func(
+            context, _TABLE.get(store, instance), layout.host_slot, self._host_type, _host_call, self._handle
+        )
+        ctx = layout.context
+        code = request.code.encode("utf-8", "surrogatepass")
+        source = guest.copy(code + b"\0")
+        name = (
+            layout.input_name if request.filename is None else guest.copy(request.filename.encode() + b"\0")
+        )
+        evaluated = guest.call("JS_Eval", (I32, ctx), (I32, source), (I32, len(code)), (I32, name),
+                               (I32, build.EVAL_ASYNC))  # fmt: skip
+        if evaluated == layout.exception:  # it did not compile: the driver describes the SyntaxError
+            argv = [guest.call("JS_GetException", (I32, ctx))]
+            reply = self._call_driver(guest, layout.fail, argv)
+        else:
+            argv = [evaluated]
+            if request.entry is not None:
+                argv += [guest.new_string(ctx, request.entry), guest.new_string(ctx, request.args or "{}")]
+            promise = self._call_driver(guest, layout.run, argv)
+            reply = guest.call("js_std_await", (I32, ctx), (I64, promise))
+            self._check(guest, reply)
+        text = guest.text(ctx, reply, layout.length_cell, cap + _REPLY_KEYS)
+        return _value(text)
+
+    def _call_driver(self, guest: _Guest, function: int, argv: list[int]) -> int:
+        layout = self._layout
+        guest.write(layout.scratch, struct.pack(f"<{len(argv)}Q", *argv))
+        result = guest.call("JS_Call", (I32, layout.context), (I64, function), (I64, layout.undefined),
+                            (I32, len(argv)), (I32, layout.scratch))  # fmt: skip
+        self._check(guest, result)
+        return result
+
+    def _check(self, guest: _Guest, value: int) -> None:
+        """A Failure when `value` is JS_EXCEPTION: the driver itself failed (e.g. out of memory)."""
+        layout = self._layout
+        if value != layout.exception:
+            return
+        thrown = guest.call("JS_GetException", (I32, layout.context))
+        try:
+            text = guest.text(layout.context, thrown, layout.length_cell, 4096)
+        except Failure:
+            text = "(its exception cannot be read)"
+        raise Failure(ErrorKind.GUEST_ERROR, f"the JavaScript runtime failed: {text}")
+
+    def serve(self, caller: _capi.Caller, context: _capi.Context, values: _capi.Values) -> int:
+        """The host-call C function: `callHost(name, argsJSON)` → the JSON reply (a JS string)."""
+        state = _call.current()
+        layout = self._layout
+        if state.abort is not None:
+            return layout.undefined
+        if state.exports is None:  # the same for every host call of this instance
+            memory = _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY)
+            funcs = {n: _capi.ExportName(n).from_caller(caller, _capi.EXTERN_FUNC) for n in _HOST_EXPORTS}
+            if memory is None or any(f is None for f in funcs.values()):
+                _call.abort(context, ErrorKind.BAD_RESPONSE, "the JavaScript runtime lacks an export")
+                return layout.undefined
+            state.exports = _Guest(context, funcs, memory)  # type: ignore[arg-type]
+        guest: _Guest = state.exports
+        guest.context = context
+        ctx, argc, argv = (values[0].i32 & 0xFFFF_FFFF, values[2].i32, values[3].i32 & 0xFFFF_FFFF)
+        try:
+            if ctx != layout.context or argc < 2:
+                raise Failure(ErrorKind.BAD_RESPONSE, "the host-call function takes a name and args")
+            name_value, args_value = struct.unpack("<QQ", guest.read(argv, 16))
+            name = guest.text(ctx, name_value, layout.length_cell, _MAX_NAME)
+            request = guest.text(ctx, args_value, layout.length_cell, state.manifest.limits.output)
+        except Failure as failure:  # our driver sends two strings: anything else is a guest's game
+            return guest.new_string(ctx, json.dumps({"error": failure.error.message}))
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            _call.abort(context, _outcome.from_trap(exc, state.manifest.limits).kind, str(exc))
+            return layout.undefined
+        try:
+            packed = _abi.pack(json.loads(request))
+        except (ValueError, TypeError, OverflowError) as exc:
+            reply = refusal(name, "bad_request", f"request is not JSON of plain values: {exc}", len(request))
+            state.records.append(reply.record)
+            return guest.new_string(ctx, json.dumps({"error": "request is not JSON of plain values"}))
+        granted = name in state.manifest.host_functions
+        function = self._host_functions.get(name) if granted else None
+        served = _call.serve_host_call(context, name, packed, function)
+        if state.abort is not None:
+            return layout.undefined
+        try:
+            return guest.new_string(ctx, _json_reply(served.payload))
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            _call.abort(context, _outcome.from_trap(exc, state.manifest.limits).kind, str(exc))
+            return layout.undefined
+
+
+_HOST_EXPORTS = ("malloc", "JS_ToCStringLen2", "JS_NewStringLen")
+# The runners the trampoline finds by the handle its function was made with, held weakly.
+_runners: _capi.Handles[weakref.ref[JavaScriptRunner]] = _capi.Handles()
+
+
+@_call.host_callback("javascript host call")
+def _host_call(
+    handle: int | None, caller: _capi.Caller, context: _capi.Context, values: _capi.Values, count: int
+) -> int:
+    ref = _runners.get(handle)
+    runner = ref() if ref is not None else None
+    if runner is None:  # the Sandbox holds its runner while a call runs: a bug of ours
+        raise RuntimeError(f"no JavaScript runtime for handle {handle}")
+    values[0].i64 = runner.serve(caller, context, values)
+    return 0
+
+
+class _Guest:
+    """Raw calls into one instance (types checked by the build: the pinned module's exports)."""
+
+    def __init__(
+        self, context: _capi.Context, funcs: Mapping[str, _capi.Extern], memory: _capi.Extern
+    ) -> None:
+        self.context = context
+        self.funcs = funcs
+        self.memory = memory
+
+    def call(self, name: str, *params: tuple[str, int]) -> int:
+        """The function's one result, unsigned."""
+        results = [I64] if name in _RETURNS_VALUE else [I32]
+        return _capi.call_typed(self.context, self.funcs[name], params, results)[0] & (
+            _MASK if results[0] == I64 else 0xFFFF_FFFF
+        )
+
+    def copy(self, data: bytes) -> int:
+        """`data` in memory the guest's malloc gave; a `memory_limit` Failure when it has none."""
+        pointer = self.call("malloc", (I32, len(data)))
+        base, size = _capi.memory_view(self.context, self.memory)
+        if pointer == 0 or pointer + len(data) > size:
+            raise Failure(ErrorKind.MEMORY_LIMIT, f"no memory for {len(data)} bytes of input")
+        ctypes.memmove(base + pointer, data, len(data))
+        return pointer
+
+    def write(self, address: int, data: bytes) -> None:
+        base, size = _capi.memory_view(self.context, self.memory)
+        if address + len(data) > size:
+            raise Failure(ErrorKind.BAD_RESPONSE, "an address outside the guest's memory")
+        ctypes.memmove(base + address, data, len(data))
+
+    def read(self, address: int, size: int) -> bytes:
+        base, now = _capi.memory_view(self.context, self.memory)
+        if address + size > now:
+            raise Failure(ErrorKind.BAD_RESPONSE, "an address outside the guest's memory")
+        return ctypes.string_at(base + address, size)
+
+    def new_string(self, ctx: int, text: str) -> int:
+        data = text.encode("utf-8", "surrogatepass")
+        pointer = self.copy(data or b"\0")
+        return self.call("JS_NewStringLen", (I32, ctx), (I32, pointer), (I32, len(data)))
+
+    def text(self, ctx: int, value: int, cell: int, cap: int) -> str:
+        """A JS value as text (JS_ToCStringLen2), at most `cap` bytes (else `output_limit`)."""
+        pointer = self.call("JS_ToCStringLen2", (I32, ctx), (I32, cell), (I64, value), (I32, 0))
+        if pointer == 0:
+            raise Failure(ErrorKind.GUEST_ERROR, "a value could not be made text (out of memory?)")
+        (length,) = struct.unpack("<I", self.read(cell, 4))
+        _call.check_result_size(length, cap)
+        return self.read(pointer, length).decode("utf-8", "surrogatepass")
+
+
+_RETURNS_VALUE = {"JS_Eval", "JS_Call", "JS_GetException", "js_std_await", "JS_NewStringLen"}
+
+
+def _seed() -> bytes:
+    """Eight random bytes, never all zero (xorshift's one stuck state)."""
+    while True:
+        seed = os.urandom(8)
+        if any(seed):
+            return seed
+
+
+def _value(text: str) -> Any:
+    """The call's value from the driver's JSON reply; a Failure for its error reply."""
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        raise Failure(ErrorKind.BAD_RESPONSE, "the JavaScript driver's reply is not JSON") from None
+    if isinstance(reply, dict) and "ok" in reply:
+        return reply["ok"]
+    if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+        kind = _outcome.GUEST_CLAIMS.get(str(reply.get("kind")), ErrorKind.GUEST_ERROR)
+        raise Failure(kind, reply["error"])
+    raise Failure(ErrorKind.BAD_RESPONSE, "the JavaScript driver's reply is not an ok/error map")
+
+
+def _json_reply(payload: bytes) -> str:
+    """A host function's MessagePack reply as JSON for the guest (bytes as base64 text)."""
+    decoded = _abi.unpack(payload)
+
+    def plain(value: object) -> object:
+        if isinstance(value, bytes):
+            return base64.b64encode(value).decode()
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+    try:
+        return json.dumps(decoded, default=plain, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        return json.dumps({"error": f"the host function's value cannot be sent as JSON: {exc}"})
+
+
+class JavaScriptSnippetRunner:
+    """A `run_javascript` grant set: each call runs its args' `code`."""
+
+    kind = ToolKind.JAVASCRIPT
+
+    def __init__(self, runtime: JavaScriptRunner, grants: Manifest) -> None:
+        self._runtime = runtime
+        self._grants = grants
+
+    def call(self, call: CallInput) -> CallResult:
+        # the Tool checked the args against `{"code": str}`
+        return self._runtime.call(self._grants, Request(call.args["code"]))
+
+
+class JavaScriptToolRunner:
+    """A JavaScript tool (manifest `runtime = "javascript"`): its source, then its entry(args)."""
+
+    kind = ToolKind.JAVASCRIPT
+
+    def __init__(self, runtime: JavaScriptRunner, manifest: Manifest, source: str) -> None:
+        assert manifest.source is not None
+        self._runtime = runtime
+        self._manifest = manifest
+        self._source = source
+        self._filename = manifest.source.name
+        self._entry = manifest.entry
+
+    def call(self, call: CallInput) -> CallResult:
+        try:
+            args = json.dumps(dict(call.args), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return CallResult.failed(
+                self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
+            )
+        request = Request(self._source, self._filename, self._entry, args)
+        return self._runtime.call(self._manifest, request)
