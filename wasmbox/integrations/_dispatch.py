@@ -15,7 +15,7 @@ from .._errors import ErrorKind, SessionEndedError, SessionError
 from .._manifest import ManifestSource
 from .._results import CallResult
 from ._content import Content, result_content
-from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
+from ._formats import RUN_JAVASCRIPT, RUN_JAVASCRIPT_SCHEMA, RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 
 if TYPE_CHECKING:
     from .._sandbox import Sandbox
@@ -62,10 +62,11 @@ def dispatch(
     max_calls: int | None = None,
     deadline_s: float | None = None,
     session: str | None = None,
+    javascript: bool | ManifestSource = False,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.dispatch`."""
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls, session, deadline)
+    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript)
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if (len(runnable) == 1 and deadline is None) or _call.inside_call():
         # no thread hop for the common single call; and from inside a call (a host function),
@@ -94,12 +95,13 @@ async def adispatch(
     max_calls: int | None = None,
     deadline_s: float | None = None,
     session: str | None = None,
+    javascript: bool | ManifestSource = False,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.adispatch`."""
     import asyncio  # lazily, as in Tool.acall
 
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls, session, deadline)
+    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript)
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if not runnable:
         return [_reply(job, format, deadline_s) for job in jobs]
@@ -121,15 +123,16 @@ async def adispatch(
 
 
 def call_one(
-    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None
-) -> CallResult:
+    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
+    javascript: bool | ManifestSource = False,
+) -> CallResult:  # fmt: skip
     """One model tool call by name, with `dispatch`'s rules (the adapters' path: MCP,
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
     text, or None. Never raises for the call's own faults."""
     job = _Job("", name)
     _check_session(session, python)
     # ("openai": JSON text is parsed); the tool table is read, not copied
-    _plan(job, args, "openai", box._tools, box, python, session)
+    _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
         return job.result
     assert job.run is not None
@@ -137,13 +140,14 @@ def call_one(
 
 
 async def acall_one(
-    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None
-) -> CallResult:
+    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
+    javascript: bool | ManifestSource = False,
+) -> CallResult:  # fmt: skip
     """`call_one` on the Sandbox's worker threads."""
     import asyncio  # lazily, as in Tool.acall
 
     loop = asyncio.get_running_loop()
-    call = partial(call_one, box, name, args, python=python, session=session)
+    call = partial(call_one, box, name, args, python=python, session=session, javascript=javascript)
     return await loop.run_in_executor(box._executor, call)
 
 
@@ -187,6 +191,7 @@ def _jobs(
     max_calls: int | None,
     session: str | None = None,
     deadline: float | None = None,
+    javascript: bool | ManifestSource = False,
 ) -> list[_Job]:
     _check_session(session, python)
     if format not in CALL_FORMATS:
@@ -207,7 +212,7 @@ def _jobs(
                 f"{index + 1} of {len(parsed)}; ask for it again in a later turn",
             )  # fmt: skip
         else:
-            _plan(job, raw, format, tools, box, python, session)
+            _plan(job, raw, format, tools, box, python, session, javascript)
         jobs.append(job)
     if session is not None:
         _in_order([job for job in jobs if job.in_session and job.run is not None], deadline)
@@ -256,6 +261,7 @@ def _plan(
     box: Caller,
     python: bool | ManifestSource,
     session: str | None = None,
+    javascript: bool | ManifestSource = False,
 ) -> None:
     """Decide how `job` runs, or its error result: arguments that are not a JSON object,
     an unknown tool."""
@@ -282,7 +288,18 @@ def _plan(
             job.run = partial(_session_run, cast("Sandbox", box), session, grants, args["code"])
             job.in_session = True
         return
+    if job.name == RUN_JAVASCRIPT and javascript is not False:
+        args = prepare_args(args, RUN_JAVASCRIPT_SCHEMA)
+        grants = None if javascript is True else javascript
+        if hasattr(box, "interpreter"):  # checked by the interpreter Tool, like any tool's args
+            job.run = partial(_run_javascript, cast("Sandbox", box), grants, args)
+        else:
+            job.result = CallResult.failed(
+                job.name, ErrorKind.INVALID_ARGUMENTS, "run_javascript needs a Sandbox"
+            )
+        return
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
+    names += [RUN_JAVASCRIPT] if javascript is not False else []
     listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
     job.result = CallResult.failed(
         job.name,
@@ -295,6 +312,10 @@ def _run_python(box: Caller, grants: ManifestSource | None, args: dict[str, Any]
     if hasattr(box, "interpreter"):  # a Sandbox: the interpreter Tool checks the args
         return cast("Sandbox", box).interpreter(grants).call(args)
     return box.run_python(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
+
+
+def _run_javascript(box: Sandbox, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
+    return box.interpreter(grants, runtime="javascript").call(args)
 
 
 def _session_run(box: Sandbox, name: str, grants: ManifestSource | None, code: str) -> CallResult:

@@ -47,6 +47,18 @@ RUN_PYTHON_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 RUN_PYTHON_ANNOTATIONS: dict[str, Any] = {"readOnlyHint": True, "openWorldHint": False}
+RUN_JAVASCRIPT = "run_javascript"  # `Sandbox.run_javascript` offered to a model as a tool
+RUN_JAVASCRIPT_DESCRIPTION = (
+    "Run JavaScript (ES2023, QuickJS) in a fresh sandboxed context (no network, no files, no "
+    "processes unless granted; top-level await works). Returns the value of the last expression "
+    "as JSON, with anything console.log printed."
+)
+RUN_JAVASCRIPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": "The JavaScript source to run"}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
 
 
 def tool_spec(
@@ -106,9 +118,10 @@ def tools_specs(
     strict: StrictMode,
     python: bool,
     session: bool = False,
+    javascript: bool = False,
 ) -> list[dict[str, Any]]:
     """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's
-    (described as keeping its state with `session`)."""
+    (described as keeping its state with `session`), with `javascript` the run_javascript tool's."""
     specs = [tool.spec(format, strict=strict) for tool in tools.values()]
     if python:
         if RUN_PYTHON in tools:
@@ -116,6 +129,13 @@ def tools_specs(
         description = RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION
         specs.append(tool_spec(
             RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict,
+            RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+        ))  # fmt: skip
+    if javascript:
+        if RUN_JAVASCRIPT in tools:
+            raise ValueError(f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be added as well")
+        specs.append(tool_spec(
+            RUN_JAVASCRIPT, RUN_JAVASCRIPT_DESCRIPTION, RUN_JAVASCRIPT_SCHEMA, format, strict,
             RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
         ))  # fmt: skip
     return specs

