@@ -57,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     python.add_argument("code", help="the code; the value of its last expression is returned")
     python.add_argument("--manifest", type=Path, help='grants: runtime = "python", no source')
 
+    javascript = commands.add_parser("javascript", help="run a JavaScript snippet in a fresh context")
+    javascript.add_argument("code", help="the code; the value of its last expression is returned")
+    javascript.add_argument("--manifest", type=Path, help='grants: runtime = "javascript", no source')
+
     commands.add_parser(
         "build", help="build and compile the CPython runtime into the cache (else: on first use)"
     )
@@ -98,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--python-grants", type=Path, metavar="MANIFEST",
         help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
     )  # fmt: skip
+    serve.add_argument("--javascript", action="store_true", help="also serve run_javascript")
+    serve.add_argument(
+        "--javascript-grants", type=Path, metavar="MANIFEST",
+        help='run_javascript\'s grants and limits: runtime = "javascript", no source (implies --javascript)',
+    )  # fmt: skip
     serve.add_argument(
         "--transport", choices=("stdio", "http"), default="stdio",
         help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
@@ -135,8 +144,8 @@ def _dispatch(options: argparse.Namespace) -> int:
             return _run(options)
         if options.command == "inspect":
             return _inspect(options)
-        if options.command == "python":
-            return _python(options)
+        if options.command in ("python", "javascript"):
+            return _snippet(options)
         if options.command == "build":
             return _build()
         if options.command == "lint":
@@ -198,11 +207,14 @@ def _call_args(text: str, items: list[str]) -> Any:
     return args
 
 
-def _python(options: argparse.Namespace) -> int:
+def _snippet(options: argparse.Namespace) -> int:
     from ._sandbox import Sandbox
 
     with Sandbox() as box:
-        result = box.run_python(options.code, options.manifest)
+        if options.command == "javascript":
+            result = box.run_javascript(options.code, options.manifest)
+        else:
+            result = box.run_python(options.code, options.manifest)
     _print_json(result.model_dump(mode="json"))
     return 0 if result.ok else 1
 
@@ -305,8 +317,9 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     from ._manifest import Manifest
     from ._sandbox import Sandbox
 
-    if not options.manifests and not (options.python or options.python_grants):
-        print("wasmbox: nothing to serve: give manifests, or --python", file=sys.stderr)
+    interpreters = (options.python, options.python_grants, options.javascript, options.javascript_grants)
+    if not options.manifests and not any(interpreters):
+        print("wasmbox: nothing to serve: give manifests, --python or --javascript", file=sys.stderr)
         return 2
     if options.sessions and not (options.python or options.python_grants):
         print("wasmbox: --sessions is for run_python: add --python", file=sys.stderr)
@@ -329,16 +342,23 @@ def _mcp_serve(options: argparse.Namespace) -> int:
             box.run_python("None", python)
         elif python:
             box.prepare_python()  # built (or loaded) now, not during the first call
+        javascript: bool | Manifest = options.javascript
+        if options.javascript_grants is not None:
+            javascript = Manifest.load(options.javascript_grants)
+            box.run_javascript("null", javascript)  # refused here, as run_python's grants are
+        elif javascript:
+            box.prepare_javascript()
 
         def listening(url: str) -> None:
             print(f"wasmbox: serving MCP on {url}", file=sys.stderr, flush=True)
 
         if options.transport == "stdio":
-            serve = mcp.serve_stdio(box, python=python, sessions=options.sessions)
+            serve = mcp.serve_stdio(box, python=python, sessions=options.sessions, javascript=javascript)
         else:
             serve = mcp.serve_http(
                 box, python=python, host=options.host, port=options.port,
                 allow_remote=options.allow_remote, on_listening=listening, sessions=options.sessions,
+                javascript=javascript,
             )  # fmt: skip
         try:
             asyncio.run(serve)

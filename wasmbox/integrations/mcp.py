@@ -47,21 +47,26 @@ from .._results import CallResult
 from .._sandbox import Sandbox
 from . import _dispatch
 from ._content import Content, result_content
-from ._formats import RUN_PYTHON, RUN_PYTHON_SCHEMA, RUN_PYTHON_SESSION_DESCRIPTION
+from ._formats import RUN_JAVASCRIPT, RUN_PYTHON, RUN_PYTHON_SCHEMA, RUN_PYTHON_SESSION_DESCRIPTION
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def build_server(
-    box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox", sessions: bool = False
-) -> Server[Any]:
+    box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox", sessions: bool = False,
+    javascript: bool | ManifestSource = False,
+) -> Server[Any]:  # fmt: skip
     """An MCP `Server` that lists `box`'s loaded tools and calls them; `python` (True, or a
     grants manifest as `Sandbox.run_python` takes) adds `run_python`, and `sessions` lets its
-    calls keep state in sessions (see the module docstring). Tools loaded later are
-    listed from then on. ValueError when `python` is given and a loaded tool is itself named
-    "run_python", or `sessions` without `python`."""
+    calls keep state in sessions (see the module docstring); `javascript` (the same) adds
+    `run_javascript`. Tools loaded later are listed from then on. ValueError when `python` or
+    `javascript` is given and a loaded tool has the name it adds, or `sessions` without `python`."""
     if python is not False and RUN_PYTHON in box.tools:
         raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be served beside run_python")
+    if javascript is not False and RUN_JAVASCRIPT in box.tools:
+        raise ValueError(
+            f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be served beside run_javascript"
+        )
     if sessions and python is False:
         raise ValueError("sessions=True serves run_python sessions: give python= too")
     issued = _IssuedSessions() if sessions else None
@@ -69,7 +74,7 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        specs = box.specs("mcp", python=python is not False)
+        specs = box.specs("mcp", python=python is not False, javascript=javascript is not False)
         if issued is not None:
             specs = [_session_spec(spec) for spec in specs]
         return types.ListToolsResult(tools=[types.Tool.model_validate(spec) for spec in specs])
@@ -83,7 +88,7 @@ def build_server(
             session, problem = issued.resolve(arguments.pop("session", None))
             if problem is not None:
                 return types.CallToolResult(content=[types.TextContent(text=problem)], is_error=True)
-        result = await _call(box, params.name, arguments, python, session)
+        result = await _call(box, params.name, arguments, python, session, javascript)
         content = result_content(result)
         blocks = _blocks(content)
         if session is not None:
@@ -108,12 +113,16 @@ def _blocks(content: Content) -> list[types.ContentBlock]:
 
 
 async def _call(
-    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None
-) -> CallResult:
-    if name not in box.tools and not (python is not False and name == RUN_PYTHON):
+    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None,
+    javascript: bool | ManifestSource,
+) -> CallResult:  # fmt: skip
+    listed = name in box.tools or (python is not False and name == RUN_PYTHON)
+    if not listed and not (javascript is not False and name == RUN_JAVASCRIPT):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
-    return await _dispatch.acall_one(box, name, arguments, python=python, session=session)
+    return await _dispatch.acall_one(
+        box, name, arguments, python=python, session=session, javascript=javascript
+    )
 
 
 class _IssuedSessions:
@@ -159,10 +168,13 @@ def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "description": RUN_PYTHON_SESSION_DESCRIPTION, "inputSchema": _SESSION_SCHEMA}
 
 
-async def serve_stdio(box: Sandbox, *, python: bool | ManifestSource = False, sessions: bool = False) -> None:
-    """Serve `build_server(box, python=python, sessions=sessions)` over this process's stdin
-    and stdout until stdin closes."""
-    server = build_server(box, python=python, sessions=sessions)
+async def serve_stdio(
+    box: Sandbox, *, python: bool | ManifestSource = False, sessions: bool = False,
+    javascript: bool | ManifestSource = False,
+) -> None:  # fmt: skip
+    """Serve `build_server(box, python=python, sessions=sessions, javascript=javascript)` over
+    this process's stdin and stdout until stdin closes."""
+    server = build_server(box, python=python, sessions=sessions, javascript=javascript)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -176,8 +188,9 @@ async def serve_http(
     allow_remote: bool = False,
     on_listening: Callable[[str], None] | None = None,
     sessions: bool = False,
+    javascript: bool | ManifestSource = False,
 ) -> None:
-    """Serve `build_server(box, python=python, sessions=sessions)` over streamable HTTP at
+    """Serve `build_server(box, python=python, sessions=sessions, javascript=javascript)` over streamable HTTP at
     `http://host:port/mcp` until the process gets SIGINT or SIGTERM, then return. `port=0` takes a free port;
     `on_listening(url)` is called once the socket listens. The server has no authentication:
     a `host` other than loopback raises ValueError unless `allow_remote` says it is meant."""
@@ -196,7 +209,7 @@ async def serve_http(
         security = TransportSecuritySettings(
             allowed_hosts=hosts, allowed_origins=[f"http://{name}" for name in hosts]
         )
-    server = build_server(box, python=python, sessions=sessions)
+    server = build_server(box, python=python, sessions=sessions, javascript=javascript)
     app = server.streamable_http_app(host=host, transport_security=security)
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
