@@ -10,13 +10,12 @@ Wasmtime maps such a module's data copy-on-write, so instantiating it costs abou
 instantiating an empty one.
 
 Sound for modules whose set-up changes only their own memory and globals: the caller's imports
-(`define`) decide what host state the set-up can reach (the JavaScript backend's set-up gets
-WASI world with nothing in it). A table the set-up grew is refused; the entries of a table
-are not compared (C code does not write its table). `table_slots` adds that many empty
-(null) entries at the end of the module's one table, for the host to fill in each instance
-(the JavaScript backend's host functions); the snapshot then exports the table as
-TABLE_EXPORT. Passive data
-segments are kept as they are, at their indices (the code names them); active ones are
+(`define`) decide what host state the set-up can reach (the JavaScript runtime's set-up gets a
+WASI world without preopens, env or args). A table the set-up grew is refused; the entries of
+a table are not compared (C code does not write its table). `table_slots` adds that many
+empty (null) entries at the end of the module's one table, for the host to fill in each
+instance (the JavaScript runtime's host functions); the snapshot then exports the table as
+TABLE_EXPORT. Passive data segments are kept as they are, at their indices (the code names them); active ones are
 replaced by the memory image, in at most MAX_SEGMENTS segments (the smallest zero gaps are
 merged first; Wasmtime refuses modules with more than 100,000). Modules with imported
 memories or globals, more than one memory, 64-bit memories or globals of reference or vector

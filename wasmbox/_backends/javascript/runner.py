@@ -191,9 +191,7 @@ class JavaScriptRunner:
     ) -> Any:
         layout = self._layout
         context = _store.context(store)
-        guest = _Guest(
-            context, {name: export.get(store, instance) for name, export in _EXPORTS.items()}, memory
-        )
+        guest = _Guest(context, _Exports(store, instance), memory)
         guest.write(layout.random_state, _seed())
         if env:  # the C library read the set-up's empty environment: read the call's
             _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
@@ -308,6 +306,19 @@ def _host_call(
         raise RuntimeError(f"no JavaScript runtime for handle {handle}")
     values[0].i64 = runner.serve(caller, context, values)
     return 0
+
+
+class _Exports(dict[str, Any]):
+    """An instance's function exports, each looked up when first called."""
+
+    def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance) -> None:
+        super().__init__()
+        self._store = store
+        self._instance = instance
+
+    def __missing__(self, name: str) -> _capi.Extern:
+        found = self[name] = _EXPORTS[name].get(self._store, self._instance)
+        return found
 
 
 class _Guest:
