@@ -279,12 +279,6 @@ def test_std_exit_ends_the_call_with_its_code(js_box: wasmbox.Sandbox) -> None:
     assert result.stdout == "bye\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an exception thrown in a setTimeout callback is lost: the call succeeds with value 1 "
-    "and nothing on stderr (QuickJS's timer handler's exception is dropped while js_std_await "
-    "polls; the driver never sees it)",
-)
 def test_an_exception_in_a_timer_callback_is_not_lost(js_box: wasmbox.Sandbox) -> None:
     result = js_box.run_javascript(
         "setTimeout(() => { throw new Error('in timer'); }, 0);\n"
@@ -343,12 +337,6 @@ def test_a_result_over_the_output_cap_is_output_limit(js_box: wasmbox.Sandbox) -
     assert value(js_box, "'x'.repeat(900)", grants(limits={"output": "1KiB"})) == "x" * 900
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reply is capped at limits.output + _REPLY_KEYS (64) bytes in runner._run, and the "
-    "value itself is never checked against limits.output: a value up to ~57 bytes over the cap "
-    "comes back ok",
-)
 def test_a_result_just_over_the_output_cap_is_output_limit(js_box: wasmbox.Sandbox) -> None:
     result = js_box.run_javascript(
         "'x'.repeat(1040)", grants(limits={"output": "1KiB"})
@@ -506,12 +494,6 @@ def test_an_entry_that_is_not_a_function_is_a_guest_error(js_box: wasmbox.Sandbo
     assert "calls" in message(result)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver.js `run` looks the entry up as globalThis[entry]: a top-level `const`/`let` "
-    "function is a global binding but not a property of globalThis, so the call fails with "
-    '"the tool\'s entry main is not a function its source defines"',
-)
 def test_an_entry_declared_with_const_is_found(js_box: wasmbox.Sandbox, tmp_path: Path) -> None:
     source = tmp_path / "arrow.js"
     source.write_text("const main = (args) => args.n + 1;\n")
@@ -675,18 +657,13 @@ def test_run_javascript_refuses_a_tool_manifest(js_box: wasmbox.Sandbox, tool_so
         js_box.run_javascript("1", js_tool(tool_source, "add"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Sandbox._python_grant_set accepts a javascript grant set when runtime is None, which is "
-    "what run_python passes: run_python(code, {runtime: 'javascript'}) runs `code` as JavaScript",
-)
 def test_run_python_refuses_a_javascript_grant_set(js_box: wasmbox.Sandbox) -> None:
     with pytest.raises(ManifestError, match="run_python"):
         js_box.run_python("[1, 2].map(x => x * 2)", grants())
 
 
 def test_a_session_refuses_a_javascript_grant_set(js_box: wasmbox.Sandbox) -> None:
-    with pytest.raises(ManifestError, match="sessions"):
+    with pytest.raises(ManifestError, match="JavaScript grant set is for run_javascript"):
         js_box.session(grants())
 
 
@@ -699,9 +676,11 @@ def test_the_interpreter_tool_is_run_javascript(js_box: wasmbox.Sandbox) -> None
     assert tool.call({"code": "6 * 7"}).value == 42
     assert kind(tool.call({"code": 1})) == "invalid_arguments"
     assert kind(tool.call({"code": "1", "extra": True})) == "invalid_arguments"
-    granted = js_box.interpreter(grants(env={"K": "v"}))  # a javascript grant set picks the runtime
+    granted = js_box.interpreter(grants(env={"K": "v"}), runtime="javascript")
     assert granted.kind is wasmbox.ToolKind.JAVASCRIPT
     assert granted.call({"code": "std.getenv('K')"}).value == "v"
+    with pytest.raises(ManifestError, match="run_javascript"):  # the runtime is said, never guessed
+        js_box.interpreter(grants())
 
 
 # -- host functions -------------------------------------------------------------------------

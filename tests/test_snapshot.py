@@ -160,11 +160,6 @@ def test_snapshot_image_is_exact_when_segments_are_merged(
     assert bytes(memory_of(store, instance).read(store, 0, 8192)) == bytes(image)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_snapshot._write adds a new data section only right after the code section: a module "
-    "with neither a data nor a code section gets no data section, so its memory image is lost",
-)
 def test_snapshot_keeps_the_memory_of_a_module_without_functions(engine: wasmtime.Engine) -> None:
     def init(store: wasmtime.Store, instance: wasmtime.Instance) -> None:
         memory_of(store, instance, INSTRUMENTED_MEMORY).write(store, b"set up by the host", 0)
@@ -433,11 +428,6 @@ def test_export_named_function_refuses_a_malformed_module() -> None:
         export_named_function(b"\0asm\x01\0\0\0\x07\xff\xff", "f", "exposed")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="export_named_function adds the export only to an existing export section: a module "
-    "without one comes back unchanged, and no SnapshotError says so",
-)
 def test_export_named_function_exports_from_a_module_without_exports(engine: wasmtime.Engine) -> None:
     wasm = export_named_function(
         compile_wat("(module (func $only (result i32) i32.const 7))"), "only", "exposed"

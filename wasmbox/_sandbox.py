@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -116,6 +117,7 @@ _NO_GRANTS_SCIENTIFIC_DIGEST = _NO_GRANTS_SCIENTIFIC.digest()
 _NO_GRANTS_JAVASCRIPT = Manifest(name="javascript", runtime="javascript")  # run_javascript without one
 _NO_GRANTS_JAVASCRIPT_DIGEST = _NO_GRANTS_JAVASCRIPT.digest()
 _JAVASCRIPT_SCHEMA = copy.deepcopy(RUN_JAVASCRIPT_SCHEMA)
+_JS_IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*\Z")  # a JavaScript tool's entry
 # The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
 # with the folder writable; its program is `_backends/python/programs/precompile.py`.
 _PRECOMPILE = precompile_program(STDLIB_GUEST_PATH)
@@ -563,6 +565,8 @@ class Sandbox:
         except (OSError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{manifest.source}: source: {exc}") from None
         runtime = self._javascript_runtime()
+        if not _JS_IDENTIFIER.match(manifest.entry):
+            raise ManifestError(f"{manifest.name}: entry: {manifest.entry!r} is not a JavaScript identifier")
         checked = runtime.check_syntax(source, manifest.source.name)
         if checked.error is not None:
             if checked.error.kind is not ErrorKind.GUEST_ERROR:  # e.g. the Sandbox's limits, not the source's
@@ -668,8 +672,8 @@ class Sandbox:
         preopens, env, host functions, packages and limits; None: no grants, default limits).
         `runtime="scientific"` (or the manifest's `python = "scientific"`) runs it in the
         scientific runtime (numpy, pandas; see `prepare_scientific`), whose default limits are
-        `SCIENTIFIC_LIMITS`. `runtime="javascript"` (or a manifest with runtime = "javascript")
-        is `run_javascript` as a Tool, in the JavaScript runtime. A grant set with preopens has
+        `SCIENTIFIC_LIMITS`. `runtime="javascript"` is `run_javascript` as a Tool, in the
+        JavaScript runtime, under a grant set with runtime = "javascript". A grant set with preopens has
         its grants held for the Sandbox's life from its first use. Raises ManifestError for a
         manifest that is not a grant set or does not fit the runtime, CapabilityError when its
         grants cannot be honoured (as `load`), RuntimeBuildError when the runtime cannot be built."""
@@ -744,14 +748,15 @@ class Sandbox:
                 return _NO_GRANTS_JAVASCRIPT, _NO_GRANTS_JAVASCRIPT_DIGEST
             return _NO_GRANTS, _NO_GRANTS_DIGEST
         grants = Manifest.load(manifest)
-        if runtime == "javascript" or (runtime is None and grants.runtime == "javascript"):
+        if runtime == "javascript":
             if grants.runtime != "javascript" or grants.source is not None:
                 raise ManifestError(
                     f'{grants.name}: run_javascript takes a manifest with runtime = "javascript" and no source'
                 )
         elif grants.runtime != "python" or grants.source is not None:
+            hint = " (a JavaScript grant set is for run_javascript)" if grants.runtime == "javascript" else ""
             raise ManifestError(
-                f'{grants.name}: run_python takes a manifest with runtime = "python" and no source'
+                f'{grants.name}: run_python takes a manifest with runtime = "python" and no source{hint}'
             )
         elif runtime is not None and (grants.python or "standard") != runtime:
             raise ManifestError(
@@ -779,8 +784,6 @@ class Sandbox:
         Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
         manifest. README: "Sessions" has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
-        if grants.runtime == "javascript":
-            raise ManifestError(f"{grants.name}: sessions run Python; run_javascript calls are each fresh")
         if grants.python == "scientific":
             raise ManifestError(
                 f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"

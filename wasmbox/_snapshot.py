@@ -287,8 +287,9 @@ def _write(module: _Module, pages: int, data: bytes, values: list[int | float]) 
         elif section.code == 12:
             section = _Section(12, _uleb(count))
         out.append(section)
-        if section.code == 10 and module.section(11) is None:  # data follows code
-            out.append(data_section)
+    if module.section(11) is None:  # after code, else after the last section that is no custom one
+        at = max((i for i, s in enumerate(out) if s.code != 0), default=-1) + 1
+        out.insert(at, data_section)
     if module.table_exported:
         out = _exporting(out, [(TABLE_EXPORT, 0x01, 0)])
     return _encode(out)
@@ -425,30 +426,22 @@ def export_named_function(wasm: bytes, function: str, name: str) -> bytes:
     """`wasm` with the function its name section calls `function` exported as `name` (e.g. a
     C library function the set-up or a call needs that the module does not export). Raises
     SnapshotError when the module is malformed or names no such function."""
+    if wasm[:8] != MAGIC + b"\x01\x00\x00\x00":
+        raise SnapshotError("not a core module")
     sections = []
     reader = _Reader(wasm, 8)
     index = None
     try:
         while reader.left():
             code = reader.byte()
-            body = reader.take(reader.uleb())
-            sections.append((code, body))
-            if code == 0:
-                index = _named_function(body, function) if index is None else index
+            sections.append(_Section(code, reader.take(reader.uleb())))
+            if code == 0 and index is None:
+                index = _named_function(sections[-1].body, function)
     except _Malformed as exc:
         raise SnapshotError(f"not a valid module: {exc}") from None
     if index is None:
         raise SnapshotError(f"the module has no function {function} in its name section")
-    encoded = name.encode()
-    entry = _uleb(len(encoded)) + encoded + b"\x00" + _uleb(index)
-    out = []
-    for code, body in sections:
-        if code == 7:
-            exports = _Reader(body)
-            count = exports.uleb()
-            body = _uleb(count + 1) + bytes(body[exports.pos :]) + entry
-        out.append(bytes([code]) + _uleb(len(body)) + body)
-    return wasm[:8] + b"".join(out)
+    return _encode(_exporting(sections, [(name, 0x00, index)]))
 
 
 def _named_function(custom: bytes, function: str) -> int | None:

@@ -19,6 +19,21 @@
   const SetType = Set;
   const DataViewType = DataView;
   const StringOf = String;
+  const globalEval = eval; // called by another name: an indirect eval, in the global scope
+  const { setTimeout: osSetTimeout } = os;
+  let uncaught = null; // the first exception a timer's callback threw: the call fails with it
+
+  // setTimeout(fn, ms, ...args) on QuickJS's timers (they run while the call awaits), with
+  // an exception thrown in `fn` ending the call, as an uncaught exception ends a Node process.
+  globalThis.setTimeout = (fn, ms = 0, ...args) =>
+    osSetTimeout(() => {
+      try {
+        fn(...args);
+      } catch (error) {
+        uncaught ??= { error };
+      }
+    }, ms);
+  globalThis.clearTimeout = os.clearTimeout;
 
   class HostCallError extends Error {
     constructor(message) {
@@ -119,13 +134,22 @@
     try {
       let value = (await evaluated).value;
       if (entry !== undefined) {
-        const found = globalThis[entry];
+        // the entry by its name in the global scope: a function, var, let or const binding
+        // (the host checked it is an identifier)
+        let found;
+        try {
+          found = globalEval(entry);
+        } catch {
+          found = undefined;
+        }
         if (typeof found !== "function") {
           throw new TypeError(`the tool's entry ${entry} is not a function its source defines`);
         }
         value = found(parse(args));
       }
-      return `{"ok":${encode(await value)}}`;
+      value = await value;
+      if (uncaught !== null) throw uncaught.error;
+      return `{"ok":${encode(value)}}`;
     } catch (error) {
       return fail(error);
     }

@@ -5,5 +5,4 @@ import * as os from "qjs:os";
 
 globalThis.std = std; // files through the manifest's preopens: std.loadFile, std.open, ...
 globalThis.os = os; // os.readdir, os.stat, os.remove, ...; os.exec is not built for WASI
-globalThis.setTimeout = os.setTimeout; // timers run while the call awaits a promise
-globalThis.clearTimeout = os.clearTimeout;
+// (setTimeout and clearTimeout are the driver's, on os.setTimeout)

@@ -58,6 +58,7 @@ _MASK = 0xFFFF_FFFF_FFFF_FFFF
 _NO_INPUT = CallInput({})
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 _REPLY_KEYS = 64  # bytes of a reply's own keys, beyond the value the output cap counts
+_OK_FRAME = '{"ok":}'  # what the driver's ok reply adds around the value's JSON
 _EXPORTS = {
     name: _capi.ExportName(name)
     for name in (
@@ -219,8 +220,10 @@ class JavaScriptRunner:
             promise = self._call_driver(guest, layout.run, argv)
             reply = guest.call("js_std_await", (I32, ctx), (I64, promise))
             self._check(guest, reply)
-        text = guest.text(ctx, reply, layout.length_cell, cap + _REPLY_KEYS)
-        return _value(text)
+        text = guest.text(ctx, reply, layout.length_cell, cap + _REPLY_KEYS, cap)
+        value = _value(text)  # (a Failure for an error reply)
+        _call.check_result_size(len(text.encode("utf-8", "surrogatepass")) - len(_OK_FRAME), cap)
+        return value
 
     def _call_driver(self, guest: _Guest, function: int, argv: list[int]) -> int:
         layout = self._layout
@@ -313,11 +316,11 @@ class _Exports(dict[str, Any]):
 
     def __init__(self, store: wasmtime.Store, instance: wasmtime.Instance) -> None:
         super().__init__()
-        self._store = store
-        self._instance = instance
+        self.store = store
+        self.instance = instance
 
     def __missing__(self, name: str) -> _capi.Extern:
-        found = self[name] = _EXPORTS[name].get(self._store, self._instance)
+        found = self[name] = _EXPORTS[name].get(self.store, self.instance)
         return found
 
 
@@ -364,13 +367,15 @@ class _Guest:
         pointer = self.copy(data or b"\0")
         return self.call("JS_NewStringLen", (I32, ctx), (I32, pointer), (I32, len(data)))
 
-    def text(self, ctx: int, value: int, cell: int, cap: int) -> str:
-        """A JS value as text (JS_ToCStringLen2), at most `cap` bytes (else `output_limit`)."""
+    def text(self, ctx: int, value: int, cell: int, cap: int, shown: int | None = None) -> str:
+        """A JS value as text (JS_ToCStringLen2), at most `cap` bytes, else an `output_limit`
+        Failure that names the cap `shown` (default `cap`)."""
         pointer = self.call("JS_ToCStringLen2", (I32, ctx), (I32, cell), (I64, value), (I32, 0))
         if pointer == 0:
             raise Failure(ErrorKind.GUEST_ERROR, "a value could not be made text (out of memory?)")
         (length,) = struct.unpack("<I", self.read(cell, 4))
-        _call.check_result_size(length, cap)
+        if length > cap:
+            _call.check_result_size(length, cap if shown is None else shown)
         return self.read(pointer, length).decode("utf-8", "surrogatepass")
 
 
