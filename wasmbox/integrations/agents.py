@@ -34,13 +34,16 @@ from ._formats import StrictMode
 
 
 def tools(
-    box: Sandbox, *, python: bool | ManifestSource = False, strict: StrictMode = "auto"
-) -> list[FunctionTool]:
+    box: Sandbox, *, python: bool | ManifestSource = False, strict: StrictMode = "auto",
+    javascript: bool | ManifestSource = False,
+) -> list[FunctionTool]:  # fmt: skip
     """One tool per tool loaded in `box` now, in load order, and `run_python` with `python`
-    (True, or the grants manifest `Sandbox.run_python` takes)."""
+    (True, or the grants manifest `Sandbox.run_python` takes), `run_javascript` with
+    `javascript` (the same)."""
     made = []
-    for spec in box.specs("openai-responses", strict=strict, python=python is not False):
-        invoke = _invoker(box, spec["name"], python)
+    offered = {"python": python is not False, "javascript": javascript is not False}
+    for spec in box.specs("openai-responses", strict=strict, **offered):
+        invoke = _invoker(box, spec["name"], python, javascript)
         made.append(FunctionTool(
             name=spec["name"], description=spec["description"], params_json_schema=spec["parameters"],
             on_invoke_tool=invoke, strict_json_schema=spec["strict"],
@@ -48,9 +51,12 @@ def tools(
     return made
 
 
-def _invoker(box: Sandbox, name: str, python: bool | ManifestSource) -> Any:
+def _invoker(
+    box: Sandbox, name: str, python: bool | ManifestSource, javascript: bool | ManifestSource
+) -> Any:
     async def invoke(context: ToolContext[Any], arguments: str) -> str | list[Any]:
-        content = result_content(await _dispatch.acall_one(box, name, arguments, python=python))
+        called = _dispatch.acall_one(box, name, arguments, python=python, javascript=javascript)
+        content = result_content(await called)
         outputs: list[Any] = []
         for part in content.parts:  # images and PDFs as the SDK's own outputs; the rest is in the text
             if part.is_image:

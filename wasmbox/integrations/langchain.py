@@ -40,25 +40,29 @@ class WasmboxTool(StructuredTool):
         return (), {"arguments": tool_input}
 
 
-def tools(box: Sandbox, *, python: bool | ManifestSource = False) -> list[StructuredTool]:
+def tools(
+    box: Sandbox, *, python: bool | ManifestSource = False, javascript: bool | ManifestSource = False
+) -> list[StructuredTool]:
     """One tool per tool loaded in `box` now, in load order, and `run_python` with `python`
-    (True, or the grants manifest `Sandbox.run_python` takes)."""
+    (True, or the grants manifest `Sandbox.run_python` takes), `run_javascript` with
+    `javascript` (the same)."""
     return [
-        _tool(box, spec["name"], spec["description"], spec["parameters"], python)
-        for spec in box.specs("generic", python=python is not False)
+        _tool(box, spec["name"], spec["description"], spec["parameters"], python, javascript)
+        for spec in box.specs("generic", python=python is not False, javascript=javascript is not False)
     ]
 
 
 def _tool(
-    box: Sandbox, name: str, description: str, parameters: dict[str, Any], python: bool | ManifestSource
-) -> StructuredTool:
+    box: Sandbox, name: str, description: str, parameters: dict[str, Any], python: bool | ManifestSource,
+    javascript: bool | ManifestSource,
+) -> StructuredTool:  # fmt: skip
     """The tool that calls `name` in `box`, and nothing else: `name` is bound here."""
 
     def run(arguments: Any) -> str | list[Any]:
-        return _answer(_dispatch.call_one(box, name, arguments, python=python))
+        return _answer(_dispatch.call_one(box, name, arguments, python=python, javascript=javascript))
 
     async def arun(arguments: Any) -> str | list[Any]:
-        return _answer(await _dispatch.acall_one(box, name, arguments, python=python))
+        return _answer(await _dispatch.acall_one(box, name, arguments, python=python, javascript=javascript))
 
     return WasmboxTool(
         name=name, description=description, args_schema=parameters, func=run, coroutine=arun,

@@ -35,7 +35,8 @@ _ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_s
 
 class WasmboxToolset(AbstractToolset[Any]):
     """The tools loaded in `box` (and `run_python` with `python`: True, or the grants manifest
-    `Sandbox.run_python` takes), listed afresh at each run step, so tools loaded later appear."""
+    `Sandbox.run_python` takes; `run_javascript` with `javascript`, the same), listed afresh at
+    each run step, so tools loaded later appear."""
 
     def __init__(
         self,
@@ -44,9 +45,11 @@ class WasmboxToolset(AbstractToolset[Any]):
         python: bool | ManifestSource = False,
         max_retries: int = 1,
         id: str | None = None,
+        javascript: bool | ManifestSource = False,
     ) -> None:
         self._box = box
         self._python = python
+        self._javascript = javascript
         self._max_retries = max_retries
         self._id = id
 
@@ -56,7 +59,8 @@ class WasmboxToolset(AbstractToolset[Any]):
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         tools = {}
-        for spec in self._box.specs("generic", python=self._python is not False):
+        offered = {"python": self._python is not False, "javascript": self._javascript is not False}
+        for spec in self._box.specs("generic", **offered):
             definition = ToolDefinition(
                 name=spec["name"], description=spec["description"], parameters_json_schema=spec["parameters"]
             )
@@ -68,7 +72,9 @@ class WasmboxToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> str | list[Any]:
-        result = await _dispatch.acall_one(self._box, name, tool_args, python=self._python)
+        result = await _dispatch.acall_one(
+            self._box, name, tool_args, python=self._python, javascript=self._javascript
+        )
         content = result_content(result)
         if result.error is None:
             binaries = [
