@@ -21,6 +21,7 @@ import pytest
 
 import wasmbox
 from wasmbox import AuditRecord, CallResult, ErrorKind
+from wasmbox._inputs import InputUnavailable
 
 from . import ray_hosts
 from .conftest import CAPABILITIES, manifest
@@ -186,6 +187,38 @@ def test_run_python_equal_in_process(pool: RaySandboxPool, local: wasmbox.Sandbo
         pool.run_python(
             "1", {"name": "t", "runtime": "python", "source": str(CAPABILITIES / "tools" / "csv_stats.py")}
         )
+
+
+def test_run_javascript_equal_in_process(pool: RaySandboxPool, local: wasmbox.Sandbox) -> None:
+    try:
+        local.prepare_javascript()
+    except InputUnavailable as exc:
+        pytest.skip(f"the JavaScript runtime's pinned wheel cannot be fetched: {exc}")
+    code = "console.log('out'); console.error('err'); [1.5, null, 'é'].concat([2 ** 10])"
+    got = pool.run_javascript(code)
+    assert got.value == [1.5, None, "é", 1024] and got.stdout == "out\n" and got.stderr == "err\n"
+    check_same(got, local.run_javascript(code))
+    failing = "null.x"
+    check_same(asyncio.run(pool.arun_javascript(failing)), local.run_javascript(failing))
+    grants = {
+        "name": "snippet",
+        "runtime": "javascript",
+        "preopens": [{"host": str(CAPABILITIES / "data"), "guest": "/data"}],
+    }
+    reads = "std.loadFile('/data/sample.txt')"
+    check_same(pool.run_javascript(reads, grants), local.run_javascript(reads, grants))
+    with pytest.raises(wasmbox.ManifestError, match="run_javascript takes"):
+        pool.run_javascript("1", {"name": "t", "runtime": "python"})
+    calls = [
+        {
+            "id": "1",
+            "type": "function",
+            "function": {"name": "run_javascript", "arguments": '{"code": "6*7"}'},
+        }
+    ]
+    expected = local.dispatch(calls, format="openai", javascript=True)
+    assert pool.dispatch(calls, format="openai", javascript=True) == expected
+    assert pool.specs("openai", javascript=True) == local.specs("openai", javascript=True)
 
 
 def test_tools_specs_and_dispatch_as_the_sandbox(pool: RaySandboxPool, local: wasmbox.Sandbox) -> None:

@@ -33,6 +33,8 @@ class Caller(Protocol):
 
     def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult: ...
 
+    def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult: ...
+
 
 CallFormat = Literal["openai", "openai-responses", "anthropic"]
 CALL_FORMATS: tuple[str, ...] = ("openai", "openai-responses", "anthropic")
@@ -291,12 +293,7 @@ def _plan(
     if job.name == RUN_JAVASCRIPT and javascript is not False:
         args = prepare_args(args, RUN_JAVASCRIPT_SCHEMA)
         grants = None if javascript is True else javascript
-        if hasattr(box, "interpreter"):  # checked by the interpreter Tool, like any tool's args
-            job.run = partial(_run_javascript, cast("Sandbox", box), grants, args)
-        else:
-            job.result = CallResult.failed(
-                job.name, ErrorKind.INVALID_ARGUMENTS, "run_javascript needs a Sandbox"
-            )
+        job.run = partial(_run_javascript, box, grants, args)
         return
     names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
     names += [RUN_JAVASCRIPT] if javascript is not False else []
@@ -314,8 +311,10 @@ def _run_python(box: Caller, grants: ManifestSource | None, args: dict[str, Any]
     return box.run_python(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
 
 
-def _run_javascript(box: Sandbox, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
-    return box.interpreter(grants, runtime="javascript").call(args)
+def _run_javascript(box: Caller, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
+    if hasattr(box, "interpreter"):  # a Sandbox: the interpreter Tool checks the args
+        return cast("Sandbox", box).interpreter(grants, runtime="javascript").call(args)
+    return box.run_javascript(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
 
 
 def _session_run(box: Sandbox, name: str, grants: ManifestSource | None, code: str) -> CallResult:

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 # Ray's C++ crash reporter takes SIGSEGV, SIGILL, SIGFPE and SIGBUS from Wasmtime, whose trap
 # handlers need them, and `ray.shutdown` leaves them at their defaults: a guest's next fault
@@ -62,7 +62,13 @@ from .._files import read_regular_file
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
 from .._results import CallResult
-from .._sandbox import _NO_GRANTS, _NO_GRANTS_DIGEST, Sandbox
+from .._sandbox import (
+    _NO_GRANTS,
+    _NO_GRANTS_DIGEST,
+    _NO_GRANTS_JAVASCRIPT,
+    _NO_GRANTS_JAVASCRIPT_DIGEST,
+    Sandbox,
+)
 from .._wasmtime import signals
 from . import _dispatch, _formats
 from ._dispatch import CallFormat
@@ -277,8 +283,20 @@ class _SandboxActor:
 
     async def run_python(self, code: Any, grants: tuple[str, dict[str, Any]] | None) -> _Outcome:
         assert self._box is not None
+        return await self._snippet(self._box.run_python, code, grants)
+
+    async def run_javascript(self, code: Any, grants: tuple[str, dict[str, Any]] | None) -> _Outcome:
+        assert self._box is not None
+        return await self._snippet(self._box.run_javascript, code, grants)
+
+    async def _snippet(
+        self,
+        run: Callable[[Any, ManifestSource | None], CallResult],
+        code: Any,
+        grants: tuple[str, dict[str, Any]] | None,
+    ) -> _Outcome:
         if grants is None:
-            return await self._run(partial(self._box.run_python, code))
+            return await self._run(partial(run, code, None))
         digest, data = grants
         manifest = self._grant_sets.get(digest)
         if manifest is None:
@@ -288,7 +306,7 @@ class _SandboxActor:
                 return _Outcome(None, _portable(exc), ())
             self._grant_sets[digest] = manifest
             self._digests[manifest.digest()] = digest
-        return await self._run(partial(self._box.run_python, code, manifest))
+        return await self._run(partial(run, code, manifest))
 
     async def _run(self, run: Callable[[], CallResult]) -> _Outcome:
         assert self._box is not None
@@ -737,29 +755,49 @@ class RaySandboxPool:
         send, lost = self._python(code, manifest)
         return await self._acall(send, lost)
 
-    def _python(self, code: Any, manifest: ManifestSource | None) -> tuple[Callable[[Any], Any], _Lost]:
-        """How to send a run_python call, and its record should its actor die."""
-        grants, sent = _NO_GRANTS, None
+    def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """`Sandbox.run_javascript` on an actor; `manifest`'s preopens must exist on its node."""
+        send, lost = self._python(code, manifest, "javascript")
+        return self._call(send, lost)
+
+    async def arun_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+        """`run_javascript` awaited."""
+        send, lost = self._python(code, manifest, "javascript")
+        return await self._acall(send, lost)
+
+    def _python(
+        self, code: Any, manifest: ManifestSource | None, runtime: Literal["python", "javascript"] = "python"
+    ) -> tuple[Callable[[Any], Any], _Lost]:
+        """How to send a run_python (or run_javascript) call, and its record should its actor die."""
+        unset, unset_digest = (
+            (_NO_GRANTS, _NO_GRANTS_DIGEST)
+            if runtime == "python"
+            else (_NO_GRANTS_JAVASCRIPT, _NO_GRANTS_JAVASCRIPT_DIGEST)
+        )
+        grants, sent = unset, None
         if manifest is not None:
             grants = Manifest.load(manifest)
-            if grants.runtime != "python" or grants.source is not None:
+            if grants.runtime != runtime or grants.source is not None:
                 raise ManifestError(
-                    f'{grants.name}: run_python takes a manifest with runtime = "python" and no source'
+                    f'{grants.name}: run_{runtime} takes a manifest with runtime = "{runtime}" and no source'
                 )
-        digest = grants.digest() if grants is not _NO_GRANTS else _NO_GRANTS_DIGEST
-        if grants is not _NO_GRANTS:
+        digest = grants.digest() if grants is not unset else unset_digest
+        if grants is not unset:
             sent = (digest, _travelling(grants))
         code_digest = (
             hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest() if isinstance(code, str) else ""
         )
         lost = _Lost(grants.name, digest, code_digest, code, grants.limits)
+        if runtime == "javascript":
+            return (lambda actor: actor.run_javascript.remote(code, sent)), lost
         return (lambda actor: actor.run_python.remote(code, sent)), lost
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False
-    ) -> list[dict[str, Any]]:
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
+        javascript: bool = False,
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """As `Sandbox.specs`."""
-        return _formats.tools_specs(self._tools, format, strict, python)
+        return _formats.tools_specs(self._tools, format, strict, python, javascript=javascript)
 
     def dispatch(
         self,
@@ -769,10 +807,17 @@ class RaySandboxPool:
         python: bool | ManifestSource = False,
         max_calls: int | None = None,
         deadline_s: float | None = None,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:
         """`Sandbox.dispatch`, each call on the pool."""
         return _dispatch.dispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+            self,
+            calls,
+            format,
+            python=python,
+            max_calls=max_calls,
+            deadline_s=deadline_s,
+            javascript=javascript,
         )
 
     async def adispatch(
@@ -783,10 +828,17 @@ class RaySandboxPool:
         python: bool | ManifestSource = False,
         max_calls: int | None = None,
         deadline_s: float | None = None,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:
         """`Sandbox.adispatch`, each call on the pool."""
         return await _dispatch.adispatch(
-            self, calls, format, python=python, max_calls=max_calls, deadline_s=deadline_s
+            self,
+            calls,
+            format,
+            python=python,
+            max_calls=max_calls,
+            deadline_s=deadline_s,
+            javascript=javascript,
         )
 
     # -- host functions --------------------------------------------------------------------
