@@ -50,6 +50,7 @@ HOST_FUNCTION = "callHost"  # the C function's name inside the runtime (the driv
 # JS_Eval flags (quickjs.h)
 EVAL_GLOBAL, EVAL_MODULE, EVAL_COMPILE_ONLY, EVAL_ASYNC = 0, 1, 1 << 5, 1 << 7
 _SCRATCH = 64  # bytes of scratch cells kept at a fixed address: argv of JS_Call, a length cell
+CODE_CAPACITY = 16 * 1024  # a snippet this long (with its NUL) is written here, not malloc'd
 _CONTEXT_SPAN = 4096  # bytes of the JSContext searched for the random state
 
 
@@ -66,6 +67,7 @@ class Layout:
     scratch: int  # _SCRATCH bytes: the argv array of JS_Call (up to 3 values), then a length cell
     random_state: int  # the address of the context's Math.random state (8 bytes)
     host_slot: int  # the table index of the host-call function
+    code_buffer: int  # CODE_CAPACITY bytes for a call's code
 
     @property
     def length_cell(self) -> int:
@@ -233,9 +235,13 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     fail = guest.check(guest("JS_GetPropertyStr", context, driver, guest.string("fail")), exception, "driver")
     random_state = _find_random_state(guest, exception)
     guest.memory.write(store, bytes(_SCRATCH), scratch)
+    code_buffer = guest("malloc", CODE_CAPACITY)
+    if not code_buffer:
+        raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
     return Layout(
         context=context, run=run, fail=fail, undefined=undefined, exception=exception,
         input_name=guest.string(INPUT_NAME), scratch=scratch, random_state=random_state, host_slot=slot,
+        code_buffer=code_buffer,
     )  # fmt: skip
 
 

@@ -201,7 +201,11 @@ class JavaScriptRunner:
         )
         ctx = layout.context
         code = request.code.encode("utf-8", "surrogatepass")
-        source = guest.copy(code + b"\0")
+        if len(code) < build.CODE_CAPACITY:  # (with its NUL)
+            source = layout.code_buffer
+            guest.write(source, code + b"\0")
+        else:
+            source = guest.copy(code + b"\0")
         name = (
             layout.input_name if request.filename is None else guest.copy(request.filename.encode() + b"\0")
         )
