@@ -21,6 +21,16 @@ CAPS = ROOT / "capabilities"
 WAT = ROOT / "runtimes" / "examples" / "wat"
 KV = {"greeting": "hello from the host", "answer": "42"}
 PY_KV = {"name": "py_kv", "runtime": "python", "host_functions": ["kv.get"]}
+JS_KV = {"name": "js_kv", "runtime": "javascript", "host_functions": ["kv.get"]}
+JS_SNIPPETS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("JS: last expression + console.log", "console.log('squares'); [1, 2, 3].map(x => x * x)", None),
+    ("JS: top-level await and a timer", "await new Promise(r => setTimeout(r, 5)); 'waited'", None),
+    ("JS: host function", "wasmbox.callHost('kv.get', {key: 'greeting'})", JS_KV),
+    ("JS: ungranted host function", "wasmbox.callHost('kv.get', {key: 'greeting'})", None),
+    ("JS: read a host file", "std.loadFile('/etc/passwd')", None),
+    ("JS: exception with its stack", "function f() { null.x }\nf()", None),
+    ("JS: for (;;) {}", "for (;;) {}", None),
+]
 
 
 def wat(module: str, **fields: Any) -> dict[str, Any]:
@@ -123,6 +133,20 @@ def main() -> int:
         print(
             f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}"
         )
+    try:
+        box.prepare_javascript()  # QuickJS-NG from PyPI, built once per cache
+    except wasmbox.RuntimeBuildError as exc:
+        print(f"(JavaScript skipped: {exc})")
+        javascript = False
+    else:
+        javascript = True
+        for label, code, grants in JS_SNIPPETS:
+            result = box.run_javascript(code, grants)
+            outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+            print(
+                f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  "
+                f"{_detail(result)}"
+            )
 
     print("\nwarm latency (median / p99):")
     for name, args, count in [
@@ -151,6 +175,17 @@ def main() -> int:
         f"  {'run_python':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
         "  (200 fresh interpreters, sum(range(100)))"
     )
+    if javascript:
+        times = []
+        for _ in range(2000):
+            t0 = time.perf_counter()
+            box.run_javascript("1 + 2")
+            times.append((time.perf_counter() - t0) * 1e6)
+        times.sort()
+        print(
+            f"  {'run_javascript':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
+            "  (2,000 fresh contexts, 1 + 2)"
+        )
     box.close()
     builtin_capabilities()
     return 0
@@ -229,7 +264,9 @@ def _detail(result: wasmbox.CallResult) -> str:
         if result.stderr:
             text += "  stderr=" + json.dumps(result.stderr[:60])
     else:
-        text = result.error.message.strip().splitlines()[-1]  # type: ignore[union-attr]
+        lines = result.error.message.strip().splitlines()  # type: ignore[union-attr]
+        # the exception's own line: first above a JavaScript stack, last in a Python traceback
+        text = lines[0] if len(lines) > 1 and lines[1].startswith("    at ") else lines[-1]
         hidden = [r.detail for r in result.host_calls if r.detail]
         if hidden:
             text += f"  [host-side only: {hidden[0][:50]}]"
