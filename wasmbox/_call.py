@@ -159,13 +159,14 @@ def serve_host_call(
     name: str,
     request: bytes,
     function: HostFunction | None,
+    problem: str | None = None,
 ) -> HostReply:
-    """The host-call policy both runners share: what the guest gets for one host call.
+    """The host-call policy every runner shares: what the guest gets for one host call.
 
     Nothing is served once the guest is being stopped or its deadline has passed; every
-    call, refused ones included, counts against `limits.host_calls`; `function` None means
-    not granted (`capability_denied`); a reply over `limits.output` is refused. Each call is
-    recorded. When the guest must stop, `state.abort` is set: the caller then returns
+    call, refused ones included, counts against `limits.host_calls`; `problem` says why the
+    request itself is malformed (`bad_request`, not run); `function` None means not granted
+    (`capability_denied`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
     without running guest code again.
     """
     state = current()
@@ -180,7 +181,9 @@ def serve_host_call(
         abort(context, ErrorKind.HOST_ERROR, message)
         reply = refusal(name, "limit", message, size)
     else:
-        if function is None:
+        if problem is not None:
+            reply = refusal(name, "bad_request", problem, size, None)
+        elif function is None:
             reply = refusal(
                 name, "denied", "this host function is not granted to this tool", size,
                 ErrorKind.CAPABILITY_DENIED,

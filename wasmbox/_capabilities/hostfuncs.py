@@ -104,9 +104,10 @@ def refusal(
     verdict: HostCallVerdict,
     message: str,
     request_size: int,
-    kind: ErrorKind = ErrorKind.HOST_ERROR,
+    kind: ErrorKind | None = ErrorKind.HOST_ERROR,
 ) -> HostReply:
-    """A reply for a host call refused before the function ran (ungranted, past the cap)."""
+    """A reply for a host call refused before the function ran (ungranted, past the cap, a
+    malformed request); `kind` is what it makes a call that then fails (None: the guest's own)."""
     payload = _abi.error(message)
     record = HostCallRecord(
         name=name, verdict=verdict, duration_s=0.0, bytes_in=request_size,

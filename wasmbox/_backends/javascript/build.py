@@ -50,6 +50,7 @@ HOST_FUNCTION = "callHost"  # the C function's name inside the runtime (the driv
 # JS_Eval flags (quickjs.h)
 EVAL_GLOBAL, EVAL_MODULE, EVAL_COMPILE_ONLY, EVAL_ASYNC = 0, 1, 1 << 5, 1 << 7
 _SCRATCH = 64  # bytes of scratch cells kept at a fixed address: argv of JS_Call, a length cell
+STACK_SIZE = 1024 * 1024  # C's stack (see _move_the_stack)
 CODE_CAPACITY = 16 * 1024  # a snippet this long (with its NUL) is written here, not malloc'd
 _CONTEXT_SPAN = 4096  # bytes of the JSContext searched for the random state
 
@@ -197,6 +198,7 @@ class _Guest:
 def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     guest = _Guest(store, instance)
     guest("_initialize")
+    _move_the_stack(guest)
     if guest("qjs_init") != 0:
         raise RuntimeBuildError("QuickJS's qjs_init failed")
     guest.context = context = guest("qjs_get_context")
@@ -245,6 +247,24 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     )  # fmt: skip
 
 
+def _move_the_stack(guest: _Guest) -> None:
+    """Give C a STACK_SIZE stack in a block of the heap that is never freed.
+
+    The module's own C stack is 68 KiB, placed above QuickJS's static data, and QuickJS checks
+    no stack depth on WASI: a recursion about 170 JavaScript calls deep wrote over the static
+    data. With this stack, a deep recursion meets Wasmtime's limit on the wasm stack first
+    (`max_wasm_stack`: a `trap`, "call stack exhausted") in every case the tests try."""
+    found = guest.exports.get(_snapshot._EXPORT + "global0")  # wasm-ld's __stack_pointer
+    pointer = found.value(guest.store) if isinstance(found, wasmtime.Global) else None
+    if not isinstance(pointer, int) or pointer % 16 or not 0 < pointer <= guest.memory.data_len(guest.store):
+        raise RuntimeBuildError("QuickJS's module has no stack pointer as its first global")
+    assert isinstance(found, wasmtime.Global)
+    block = guest("malloc", STACK_SIZE + 16)
+    if not block:
+        raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
+    found.set_value(guest.store, wasmtime.Val.i32((block + STACK_SIZE) & ~15))
+
+
 def _find_random_state(guest: _Guest, exception: int) -> int:
     """The address of the context's Math.random state (xorshift64*, 8 bytes in the JSContext):
     the one aligned word of the context that every Math.random() changes, and that, written,
@@ -269,10 +289,12 @@ def _find_random_state(guest: _Guest, exception: int) -> int:
     found = []
     for index in sorted(changed or ()):
         address = guest.context + 8 * index
+        kept = guest.read(address, 8)
         draws = []
         for seed in (0x9E3779B97F4A7C15, 0x9E3779B97F4A7C15, 0x0123456789ABCDEF):
             guest.memory.write(guest.store, struct.pack("<Q", seed), address)
             draws.append(draw())
+        guest.memory.write(guest.store, kept, address)  # (a word that is not the state is something else)
         if draws[0] == draws[1] != draws[2]:
             found.append(address)
     if len(found) != 1:

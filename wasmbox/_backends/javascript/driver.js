@@ -3,7 +3,7 @@
 // function in a table slot the host fills in each instance) and keeps what it returns, `run`
 // and `fail`, for every call. A call evaluates its code as an async script (top-level await),
 // then `run` awaits the completion value (a tool's source: calls its entry with the args) and
-// returns the JSON reply `{"ok": value}` or `{"error": text, "kind": kind}`; `fail` makes the
+// returns the JSON reply `{"ok": value}` or `{"error": text}`; `fail` makes the
 // reply of a script that did not compile. The references are taken here, once, so a script
 // that replaces JSON or Object cannot change how its result is encoded.
 (function install(host) {
@@ -23,9 +23,11 @@
   const { setTimeout: osSetTimeout } = os;
   let uncaught = null; // the first exception a timer's callback threw: the call fails with it
 
-  // setTimeout(fn, ms, ...args) on QuickJS's timers (they run while the call awaits), with
-  // an exception thrown in `fn` ending the call, as an uncaught exception ends a Node process.
-  globalThis.setTimeout = (fn, ms = 0, ...args) =>
+  // setTimeout(fn, ms, ...args) on QuickJS's timers, which run while the call awaits (the
+  // host's event loop, `runner._settle`). An exception thrown in `fn` ends the call, as an
+  // uncaught exception ends a Node process. Timers still pending when the value is ready do
+  // not run.
+  const setTimeout = (fn, ms = 0, ...args) =>
     osSetTimeout(() => {
       try {
         fn(...args);
@@ -33,7 +35,26 @@
         uncaught ??= { error };
       }
     }, ms);
+  globalThis.setTimeout = setTimeout;
   globalThis.clearTimeout = os.clearTimeout;
+  const intervals = new Map(); // setInterval's id -> its next timer
+  let lastInterval = 0;
+  globalThis.setInterval = (fn, ms = 0, ...args) => {
+    const id = ++lastInterval;
+    const tick = () => {
+      intervals.set(id, setTimeout(() => {
+        tick(); // the next one first, so that `fn` can clear it
+        fn(...args);
+      }, ms));
+    };
+    tick();
+    return id;
+  };
+  globalThis.clearInterval = (id) => {
+    os.clearTimeout(intervals.get(id));
+    intervals.delete(id);
+  };
+
 
   class HostCallError extends Error {
     constructor(message) {
@@ -127,7 +148,9 @@
   globalThis.print = log;
 
   function fail(error) {
-    return stringify({ error: describe(error), kind: "guest_error" });
+    // (framed by hand: stringify of an object would consult Object.prototype.toJSON, which
+    // the script may have replaced; of a string it consults nothing)
+    return `{"error":${stringify(describe(error))}}`;
   }
 
   async function run(evaluated, entry, args) {

@@ -6,9 +6,9 @@ installed; Wasmtime maps its memory copy-on-write) with the manifest's WASI worl
 env, scratch /tmp; stdout and stderr captured up to the cap) and limits, seeds the context's
 Math.random state from the host's randomness, fills the host-call table slot with the
 trampoline below, and then, through the C API: evaluates the code as an async script, calls
-the driver's `run` on the result (and a tool's entry and args), awaits it with
-`js_std_await` (jobs and timers run meanwhile) and reads the JSON reply. Nothing is freed:
-the instance is dropped whole.
+the driver's `run` on the result (and a tool's entry and args), runs QuickJS's event loop
+until that settles (`_settle`: jobs, timers, the wait for the next timer up to the deadline)
+and reads the JSON reply. Nothing is freed: the instance is dropped whole.
 
 Host functions: `wasmbox.callHost(name, args)` in the guest calls the C function the build
 registered with `JS_NewCFunction2` on the reserved table slot, which here is `_host_call` (a
@@ -24,6 +24,7 @@ import base64
 import ctypes
 import json
 import os
+import re
 import struct
 import time
 import weakref
@@ -36,7 +37,7 @@ import wasmtime
 from ... import _call, _outcome
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
-from ..._capabilities.hostfuncs import HostFunction, refusal
+from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import Limits, Manifest
@@ -62,8 +63,8 @@ _OK_FRAME = '{"ok":}'  # what the driver's ok reply adds around the value's JSON
 _EXPORTS = {
     name: _capi.ExportName(name)
     for name in (
-        "malloc", "JS_Eval", "JS_Call", "JS_GetException", "js_std_await", "JS_ToCStringLen2",
-        "JS_NewStringLen",
+        "malloc", "free", "JS_Eval", "JS_Call", "JS_GetException", "js_std_loop_once", "JS_PromiseState",
+        "JS_PromiseResult", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen",
     )
 }  # fmt: skip
 _TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
@@ -221,13 +222,41 @@ class JavaScriptRunner:
             argv = [evaluated]
             if request.entry is not None:
                 argv += [guest.new_string(ctx, request.entry), guest.new_string(ctx, request.args or "{}")]
-            promise = self._call_driver(guest, layout.run, argv)
-            reply = guest.call("js_std_await", (I32, ctx), (I64, promise))
-            self._check(guest, reply)
-        text = guest.text(ctx, reply, layout.length_cell, cap + _REPLY_KEYS, cap)
+            reply = self._settle(guest, self._call_driver(guest, layout.run, argv))
+        text = guest.string(ctx, reply, layout.length_cell, cap=cap + _REPLY_KEYS, cap_shown=cap)
         value = _value(text)  # (a Failure for an error reply)
         _call.check_result_size(len(text.encode("utf-8", "surrogatepass")) - len(_OK_FRAME), cap)
         return value
+
+    def _settle(self, guest: _Guest, promise: int) -> int:
+        """The value `promise` (the driver's `run`) settles to, with QuickJS's event loop run
+        from here: its jobs and due timers (`js_std_loop_once`), and the wait for the next
+        timer on this thread, up to the deadline. A promise nothing is left to settle fails at
+        once; a timer's exception nothing catches fails the call."""
+        ctx = self._layout.context
+        while True:
+            status = _signed(guest.call("js_std_loop_once", (I32, ctx)))
+            state = guest.call("JS_PromiseState", (I32, ctx), (I64, promise))
+            if state == _FULFILLED:
+                return guest.call("JS_PromiseResult", (I32, ctx), (I64, promise))
+            if state != _PENDING:  # (`run` catches everything: the runtime itself failed)
+                self._check(guest, self._layout.exception)
+            if status == _LOOP_ERROR:  # a timer set with os.setTimeout threw
+                return self._call_driver(
+                    guest, self._layout.fail, [guest.call("JS_GetException", (I32, ctx))]
+                )
+            if status == _LOOP_IDLE:
+                raise Failure(
+                    ErrorKind.GUEST_ERROR,
+                    "the script awaits a promise that nothing is left to settle (no job, no timer)",
+                )
+            if status > 0:  # the next timer is due in `status` ms
+                wait = status / 1000
+                left = _call.current().deadline - time.perf_counter()
+                if wait > left:
+                    time.sleep(max(left, 0.0))
+                    raise Failure(ErrorKind.TIMEOUT, "awaited a timer due after the deadline")
+                time.sleep(wait)
 
     def _call_driver(self, guest: _Guest, function: int, argv: list[int]) -> int:
         layout = self._layout
@@ -244,13 +273,14 @@ class JavaScriptRunner:
             return
         thrown = guest.call("JS_GetException", (I32, layout.context))
         try:
-            text = guest.text(layout.context, thrown, layout.length_cell, 4096)
+            text = guest.string(layout.context, thrown, layout.length_cell, cut=4096)
         except Failure:
             text = "(its exception cannot be read)"
         raise Failure(ErrorKind.GUEST_ERROR, f"the JavaScript runtime failed: {text}")
 
     def serve(self, caller: _capi.Caller, context: _capi.Context, values: _capi.Values) -> int:
-        """The host-call C function: `callHost(name, argsJSON)` → the JSON reply (a JS string)."""
+        """The host-call C function: `callHost(name, argsJSON)` → the JSON reply (a JS string).
+        Every call, a malformed one too, is served by `_call.serve_host_call` (counted, recorded)."""
         state = _call.current()
         layout = self._layout
         if state.abort is not None:
@@ -265,26 +295,26 @@ class JavaScriptRunner:
         guest: _Guest = state.exports
         guest.context = context
         ctx, argc, argv = (values[0].i32 & 0xFFFF_FFFF, values[2].i32, values[3].i32 & 0xFFFF_FFFF)
+        name, packed, problem = "?", b"", None
         try:
-            if ctx != layout.context or argc < 2:
-                raise Failure(ErrorKind.BAD_RESPONSE, "the host-call function takes a name and args")
-            name_value, args_value = struct.unpack("<QQ", guest.read(argv, 16))
-            name = guest.text(ctx, name_value, layout.length_cell, _MAX_NAME)
-            request = guest.text(ctx, args_value, layout.length_cell, state.manifest.limits.output)
-        except Failure as failure:  # our driver sends two strings: anything else is a guest's game
-            return guest.new_string(ctx, json.dumps({"error": failure.error.message}))
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            if ctx != layout.context or argc < 2:  # (our driver always sends a name and args)
+                problem = "the host-call function takes a name and args"
+            else:
+                name_value, args_value = struct.unpack("<QQ", guest.read(argv, 16))
+                name = guest.string(ctx, name_value, layout.length_cell, cut=_MAX_NAME)
+                request = guest.string(ctx, args_value, layout.length_cell)
+                try:
+                    packed = _abi.pack(json.loads(request))
+                except (ValueError, TypeError, OverflowError):
+                    problem = "the args are not JSON of plain values"
+        except Failure as failure:
+            problem = failure.error.message
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # e.g. out of fuel in JS_ToCStringLen2
             _call.abort(context, _outcome.from_trap(exc, state.manifest.limits).kind, str(exc))
             return layout.undefined
-        try:
-            packed = _abi.pack(json.loads(request))
-        except (ValueError, TypeError, OverflowError) as exc:
-            reply = refusal(name, "bad_request", f"request is not JSON of plain values: {exc}", len(request))
-            state.records.append(reply.record)
-            return guest.new_string(ctx, json.dumps({"error": "request is not JSON of plain values"}))
-        granted = name in state.manifest.host_functions
+        granted = problem is None and name in state.manifest.host_functions
         function = self._host_functions.get(name) if granted else None
-        served = _call.serve_host_call(context, name, packed, function)
+        served = _call.serve_host_call(context, name, packed, function, problem)
         if state.abort is not None:
             return layout.undefined
         try:
@@ -292,13 +322,16 @@ class JavaScriptRunner:
         except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
             _call.abort(context, _outcome.from_trap(exc, state.manifest.limits).kind, str(exc))
             return layout.undefined
+        except Failure as failure:  # no memory left for the reply
+            _call.abort(context, failure.error.kind, failure.error.message)
+            return layout.undefined
 
 
 _COMPILING = Manifest(
     name="compile", runtime="javascript",
     limits=Limits(fuel=2_000_000_000, memory=256 * 1024**2, timeout=10.0, output=1024**2),
 )  # fmt: skip
-_HOST_EXPORTS = ("malloc", "JS_ToCStringLen2", "JS_NewStringLen")
+_HOST_EXPORTS = ("malloc", "free", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen")
 # The runners the trampoline finds by the handle its function was made with, held weakly.
 _runners: _capi.Handles[weakref.ref[JavaScriptRunner]] = _capi.Handles()
 
@@ -369,21 +402,39 @@ class _Guest:
     def new_string(self, ctx: int, text: str) -> int:
         data = text.encode("utf-8", "surrogatepass")
         pointer = self.copy(data or b"\0")
-        return self.call("JS_NewStringLen", (I32, ctx), (I32, pointer), (I32, len(data)))
+        value = self.call("JS_NewStringLen", (I32, ctx), (I32, pointer), (I32, len(data)))
+        self.call("free", (I32, pointer))  # (QuickJS made its own copy)
+        return value
 
-    def text(self, ctx: int, value: int, cell: int, cap: int, shown: int | None = None) -> str:
-        """A JS value as text (JS_ToCStringLen2), at most `cap` bytes, else an `output_limit`
-        Failure that names the cap `shown` (default `cap`)."""
+    def string(
+        self, ctx: int, value: int, cell: int, *, cut: int | None = None, cap: int | None = None,
+        cap_shown: int | None = None,
+    ) -> str:  # fmt: skip
+        """A JS value as text, through JS_ToCStringLen2 (lone surrogates become U+FFFD): with
+        `cut`, its first `cut` bytes and "..." if it is longer; with `cap`, an `output_limit`
+        Failure (naming `cap_shown`, default `cap`) if it is longer. The C string is freed."""
         pointer = self.call("JS_ToCStringLen2", (I32, ctx), (I32, cell), (I64, value), (I32, 0))
         if pointer == 0:
             raise Failure(ErrorKind.GUEST_ERROR, "a value could not be made text (out of memory?)")
         (length,) = struct.unpack("<I", self.read(cell, 4))
-        if length > cap:
-            _call.check_result_size(length, cap if shown is None else shown)
-        return self.read(pointer, length).decode("utf-8", "surrogatepass")
+        try:
+            if cap is not None and length > cap:
+                _call.check_result_size(length, cap if cap_shown is None else cap_shown)
+            shown = length if cut is None else min(length, cut)
+            text = self.read(pointer, shown).decode("utf-8", "replace")
+        finally:
+            self.call("JS_FreeCString", (I32, ctx), (I32, pointer))
+        return text + ("..." if shown < length else "")
 
 
-_RETURNS_VALUE = {"JS_Eval", "JS_Call", "JS_GetException", "js_std_await", "JS_NewStringLen"}
+# (the others return an i32 or nothing)
+_RETURNS_VALUE = {"JS_Eval", "JS_Call", "JS_GetException", "JS_PromiseResult", "JS_NewStringLen"}
+_PENDING, _FULFILLED = 0, 1  # JSPromiseStateEnum
+_LOOP_IDLE, _LOOP_ERROR = -1, -2  # js_std_loop_once: else 0 (more to run) or the next timer's ms
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _seed() -> bytes:
@@ -400,12 +451,28 @@ def _value(text: str) -> Any:
         reply = json.loads(text)
     except ValueError:
         raise Failure(ErrorKind.BAD_RESPONSE, "the JavaScript driver's reply is not JSON") from None
+    if _SURROGATE_ESCAPE.search(text):  # JSON.stringify escapes a lone surrogate; Python's JSON keeps it
+        reply = _well_formed(reply)
     if isinstance(reply, dict) and "ok" in reply:
         return reply["ok"]
     if isinstance(reply, dict) and isinstance(reply.get("error"), str):
-        kind = _outcome.GUEST_CLAIMS.get(str(reply.get("kind")), ErrorKind.GUEST_ERROR)
-        raise Failure(kind, reply["error"])
+        raise Failure(ErrorKind.GUEST_ERROR, reply["error"])  # (the driver claims no other kind)
     raise Failure(ErrorKind.BAD_RESPONSE, "the JavaScript driver's reply is not an ok/error map")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _well_formed(value: Any) -> Any:
+    """`value` with each lone surrogate in its strings made U+FFFD (a str must be UTF-8 to be
+    sent anywhere: JSON, MessagePack, a model)."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_well_formed(item) for item in value]
+    if isinstance(value, dict):
+        return {_well_formed(key): _well_formed(item) for key, item in value.items()}
+    return value
 
 
 def _json_reply(payload: bytes) -> str:
