@@ -684,14 +684,18 @@ TAMPERING = [
     ("promise-then-never-calls", "Promise.prototype.then = function () {};\nawait Promise.resolve(5)", OK, 5),
     ("promise-constructor-throws",
      "Object.defineProperty(Promise.prototype, 'constructor', {get() { throw new Error('no'); }});\n({a: 1})",
-     ERROR, None),
+     OK, {"a": 1}),  # (nothing to await: no promise is made)
     ("promise-replaced", "globalThis.Promise = undefined;\n5", OK, 5),
-    ("every-object-thenable", "Object.prototype.then = function (resolve) { resolve(42); };\n5", OK, None),
+    ("every-object-thenable", "Object.prototype.then = function (resolve) { resolve(42); };\n5", OK, 5),
+    ("every-object-thenable-awaiting", "Object.prototype.then = function (resolve) { resolve(42); };\nawait 0; 5",
+     OK, None),
     ("wasmbox-overwritten", ("globalThis.wasmbox = null;\ndelete globalThis.wasmbox;\nwasmbox.callHost = null;\n"
      "typeof wasmbox.callHost"), OK, "function"),
     ("wasmbox-redefined", "Object.defineProperty(globalThis, 'wasmbox', {value: {}})", ERROR, None),
     ("value-getter", ("Object.defineProperty(Object.prototype, 'value', {get() { throw new Error('no'); }, "
-     "set(v) {}, configurable: true});\n5"), ERROR, None),
+     "set(v) {}, configurable: true});\n5"), OK, 5),
+    ("value-getter-awaiting", ("Object.defineProperty(Object.prototype, 'value', {get() { throw new Error('no'); }, "
+     "set(v) {}, configurable: true});\nawait 0; 5"), ERROR, None),
     ("error-name-throws", ("Object.defineProperty(Error.prototype, 'name', {get() { throw 2; }});\n"
      "throw new Error('x')"), ERROR, None),
     ("error-instanceof-throws", ("Object.defineProperty(Error, Symbol.hasInstance, {value: () => { throw 1; }});\n"

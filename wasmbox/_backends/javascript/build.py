@@ -60,10 +60,14 @@ class Layout:
     """Addresses and values, fixed in every instance of the snapshot, that a call uses."""
 
     context: int  # JSContext *
+    runtime: int  # JSRuntime *
     run: int  # the driver's `run`, a JSValue
+    finish: int  # the driver's `finish`, a JSValue
     fail: int  # the driver's `fail`, a JSValue
     undefined: int  # JS_UNDEFINED
+    true: int  # JS_TRUE
     exception: int  # JS_EXCEPTION, what a C API call returns when it threw
+    string_tag: int  # the high 32 bits of a string JSValue
     input_name: int  # "<input>\0"
     scratch: int  # _SCRATCH bytes: the argv array of JS_Call (up to 3 values), then a length cell
     random_state: int  # the address of the context's Math.random state (8 bytes)
@@ -211,7 +215,10 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     exception = guest.eval("throw 0", "<probe>", EVAL_GLOBAL)
     guest("JS_GetException", context)  # (clears it)
     undefined = guest.eval("undefined", "<probe>", EVAL_GLOBAL)
-    if exception >> 32 != 6 or undefined >> 32 != 3:  # JS_TAG_EXCEPTION, JS_TAG_UNDEFINED
+    true = guest.eval("true", "<probe>", EVAL_GLOBAL)
+    string_tag = guest.eval("'probe'", "<probe>", EVAL_GLOBAL) >> 32
+    # JS_TAG_EXCEPTION, JS_TAG_UNDEFINED, JS_TAG_BOOL, JS_TAG_STRING
+    if (exception >> 32, undefined >> 32, true, string_tag) != (6, 3, (1 << 32) | 1, 0xFFFF_FFF9):
         raise RuntimeBuildError("QuickJS's values are not NaN-boxed as expected")
     prelude = guest.check(
         guest.eval(PRELUDE.read_text(), "<wasmbox prelude>", EVAL_MODULE), exception, "prelude"
@@ -235,13 +242,17 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     )
     run = guest.check(guest("JS_GetPropertyStr", context, driver, guest.string("run")), exception, "driver")
     fail = guest.check(guest("JS_GetPropertyStr", context, driver, guest.string("fail")), exception, "driver")
+    finish = guest.check(
+        guest("JS_GetPropertyStr", context, driver, guest.string("finish")), exception, "driver"
+    )
     random_state = _find_random_state(guest, exception)
     guest.memory.write(store, bytes(_SCRATCH), scratch)
     code_buffer = guest("malloc", CODE_CAPACITY)
     if not code_buffer:
         raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
     return Layout(
-        context=context, run=run, fail=fail, undefined=undefined, exception=exception,
+        context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, fail=fail,
+        undefined=undefined, true=true, exception=exception, string_tag=string_tag,
         input_name=guest.string(INPUT_NAME), scratch=scratch, random_state=random_state, host_slot=slot,
         code_buffer=code_buffer,
     )  # fmt: skip

@@ -1,11 +1,12 @@
 // The guest side of wasmbox's JavaScript runtime, evaluated once when the runtime is built.
 // Its completion value is `install(host)`: the build calls it with the host-call function (a C
-// function in a table slot the host fills in each instance) and keeps what it returns, `run`
-// and `fail`, for every call. A call evaluates its code as an async script (top-level await),
-// then `run` awaits the completion value (a tool's source: calls its entry with the args) and
-// returns the JSON reply `{"ok": value}` or `{"error": text}`; `fail` makes the
-// reply of a script that did not compile. The references are taken here, once, so a script
-// that replaces JSON or Object cannot change how its result is encoded.
+// function in a table slot the host fills in each instance) and keeps what it returns, `run`,
+// `finish` and `fail`, for every call. A call evaluates its code (a tool's source, then its
+// entry is called with the args); `finish` makes the JSON reply, `{"ok": value}` or
+// `{"error": text}`, of a script that has nothing left to await, and `run` that of one that
+// has (top-level await, a promise, pending jobs); `fail` that of a script that did not compile.
+// The references are taken here, once, so a script that replaces JSON or Object cannot change
+// how its result is encoded.
 (function install(host) {
   "use strict";
   const { stringify, parse } = JSON;
@@ -153,23 +154,45 @@
     return `{"error":${stringify(describe(error))}}`;
   }
 
-  async function run(evaluated, entry, args) {
+  // The tool's entry, by its name in the global scope: a function, var, let or const binding
+  // (the host checked it is an identifier), called with the args.
+  function callEntry(entry, args) {
+    let found;
     try {
-      let value = (await evaluated).value;
-      if (entry !== undefined) {
-        // the entry by its name in the global scope: a function, var, let or const binding
-        // (the host checked it is an identifier)
-        let found;
-        try {
-          found = globalEval(entry);
-        } catch {
-          found = undefined;
-        }
-        if (typeof found !== "function") {
-          throw new TypeError(`the tool's entry ${entry} is not a function its source defines`);
-        }
-        value = found(parse(args));
-      }
+      found = globalEval(entry);
+    } catch {
+      found = undefined;
+    }
+    if (typeof found !== "function") {
+      throw new TypeError(`the tool's entry ${entry} is not a function its source defines`);
+    }
+    return found(parse(args));
+  }
+
+  function isThenable(value) {
+    return (typeof value === "object" || typeof value === "function") && value !== null &&
+      typeof value.then === "function";
+  }
+
+  // A script evaluated without top-level await, whose jobs have all run: its completion value
+  // (or the entry's result) as the reply, at once; a promise of it when there is one to await.
+  function finish(value, entry, args) {
+    try {
+      if (entry !== undefined) value = callEntry(entry, args);
+      if (isThenable(value)) return run(value, false);
+      if (uncaught !== null) throw uncaught.error;
+      return `{"ok":${encode(value)}}`;
+    } catch (error) {
+      return fail(error);
+    }
+  }
+
+  // The reply once everything is awaited: `evaluated` is the async script's promise of
+  // {value} (`async`), or a value to await.
+  async function run(evaluated, async, entry, args) {
+    try {
+      let value = async ? (await evaluated).value : evaluated;
+      if (entry !== undefined) value = callEntry(entry, args);
       value = await value;
       if (uncaught !== null) throw uncaught.error;
       return `{"ok":${encode(value)}}`;
@@ -178,5 +201,5 @@
     }
   }
 
-  return freeze({ run, fail });
+  return freeze({ run, finish, fail });
 })

@@ -63,7 +63,8 @@ _OK_FRAME = '{"ok":}'  # what the driver's ok reply adds around the value's JSON
 _EXPORTS = {
     name: _capi.ExportName(name)
     for name in (
-        "malloc", "free", "JS_Eval", "JS_Call", "JS_GetException", "js_std_loop_once", "JS_PromiseState",
+        "malloc", "free", "JS_Eval", "JS_Call", "JS_GetException", "JS_IsJobPending", "js_std_loop_once",
+        "JS_PromiseState",
         "JS_PromiseResult", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen",
     )
 }  # fmt: skip
@@ -210,20 +211,31 @@ class JavaScriptRunner:
         name = (
             layout.input_name if request.filename is None else guest.copy(request.filename.encode() + b"\0")
         )
-        flags = build.EVAL_ASYNC | (build.EVAL_COMPILE_ONLY if request.compile_only else 0)
+        # An async script (its completion a promise of {value}) only where it may await at top
+        # level: a script evaluated as such costs about twice the fuel.
+        is_async = b"await" in code
+        flags = build.EVAL_ASYNC if is_async else build.EVAL_GLOBAL
+        flags |= build.EVAL_COMPILE_ONLY if request.compile_only else 0
         evaluated = guest.call("JS_Eval", (I32, ctx), (I32, source), (I32, len(code)), (I32, name),
                                (I32, flags))  # fmt: skip
         if request.compile_only and evaluated != layout.exception:
             return None
-        if evaluated == layout.exception:  # it did not compile: the driver describes the SyntaxError
-            argv = [guest.call("JS_GetException", (I32, ctx))]
-            reply = self._call_driver(guest, layout.fail, argv)
+        if evaluated == layout.exception:  # it did not compile, or threw: the driver describes it
+            reply = self._call_driver(guest, layout.fail, [guest.call("JS_GetException", (I32, ctx))])
         else:
-            argv = [evaluated]
+            entry = []
             if request.entry is not None:
-                argv += [guest.new_string(ctx, request.entry), guest.new_string(ctx, request.args or "{}")]
-            reply = self._settle(guest, self._call_driver(guest, layout.run, argv))
-        text = guest.string(ctx, reply, layout.length_cell, cap=cap + _REPLY_KEYS, cap_shown=cap)
+                entry = [guest.new_string(ctx, request.entry), guest.new_string(ctx, request.args or "{}")]
+            if is_async or guest.call("JS_IsJobPending", (I32, layout.runtime)):
+                asynchronous = layout.true if is_async else layout.undefined
+                reply = self._call_driver(guest, layout.run, [evaluated, asynchronous, *entry])
+            else:
+                reply = self._call_driver(guest, layout.finish, [evaluated, *entry])
+            if reply >> 32 != layout.string_tag:  # a promise of the reply: something to await
+                reply = self._settle(guest, reply)
+        text = guest.string(
+            ctx, reply, layout.length_cell, cap=cap + _REPLY_KEYS, cap_shown=cap, free=False
+        )  # (the instance is dropped whole)
         value = _value(text)  # (a Failure for an error reply)
         _call.check_result_size(len(text.encode("utf-8", "surrogatepass")) - len(_OK_FRAME), cap)
         return value
@@ -408,11 +420,12 @@ class _Guest:
 
     def string(
         self, ctx: int, value: int, cell: int, *, cut: int | None = None, cap: int | None = None,
-        cap_shown: int | None = None,
+        cap_shown: int | None = None, free: bool = True,
     ) -> str:  # fmt: skip
         """A JS value as text, through JS_ToCStringLen2 (lone surrogates become U+FFFD): with
         `cut`, its first `cut` bytes and "..." if it is longer; with `cap`, an `output_limit`
-        Failure (naming `cap_shown`, default `cap`) if it is longer. The C string is freed."""
+        Failure (naming `cap_shown`, default `cap`) if it is longer. The C string is freed
+        unless `free` is False."""
         pointer = self.call("JS_ToCStringLen2", (I32, ctx), (I32, cell), (I64, value), (I32, 0))
         if pointer == 0:
             raise Failure(ErrorKind.GUEST_ERROR, "a value could not be made text (out of memory?)")
@@ -423,7 +436,8 @@ class _Guest:
             shown = length if cut is None else min(length, cut)
             text = self.read(pointer, shown).decode("utf-8", "replace")
         finally:
-            self.call("JS_FreeCString", (I32, ctx), (I32, pointer))
+            if free:
+                self.call("JS_FreeCString", (I32, ctx), (I32, pointer))
         return text + ("..." if shown < length else "")
 
 
