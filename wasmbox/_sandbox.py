@@ -101,6 +101,7 @@ class _Default(Enum):
 # Modules from this size on get a progress line when they are compiled, with an estimate from
 # this rate (the big-module figures are in bench/README.md).
 _BIG_MODULE = 8 * 1024**2
+_PAGE = 65536  # a wasm page
 _COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
@@ -183,7 +184,6 @@ class Sandbox:
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
         self._scientific: ScientificRunner | None = None
-        self._scientific_ticker: EpochTicker | None = None  # its engine's (see _scientific_runtime)
         self._javascript: JavaScriptRunner | None = None
         self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
@@ -515,9 +515,9 @@ class Sandbox:
                     engine, wasm, runtime.module_sha256, partial(self._compiling, runtime.module, len(wasm))
                 )
                 del wasm
-                self._scientific_ticker = EpochTicker(engine, settings.epoch_tick_s)
+                self._ticker.also(engine)  # its deadlines, by the Sandbox's ticker
                 self._scientific = ScientificRunner(
-                    engine, module, runtime, self._scientific_ticker, self._scratch_space
+                    engine, module, runtime, self._ticker, self._scratch_space
                 )
             return self._scientific
 
@@ -545,10 +545,20 @@ class Sandbox:
                         self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
                     directory = Path(self._runtime_dir)
                 runtime = build.ensure_runtime(directory, self.engine, self._progress or _quiet)
+                # An engine of its own, that keeps resident between calls (rewritten in place) the
+                # memory below C's stack, which every call reads, and unmaps the stack's 1 MiB,
+                # of which a call touches a few pages: the Sandbox's engine rewrites up to
+                # `pool_keep_resident` bytes of each memory, all of it here (bench/README.md, the
+                # JavaScript runtime). Compiling is not affected, so the compile cache is shared.
+                below_stack = runtime.layout.stack_guard + len(build.GUARD)
+                keep = min(-(-below_stack // _PAGE) * _PAGE, self.settings.pool_keep_resident)
+                settings = dataclasses.replace(self.settings, pool_keep_resident=keep)
+                engine = make_engine(settings)
                 wasm = read_regular_file(runtime.module)
-                module = self._cache.module(self.engine, wasm, runtime.module_sha256)
+                module = self._cache.module(engine, wasm, runtime.module_sha256)
+                self._ticker.also(engine)  # its deadlines, by the Sandbox's ticker
                 self._javascript = JavaScriptRunner(
-                    self.engine, module, runtime, self._host_functions, self._ticker, self._scratch_space
+                    engine, module, runtime, self._host_functions, self._ticker, self._scratch_space
                 )
             return self._javascript
 
@@ -922,8 +932,6 @@ class Sandbox:
             self._closed = True
         self._sessions.close()
         idle = self._ticker.close()
-        if self._scientific_ticker is not None:
-            idle = self._scientific_ticker.close() and idle
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()

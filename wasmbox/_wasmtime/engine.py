@@ -91,7 +91,8 @@ def _use_pooling_allocator(config: wasmtime.Config, settings: EngineSettings) ->
 
 
 class EpochTicker:
-    """A daemon thread that advances the engine's epoch every `tick_s` seconds.
+    """A daemon thread that advances the engine's epoch every `tick_s` seconds (and those of the
+    engines `also` adds: a runtime's engine of its own ticks with the Sandbox's).
 
     A store's deadline of `ticks(timeout)` epochs then traps the guest once the timeout has
     passed; the thread stops when the ticker is closed or garbage-collected.
@@ -100,15 +101,20 @@ class EpochTicker:
     def __init__(self, engine: wasmtime.Engine, tick_s: float) -> None:
         self.tick_s = tick_s
         self._stop = threading.Event()
+        self._engines = [weakref.ref(engine)]
         self._calls = 0  # calls in flight: closing waits for them, or their deadlines lapse
         self._idle = threading.Condition()
         self._accepting = True
         self._thread = threading.Thread(
-            target=_tick, args=(weakref.ref(engine), tick_s, self._stop),
+            target=_tick, args=(self._engines, tick_s, self._stop),
             name="wasmbox-epoch", daemon=True,
         )  # fmt: skip
         self._thread.start()
         weakref.finalize(self, self._stop.set)
+
+    def also(self, engine: wasmtime.Engine) -> None:
+        """Advance `engine`'s epoch too, from now on (held weakly, as the first)."""
+        self._engines.append(weakref.ref(engine))  # (the thread reads the same list)
 
     def ticks(self, timeout_s: float) -> int:
         """Epoch ticks to allow for `timeout_s` (rounded up, plus one for the partial tick)."""
@@ -147,10 +153,13 @@ class EpochTicker:
         return idle
 
 
-def _tick(engine_ref: weakref.ref[wasmtime.Engine], tick_s: float, stop: threading.Event) -> None:
+def _tick(engines: list[weakref.ref[wasmtime.Engine]], tick_s: float, stop: threading.Event) -> None:
     while not stop.wait(tick_s):
-        engine = engine_ref()
-        if engine is None:
-            return
-        engine.increment_epoch()
-        del engine
+        for engine_ref in list(engines):
+            engine = engine_ref()
+            if engine is None:  # the Sandbox's own engine (the first) is gone: so is the ticker's use
+                if engine_ref is engines[0]:
+                    return
+                continue
+            engine.increment_epoch()
+            del engine

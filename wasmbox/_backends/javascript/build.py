@@ -51,6 +51,9 @@ HOST_FUNCTION = "callHost"  # the C function's name inside the runtime (the driv
 EVAL_GLOBAL, EVAL_MODULE, EVAL_COMPILE_ONLY, EVAL_ASYNC = 0, 1, 1 << 5, 1 << 7
 _SCRATCH = 64  # bytes of scratch cells kept at a fixed address: argv of JS_Call, a length cell
 STACK_SIZE = 1024 * 1024  # C's stack (see _move_the_stack)
+# What lies just below that stack: as long as the part of a frame QuickJS leaves unwritten (its
+# operand stack's top, 16 bytes a slot) can be, so an overflow cannot pass it untouched.
+GUARD = b"wasmbox:stack-guard:".ljust(64, b"#") * 256
 CODE_CAPACITY = 16 * 1024  # a snippet this long (with its NUL) is written here, not malloc'd
 _CONTEXT_SPAN = 4096  # bytes of the JSContext searched for the random state
 
@@ -73,6 +76,7 @@ class Layout:
     random_state: int  # the address of the context's Math.random state (8 bytes)
     host_slot: int  # the table index of the host-call function
     code_buffer: int  # CODE_CAPACITY bytes for a call's code
+    stack_guard: int  # GUARD, just below C's stack: overwritten, the stack overflowed
 
     @property
     def length_cell(self) -> int:
@@ -202,7 +206,6 @@ class _Guest:
 def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     guest = _Guest(store, instance)
     guest("_initialize")
-    _move_the_stack(guest)
     if guest("qjs_init") != 0:
         raise RuntimeBuildError("QuickJS's qjs_init failed")
     guest.context = context = guest("qjs_get_context")
@@ -250,30 +253,40 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     code_buffer = guest("malloc", CODE_CAPACITY)
     if not code_buffer:
         raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
+    stack_guard = _move_the_stack(guest)  # the last: the heap's end, and the stack above it
     return Layout(
         context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, fail=fail,
         undefined=undefined, true=true, exception=exception, string_tag=string_tag,
         input_name=guest.string(INPUT_NAME), scratch=scratch, random_state=random_state, host_slot=slot,
-        code_buffer=code_buffer,
+        code_buffer=code_buffer, stack_guard=stack_guard,
     )  # fmt: skip
 
 
-def _move_the_stack(guest: _Guest) -> None:
-    """Give C a STACK_SIZE stack in a block of the heap that is never freed.
+def _move_the_stack(guest: _Guest) -> int:
+    """Give C a STACK_SIZE stack of its own, in a heap block that is never freed, with GUARD
+    just below it; returns GUARD's address.
 
     The module's own C stack is 68 KiB, placed above QuickJS's static data, and QuickJS checks
-    no stack depth on WASI: a recursion about 170 JavaScript calls deep wrote over the static
-    data. With this stack, a deep recursion meets Wasmtime's limit on the wasm stack first
-    (`max_wasm_stack`: a `trap`, "call stack exhausted") in every case the tests try."""
+    no stack depth on WASI: a recursion about 170 JavaScript calls deep wrote over that data.
+    With this stack, a recursion of ordinary frames meets Wasmtime's limit on the wasm stack
+    first (`max_wasm_stack`: a `trap`, "call stack exhausted"). Frames far larger than usual
+    (a function with hundreds of locals) can still run past its end, into the heap below: the
+    runner then finds GUARD changed and ends the call as a `trap` (its memory is not to be
+    trusted). The block is allocated last, so the stack is the top of the snapshot's memory,
+    above everything the calls read (see `runner`: the engine keeps the memory below it
+    resident between calls)."""
     found = guest.exports.get(_snapshot._EXPORT + "global0")  # wasm-ld's __stack_pointer
     pointer = found.value(guest.store) if isinstance(found, wasmtime.Global) else None
     if not isinstance(pointer, int) or pointer % 16 or not 0 < pointer <= guest.memory.data_len(guest.store):
         raise RuntimeBuildError("QuickJS's module has no stack pointer as its first global")
     assert isinstance(found, wasmtime.Global)
-    block = guest("malloc", STACK_SIZE + 16)
+    block = guest("malloc", len(GUARD) + STACK_SIZE + 16)
     if not block:
         raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
-    found.set_value(guest.store, wasmtime.Val.i32((block + STACK_SIZE) & ~15))
+    guard = (block + 15) & ~15
+    guest.memory.write(guest.store, GUARD, guard)
+    found.set_value(guest.store, wasmtime.Val.i32(guard + len(GUARD) + STACK_SIZE))
+    return guard
 
 
 def _find_random_state(guest: _Guest, exception: int) -> int:

@@ -57,6 +57,10 @@ from . import build
 _STORE_LIMITS = {"table_elements": 10_000, "instances": 2, "tables": 2, "memories": 1}
 _MASK = 0xFFFF_FFFF_FFFF_FFFF
 _NO_INPUT = CallInput({})
+_STACK_OVERFLOW = (
+    "call stack exhausted: the script's frames ran past the end of the C stack (a deep recursion "
+    "of functions with many locals); its result is dropped"
+)
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 _REPLY_KEYS = 64  # bytes of a reply's own keys, beyond the value the output cap counts
 _OK_FRAME = '{"ok":}'  # what the driver's ok reply adds around the value's JSON
@@ -178,9 +182,20 @@ class JavaScriptRunner:
             stderr.detach()
             if scratch is not None:
                 scratch_over = scratch.settle()
+        if memory is not None and self._stack_overflowed(store, memory):
+            error = CallError(kind=ErrorKind.TRAP, message=_STACK_OVERFLOW)
         peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
         return _call.finish(
             state, store, started, value, error, stdout, stderr, peak, scratch_over=scratch_over
+        )
+
+    def _stack_overflowed(self, store: wasmtime.Store, memory: _capi.Extern) -> bool:
+        """Whether C's stack ran past its end (over `build.GUARD`): the guest's memory then
+        holds whatever the overflow wrote, so its value or error is not to be trusted."""
+        base, size = _capi.memory_view(_store.context(store), memory)
+        guard = self._layout.stack_guard
+        return (
+            guard + len(build.GUARD) > size or ctypes.string_at(base + guard, len(build.GUARD)) != build.GUARD
         )
 
     def _run(
