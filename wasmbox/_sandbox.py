@@ -405,15 +405,8 @@ class Sandbox:
     # -- the CPython runtime --------------------------------------------------------------
 
     def _python_tool(self, manifest: Manifest) -> Tool:
-        if manifest.source is None:
-            raise ManifestError(
-                f"{manifest.name}: source: a Python tool needs `source` "
-                "(a manifest without it is a grant set for run_python)"
-            )
-        try:
-            source = read_regular_file(manifest.source).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{manifest.source}: source: {exc}") from None
+        source = _tool_source(manifest, "Python", "run_python")
+        assert manifest.source is not None  # (checked by _tool_source)
         runtime = self._python_runtime()
         self._install_packages(manifest)
         scientific = self._scientific_for(manifest) if manifest.python == "scientific" else None
@@ -464,11 +457,7 @@ class Sandbox:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
             if self._python is None:
-                directory = self._cache.directory
-                if directory is None:
-                    # under the scratch root, which no grant may reach (nor write .pyc here)
-                    self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
-                    directory = Path(self._runtime_dir)
+                directory = self._runtime_directory()
                 runtime = ensure_runtime(
                     directory, progress, partial(self._precompile_stdlib, progress=progress)
                 )
@@ -477,6 +466,15 @@ class Sandbox:
                     self._host_functions, self._ticker, self._scratch_space,
                 )  # fmt: skip
             return self._python
+
+    def _runtime_directory(self) -> Path:
+        """Where runtimes are built: the compile cache, or without one a folder under the scratch
+        root, which no grant may reach (made once, removed by `close`). Under `_python_lock`."""
+        if self._cache.directory is not None:
+            return self._cache.directory
+        if self._runtime_dir is None:
+            self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
+        return Path(self._runtime_dir)
 
     def prepare_scientific(self) -> None:
         """Build or load the scientific Python runtime now rather than at its first call (see
@@ -496,11 +494,7 @@ class Sandbox:
                 raise WasmboxError("the Sandbox is closed")
             if self._scientific is None:
                 progress = self._progress or _quiet
-                directory = self._cache.directory
-                if directory is None:
-                    if self._runtime_dir is None:  # under the scratch root, which no grant may reach
-                        self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
-                    directory = Path(self._runtime_dir)
+                directory = self._runtime_directory()
                 # An engine of its own, without the pooling allocator: a pooled slot is reset
                 # when its call ends (`pool_keep_resident` bytes rewritten, the rest unmapped),
                 # which for a memory this big costs more than the call (bench/README.md, the
@@ -539,11 +533,7 @@ class Sandbox:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
             if self._javascript is None:
-                directory = self._cache.directory
-                if directory is None:
-                    if self._runtime_dir is None:  # under the scratch root, which no grant may reach
-                        self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
-                    directory = Path(self._runtime_dir)
+                directory = self._runtime_directory()
                 runtime = build.ensure_runtime(directory, self.engine, self._progress or _quiet)
                 # An engine of its own, that keeps resident between calls (rewritten in place) the
                 # memory below C's stack, which every call reads, and unmaps the stack's 1 MiB,
@@ -565,15 +555,8 @@ class Sandbox:
     def _javascript_tool(self, manifest: Manifest) -> Tool:
         from ._backends.javascript.runner import JavaScriptToolRunner
 
-        if manifest.source is None:
-            raise ManifestError(
-                f"{manifest.name}: source: a JavaScript tool needs `source` "
-                "(a manifest without it is a grant set for run_javascript)"
-            )
-        try:
-            source = read_regular_file(manifest.source).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{manifest.source}: source: {exc}") from None
+        source = _tool_source(manifest, "JavaScript", "run_javascript")
+        assert manifest.source is not None  # (checked by _tool_source)
         runtime = self._javascript_runtime()
         if not _JS_IDENTIFIER.match(manifest.entry):
             raise ManifestError(f"{manifest.name}: entry: {manifest.entry!r} is not a JavaScript identifier")
@@ -951,6 +934,20 @@ class Sandbox:
 
 
 _SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))
+
+
+def _tool_source(manifest: Manifest, language: str, snippets: str) -> str:
+    """A runtime tool's source text; ManifestError when it has none (the manifest is a grant
+    set for `snippets`) or it cannot be read as UTF-8."""
+    if manifest.source is None:
+        raise ManifestError(
+            f"{manifest.name}: source: a {language} tool needs `source` "
+            f"(a manifest without it is a grant set for {snippets})"
+        )
+    try:
+        return read_regular_file(manifest.source).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{manifest.source}: source: {exc}") from None
 
 
 def _quiet(_: str) -> None:
