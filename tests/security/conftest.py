@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import wasmbox
+from wasmbox._inputs import InputUnavailable
 from wasmbox._wasmtime import output as _output
 
 from ..conftest import BUILD, WAT
@@ -92,7 +93,8 @@ Check = Callable[[int], tuple[wasmbox.CallResult, Any]]  # call n: the result, a
 
 
 class Load:
-    """Valid calls on two threads (core; Python) until `stop`, every result checked."""
+    """Valid calls on two threads (core; Python and JavaScript) until `stop`, every result
+    checked (JavaScript where its runtime can be had: its pinned wheel needs the registry once)."""
 
     def __init__(self, box: wasmbox.Sandbox, folder: Path) -> None:
         @box.host_function("load.twice")
@@ -120,6 +122,23 @@ class Load:
             lambda n: (tool.call({"n": n}), [n, 2 * n]),
             lambda n: (box.run_python(f"print({n})\n{n} * 3", snippet), 3 * n),
         ]
+        try:
+            box.prepare_javascript()
+        except InputUnavailable:
+            pass
+        else:
+            js = {
+                "name": "load_js",
+                "runtime": "javascript",
+                "host_functions": ["load.twice"],
+                "limits": limits,
+            }
+            python.append(
+                lambda n: (
+                    box.run_javascript(f"console.log({n}); wasmbox.callHost('load.twice', {{n: {n}}})", js),
+                    2 * n,
+                )
+            )
         self.calls = [0, 0]
         self.wrong: list[str] = []
         self._stop = threading.Event()
