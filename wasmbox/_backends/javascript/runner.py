@@ -5,10 +5,12 @@ A call instantiates the snapshot (`build`: QuickJS-NG with its context made and 
 installed; Wasmtime maps its memory copy-on-write) with the manifest's WASI world (preopens,
 env, scratch /tmp; stdout and stderr captured up to the cap) and limits, seeds the context's
 Math.random state from the host's randomness, fills the host-call table slot with the
-trampoline below, and then, through the C API: evaluates the code as an async script, calls
-the driver's `run` on the result (and a tool's entry and args), runs QuickJS's event loop
-until that settles (`_settle`: jobs, timers, the wait for the next timer up to the deadline)
-and reads the JSON reply. Nothing is freed: the instance is dropped whole.
+trampoline below, and then, through the C API: evaluates the code (an async script only when
+it contains `await`); when nothing is left to await, has the driver's `finish` make the reply
+at once (a tool's entry called with its args in it); else has its `run` make it and runs
+QuickJS's event loop until that settles (`_settle`: jobs, timers, the wait for the next timer
+up to the deadline); reads the JSON reply; and checks the guard below C's stack. Nothing is
+freed: the instance is dropped whole.
 
 Host functions: `wasmbox.callHost(name, args)` in the guest calls the C function the build
 registered with `JS_NewCFunction2` on the reserved table slot, which here is `_host_call` (a
@@ -53,7 +55,7 @@ from ..core import abi as _abi
 from . import build
 
 # The guest's instance and the file forwarder of `_wasi_files`, one memory; the table holds the
-# snapshot's 581 entries.
+# snapshot's 581 entries (QuickJS never grows it).
 _STORE_LIMITS = {"table_elements": 10_000, "instances": 2, "tables": 2, "memories": 1}
 _MASK = 0xFFFF_FFFF_FFFF_FFFF
 _NO_INPUT = CallInput({})
@@ -68,8 +70,7 @@ _EXPORTS = {
     name: _capi.ExportName(name)
     for name in (
         "malloc", "free", "JS_Eval", "JS_Call", "JS_GetException", "JS_IsJobPending", "js_std_loop_once",
-        "JS_PromiseState",
-        "JS_PromiseResult", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen",
+        "JS_PromiseState", "JS_PromiseResult", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen",
     )
 }  # fmt: skip
 _TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
