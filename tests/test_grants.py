@@ -384,3 +384,26 @@ def test_wasmtime_opens_a_preopen_when_the_config_is_built(built_examples: Path,
     stdout.detach()
     stderr.detach()
     assert stdout.text() == "checked", stderr.text()
+
+
+def test_a_sandbox_released_while_the_grant_lock_is_held_never_waits() -> None:
+    """A Sandbox's finalizer (`release_owner`) runs when the garbage collector does, which can
+    be inside `reserve` on the same thread, with the registry's lock held: it must not wait for
+    that lock (a deadlock), and the owner's grants are dropped by the next reservation."""
+    from wasmbox._capabilities import grants
+
+    owner, other = grants.new_owner(), grants.new_owner()
+    token = grants.reserve(owner, ())
+    done = threading.Event()
+
+    def finalizer_inside_reserve() -> None:
+        with grants._lock:  # as `reserve` holds it when the collector runs there
+            grants.release_owner(owner)
+        done.set()
+
+    thread = threading.Thread(target=finalizer_inside_reserve, daemon=True)
+    thread.start()
+    assert done.wait(30), "release_owner waited for a lock its own thread holds"
+    assert token in grants._held  # (not yet: the lock was held)
+    grants.release(grants.reserve(other, ()))  # the next holder of the lock drops it first
+    assert token not in grants._held

@@ -190,6 +190,10 @@ def _reaches_tool_file(writable: Iterable[Preopen], files: Iterable[Lookup]) -> 
 _lock = threading.Lock()
 _held: dict[int, tuple[int, tuple[Preopen, ...], tuple[Lookup, ...]]] = {}
 _tokens = itertools.count(1)
+# Owners released while `_lock` was held: a Sandbox's finalizer runs when the garbage collector
+# does, which may be inside `reserve` on the same thread (waiting for the lock would deadlock,
+# and `_held` may be mid-iteration). Dropped by whoever holds the lock next, before it reads.
+_released: list[int] = []
 
 
 class GrantConflict(Exception):
@@ -209,6 +213,7 @@ def reserve(
     folder on the way to a tool's `files` (theirs or these): checked and held in one step, so
     two loads cannot both pass the check. Returns the reservation's token; GrantConflict."""
     with _lock:
+        _drop_released()
         others = [held for token, held in _held.items() if token != besides]
         theirs = [p for _, held, _ in others for p in held]
         their_files = [f for _, _, held_files in others for f in held_files]
@@ -228,11 +233,25 @@ def release(token: int | None) -> None:
     """Give back the grants of reservation `token` (again, or None, is a no-op)."""
     if token is not None:
         with _lock:
+            _drop_released()
             _held.pop(token, None)
 
 
 def release_owner(owner: int) -> None:
-    """Give back every grant `owner` holds (a Sandbox closed or collected)."""
-    with _lock:
+    """Give back every grant `owner` holds (a Sandbox closed or collected). Never waits: with
+    the lock held (by this thread, under a finalizer, or another), the owner is dropped by the
+    next `reserve` or `release`, before it reads what is held."""
+    _released.append(owner)
+    if _lock.acquire(blocking=False):
+        try:
+            _drop_released()
+        finally:
+            _lock.release()
+
+
+def _drop_released() -> None:
+    """Drop the grants of the owners released so far (under `_lock`)."""
+    while _released:
+        owner = _released.pop()
         for token in [t for t, (o, _, _) in _held.items() if o == owner]:
             del _held[token]
