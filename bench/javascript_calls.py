@@ -36,6 +36,7 @@ from wasmbox._backends.javascript import runner as _runner
 from wasmbox._wasmtime import capi as _capi
 from wasmbox._wasmtime import store as _store
 
+ROOT = Path(__file__).resolve().parent.parent
 # The functions that do each phase of a call (indented under the phase they are part of), by
 # where they live: a phase whose function this tree lacks is listed as such.
 PHASES = (
@@ -90,6 +91,7 @@ def main() -> int:
         print(f"{options.calls:,} calls back to back: min {times[0] * 1e3:.3f} ms, median "
               f"{statistics.median(times) * 1e3:.3f} ms, p90 {p90 * 1e3:.3f} ms, mean "
               f"{statistics.fmean(times) * 1e3:.3f} ms; process CPU {cpu * 1e3:.3f} ms a call")  # fmt: skip
+        print_against_core(box, options.code, options.calls)
         if options.profile <= 0:
             return 0
         profile = cProfile.Profile()
@@ -102,6 +104,27 @@ def main() -> int:
     stats.sort_stats("cumulative").print_stats(options.top)
     print_phases(stats, options.profile)
     return 0
+
+
+def print_against_core(box: wasmbox.Sandbox, code: str, calls: int) -> None:
+    """The JavaScript call and a trivial core call (echo.wat), taking turns call by call, so that
+    both meet the same machine: their medians and the ratio, the figure to compare across
+    machines."""
+    echo = box.load({"name": "echo", "module": str(ROOT / "runtimes" / "examples" / "wat" / "echo.wat")})
+    tool = box.interpreter(runtime="javascript")
+    core: list[float] = []
+    javascript: list[float] = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        echo.call({})
+        core.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        tool.call({"code": code})
+        javascript.append(time.perf_counter() - started)
+    ratio = statistics.median(javascript) / statistics.median(core)
+    print(f"taking turns with a trivial core call ({calls:,} each): core median "
+          f"{statistics.median(core) * 1e3:.3f} ms, JavaScript median {statistics.median(javascript) * 1e3:.3f}"
+          f" ms: {ratio:.2f}x")  # fmt: skip
 
 
 def print_phases(stats: pstats.Stats, calls: int) -> None:
