@@ -165,26 +165,19 @@ def main() -> int:
             f"  {name:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
             f"  ({count:,} calls)"
         )
-    times = []
-    for _ in range(200):
-        t0 = time.perf_counter()
-        box.run_python("sum(range(100))")
-        times.append((time.perf_counter() - t0) * 1e6)
-    times.sort()
-    print(
-        f"  {'run_python':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
-        "  (200 fresh interpreters, sum(range(100)))"
-    )
+    interpreters = [("run_python", box.run_python, "sum(range(100))", 200, "fresh interpreters")]
     if javascript:
+        interpreters.append(("run_javascript", box.run_javascript, "1 + 2", 2000, "fresh contexts"))
+    for label, run, code, count, what in interpreters:
         times = []
-        for _ in range(2000):
+        for _ in range(count):
             t0 = time.perf_counter()
-            box.run_javascript("1 + 2")
+            run(code)
             times.append((time.perf_counter() - t0) * 1e6)
         times.sort()
         print(
-            f"  {'run_javascript':12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
-            "  (2,000 fresh contexts, 1 + 2)"
+            f"  {label:12} {statistics.median(times):7.1f} µs / {times[int(len(times) * 0.99)]:7.1f} µs"
+            f"  ({count:,} {what}, {code})"
         )
     box.close()
     builtin_capabilities()
