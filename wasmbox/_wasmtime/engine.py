@@ -155,11 +155,12 @@ class EpochTicker:
 
 def _tick(engines: list[weakref.ref[wasmtime.Engine]], tick_s: float, stop: threading.Event) -> None:
     while not stop.wait(tick_s):
+        alive = 0
         for engine_ref in list(engines):
             engine = engine_ref()
-            if engine is None:  # the Sandbox's own engine (the first) is gone: so is the ticker's use
-                if engine_ref is engines[0]:
-                    return
-                continue
-            engine.increment_epoch()
+            if engine is not None:  # (a runtime's engine can outlive the Sandbox's: its Tools hold it)
+                engine.increment_epoch()
+                alive += 1
             del engine
+        if not alive:
+            return

@@ -51,8 +51,9 @@ HOST_FUNCTION = "callHost"  # the C function's name inside the runtime (the driv
 EVAL_GLOBAL, EVAL_MODULE, EVAL_COMPILE_ONLY, EVAL_ASYNC = 0, 1, 1 << 5, 1 << 7
 _SCRATCH = 64  # bytes of scratch cells kept at a fixed address: argv of JS_Call, a length cell
 STACK_SIZE = 1024 * 1024  # C's stack (see _move_the_stack)
-# What lies just below that stack: as long as the part of a frame QuickJS leaves unwritten (its
-# operand stack's top, 16 bytes a slot) can be, so an overflow cannot pass it untouched.
+# What lies just below that stack, checked after each call: longer than what an ordinary frame
+# leaves unwritten (the unused top of its operand stack, 16 bytes a slot), so such a frame cannot
+# pass it untouched; a frame that reserves more can (SECURITY.md, known gaps).
 GUARD = b"wasmbox:stack-guard:".ljust(64, b"#") * 256
 CODE_CAPACITY = 16 * 1024  # a snippet this long (with its NUL) is written here, not malloc'd
 _CONTEXT_SPAN = 4096  # bytes of the JSContext searched for the random state
@@ -66,6 +67,7 @@ class Layout:
     runtime: int  # JSRuntime *
     run: int  # the driver's `run`, a JSValue
     finish: int  # the driver's `finish`, a JSValue
+    check: int  # the driver's `check`, a JSValue
     fail: int  # the driver's `fail`, a JSValue
     undefined: int  # JS_UNDEFINED
     true: int  # JS_TRUE
@@ -248,6 +250,9 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     finish = guest.check(
         guest("JS_GetPropertyStr", context, driver, guest.string("finish")), exception, "driver"
     )
+    check = guest.check(
+        guest("JS_GetPropertyStr", context, driver, guest.string("check")), exception, "driver"
+    )
     random_state = _find_random_state(guest, exception)
     guest.memory.write(store, bytes(_SCRATCH), scratch)
     code_buffer = guest("malloc", CODE_CAPACITY)
@@ -255,7 +260,7 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
         raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
     stack_guard = _move_the_stack(guest)  # the last: the heap's end, and the stack above it
     return Layout(
-        context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, fail=fail,
+        context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, check=check, fail=fail,
         undefined=undefined, true=true, exception=exception, string_tag=string_tag,
         input_name=guest.string(INPUT_NAME), scratch=scratch, random_state=random_state, host_slot=slot,
         code_buffer=code_buffer, stack_guard=stack_guard,

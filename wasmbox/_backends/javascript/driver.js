@@ -21,7 +21,7 @@
   const DataViewType = DataView;
   const StringOf = String;
   const globalEval = eval; // called by another name: an indirect eval, in the global scope
-  const { setTimeout: osSetTimeout } = os;
+  const { setTimeout: osSetTimeout, clearTimeout: osClearTimeout } = os;
   let uncaught = null; // the first exception a timer's callback threw: the call fails with it
 
   // setTimeout(fn, ms, ...args) on QuickJS's timers, which run while the call awaits (the
@@ -37,24 +37,28 @@
       }
     }, ms);
   globalThis.setTimeout = setTimeout;
-  globalThis.clearTimeout = os.clearTimeout;
+  // setInterval on the same timers: its id is its first timer's, so ids never clash, and
+  // clearTimeout and clearInterval take either kind, as in browsers and Node.
   const intervals = new Map(); // setInterval's id -> its next timer
-  let lastInterval = 0;
   globalThis.setInterval = (fn, ms = 0, ...args) => {
-    const id = ++lastInterval;
+    let id;
     const tick = () => {
-      intervals.set(id, setTimeout(() => {
+      const timer = setTimeout(() => {
         tick(); // the next one first, so that `fn` can clear it
         fn(...args);
-      }, ms));
+      }, ms);
+      id ??= timer;
+      intervals.set(id, timer);
     };
     tick();
     return id;
   };
-  globalThis.clearInterval = (id) => {
-    os.clearTimeout(intervals.get(id));
+  const clear = (id) => {
+    osClearTimeout(intervals.get(id) ?? id);
     intervals.delete(id);
   };
+  globalThis.clearTimeout = clear;
+  globalThis.clearInterval = clear;
 
 
   class HostCallError extends Error {
@@ -201,5 +205,10 @@
     }
   }
 
-  return freeze({ run, finish, fail });
+  // The reply of a call a timer's callback failed, once the host is about to wait: else undefined.
+  function check() {
+    return uncaught === null ? undefined : fail(uncaught.error);
+  }
+
+  return freeze({ run, finish, check, fail });
 })

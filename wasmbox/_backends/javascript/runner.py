@@ -225,7 +225,9 @@ class JavaScriptRunner:
         else:
             source = guest.copy(code + b"\0")
         name = (
-            layout.input_name if request.filename is None else guest.copy(request.filename.encode() + b"\0")
+            layout.input_name
+            if request.filename is None
+            else guest.copy(os.fsencode(request.filename) + b"\0")
         )
         # An async script (its completion a promise of {value}) only where it may await at top
         # level: a script evaluated as such costs about twice the fuel.
@@ -242,7 +244,8 @@ class JavaScriptRunner:
             entry = []
             if request.entry is not None:
                 entry = [guest.new_string(ctx, request.entry), guest.new_string(ctx, request.args or "{}")]
-            if is_async or guest.call("JS_IsJobPending", (I32, layout.runtime)):
+            # (a tool's entry runs in the driver: the jobs it leaves are seen only by `run`)
+            if is_async or entry or guest.call("JS_IsJobPending", (I32, layout.runtime)):
                 asynchronous = layout.true if is_async else layout.undefined
                 reply = self._call_driver(guest, layout.run, [evaluated, asynchronous, *entry])
             else:
@@ -273,6 +276,10 @@ class JavaScriptRunner:
                 return self._call_driver(
                     guest, self._layout.fail, [guest.call("JS_GetException", (I32, ctx))]
                 )
+            if status == _LOOP_IDLE or status > 0:  # before a wait: did a timer's callback throw?
+                failed = self._call_driver(guest, self._layout.check, [])
+                if failed >> 32 == self._layout.string_tag:
+                    return failed
             if status == _LOOP_IDLE:
                 raise Failure(
                     ErrorKind.GUEST_ERROR,
@@ -332,8 +339,8 @@ class JavaScriptRunner:
                 name = guest.string(ctx, name_value, layout.length_cell, cut=_MAX_NAME)
                 request = guest.string(ctx, args_value, layout.length_cell)
                 try:
-                    packed = _abi.pack(json.loads(request))
-                except (ValueError, TypeError, OverflowError):
+                    packed = _abi.pack(_well_formed(json.loads(request)))
+                except (ValueError, TypeError, OverflowError, RecursionError):
                     problem = "the args are not JSON of plain values"
         except Failure as failure:
             problem = failure.error.message
@@ -479,10 +486,12 @@ def _value(text: str) -> Any:
     """The call's value from the driver's JSON reply; a Failure for its error reply."""
     try:
         reply = json.loads(text)
+        if _SURROGATE_ESCAPE.search(text):  # JSON.stringify escapes a lone surrogate; Python's keeps it
+            reply = _well_formed(reply)
+    except RecursionError:
+        raise Failure(ErrorKind.BAD_RESPONSE, "the result is nested deeper than the host reads") from None
     except ValueError:
         raise Failure(ErrorKind.BAD_RESPONSE, "the JavaScript driver's reply is not JSON") from None
-    if _SURROGATE_ESCAPE.search(text):  # JSON.stringify escapes a lone surrogate; Python's JSON keeps it
-        reply = _well_formed(reply)
     if isinstance(reply, dict) and "ok" in reply:
         return reply["ok"]
     if isinstance(reply, dict) and isinstance(reply.get("error"), str):
@@ -550,7 +559,7 @@ class JavaScriptToolRunner:
     def call(self, call: CallInput) -> CallResult:
         try:
             args = json.dumps(dict(call.args), ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             return CallResult.failed(
                 self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
             )
