@@ -467,6 +467,16 @@ class Sandbox:
                 )  # fmt: skip
             return self._python
 
+    def _runtime_module(
+        self, engine: wasmtime.Engine, cache: ArtifactCache, path: Path, sha256: str
+    ) -> wasmtime.Module:
+        """A runtime's module on an engine of its own (compiled once per cache), whose epoch the
+        Sandbox's ticker then advances too, so its calls keep their deadlines."""
+        wasm = read_regular_file(path)
+        module = cache.module(engine, wasm, sha256, partial(self._compiling, path, len(wasm)))
+        self._ticker.also(engine)
+        return module
+
     def _runtime_directory(self) -> Path:
         """Where runtimes are built: the compile cache, or without one a folder under the scratch
         root, which no grant may reach (made once, removed by `close`). Under `_python_lock`."""
@@ -504,12 +514,7 @@ class Sandbox:
                 engine = make_engine(settings)
                 cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
                 runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
-                wasm = read_regular_file(runtime.module)
-                module = cache.module(
-                    engine, wasm, runtime.module_sha256, partial(self._compiling, runtime.module, len(wasm))
-                )
-                del wasm
-                self._ticker.also(engine)  # its deadlines, by the Sandbox's ticker
+                module = self._runtime_module(engine, cache, runtime.module, runtime.module_sha256)
                 self._scientific = ScientificRunner(
                     engine, module, runtime, self._ticker, self._scratch_space
                 )
@@ -535,18 +540,14 @@ class Sandbox:
             if self._javascript is None:
                 directory = self._runtime_directory()
                 runtime = build.ensure_runtime(directory, self.engine, self._progress or _quiet)
-                # An engine of its own, that keeps resident between calls (rewritten in place) the
-                # memory below C's stack, which every call reads, and unmaps the stack's 1 MiB,
-                # of which a call touches a few pages: the Sandbox's engine rewrites up to
-                # `pool_keep_resident` bytes of each memory, all of it here (bench/README.md, the
-                # JavaScript runtime). Compiling is not affected, so the compile cache is shared.
+                # An engine of its own, whose pool slots keep resident between calls (rewritten
+                # in place) only the memory below C's stack, which every call reads, and unmap the
+                # stack, of which a call touches a few pages (the Sandbox's engine would rewrite
+                # the whole memory). Compiling is not affected, so the compile cache is shared.
                 below_stack = runtime.layout.stack_guard + len(build.GUARD)
                 keep = min(-(-below_stack // _PAGE) * _PAGE, self.settings.pool_keep_resident)
-                settings = dataclasses.replace(self.settings, pool_keep_resident=keep)
-                engine = make_engine(settings)
-                wasm = read_regular_file(runtime.module)
-                module = self._cache.module(engine, wasm, runtime.module_sha256)
-                self._ticker.also(engine)  # its deadlines, by the Sandbox's ticker
+                engine = make_engine(dataclasses.replace(self.settings, pool_keep_resident=keep))
+                module = self._runtime_module(engine, self._cache, runtime.module, runtime.module_sha256)
                 self._javascript = JavaScriptRunner(
                     engine, module, runtime, self._host_functions, self._ticker, self._scratch_space
                 )
@@ -714,9 +715,9 @@ class Sandbox:
         return self.interpreter(manifest, runtime=runtime).call({"code": code})
 
     def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
-        """Run a JavaScript snippet in a fresh QuickJS context: an async script (top-level
-        `await`), whose last expression's value comes back as JSON; `console.log` is stdout; an
-        exception is a `guest_error` with its stack. `manifest` (runtime = "javascript", no
+        """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
+        last expression's value comes back as JSON; `console.log` is stdout; an exception is a
+        `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
         with `{"code": code}`. Raises what `interpreter` does."""

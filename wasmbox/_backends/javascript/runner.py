@@ -252,11 +252,11 @@ class JavaScriptRunner:
                 reply = self._call_driver(guest, layout.finish, [evaluated, *entry])
             if reply >> 32 != layout.string_tag:  # a promise of the reply: something to await
                 reply = self._settle(guest, reply)
-        text = guest.string(
+        text, size = guest.string(
             ctx, reply, layout.length_cell, cap=cap + _REPLY_KEYS, cap_shown=cap, free=False
         )  # (the instance is dropped whole)
         value = _value(text)  # (a Failure for an error reply)
-        _call.check_result_size(len(text.encode("utf-8", "surrogatepass")) - len(_OK_FRAME), cap)
+        _call.check_result_size(size - len(_OK_FRAME), cap)
         return value
 
     def _settle(self, guest: _Guest, promise: int) -> int:
@@ -264,21 +264,19 @@ class JavaScriptRunner:
         from here: its jobs and due timers (`js_std_loop_once`), and the wait for the next
         timer on this thread, up to the deadline. A promise nothing is left to settle fails at
         once; a timer's exception nothing catches fails the call."""
-        ctx = self._layout.context
+        layout = self._layout
+        ctx = layout.context
         while True:
             status = _signed(guest.call("js_std_loop_once", (I32, ctx)))
             state = guest.call("JS_PromiseState", (I32, ctx), (I64, promise))
-            if state == _FULFILLED:
-                return guest.call("JS_PromiseResult", (I32, ctx), (I64, promise))
-            if state != _PENDING:  # (`run` catches everything: the runtime itself failed)
-                self._check(guest, self._layout.exception)
+            if state != _PENDING:  # fulfilled: the reply; rejected (`run` catches all): the reason
+                result = guest.call("JS_PromiseResult", (I32, ctx), (I64, promise))
+                return result if state == _FULFILLED else self._call_driver(guest, layout.fail, [result])
             if status == _LOOP_ERROR:  # a timer set with os.setTimeout threw
-                return self._call_driver(
-                    guest, self._layout.fail, [guest.call("JS_GetException", (I32, ctx))]
-                )
+                return self._call_driver(guest, layout.fail, [guest.call("JS_GetException", (I32, ctx))])
             if status == _LOOP_IDLE or status > 0:  # before a wait: did a timer's callback throw?
-                failed = self._call_driver(guest, self._layout.check, [])
-                if failed >> 32 == self._layout.string_tag:
+                failed = self._call_driver(guest, layout.check, [])
+                if failed >> 32 == layout.string_tag:
                     return failed
             if status == _LOOP_IDLE:
                 raise Failure(
@@ -308,7 +306,7 @@ class JavaScriptRunner:
             return
         thrown = guest.call("JS_GetException", (I32, layout.context))
         try:
-            text = guest.string(layout.context, thrown, layout.length_cell, cut=4096)
+            text, _ = guest.string(layout.context, thrown, layout.length_cell, cut=4096)
         except Failure:
             text = "(its exception cannot be read)"
         raise Failure(ErrorKind.GUEST_ERROR, f"the JavaScript runtime failed: {text}")
@@ -336,8 +334,8 @@ class JavaScriptRunner:
                 problem = "the host-call function takes a name and args"
             else:
                 name_value, args_value = struct.unpack("<QQ", guest.read(argv, 16))
-                name = guest.string(ctx, name_value, layout.length_cell, cut=_MAX_NAME)
-                request = guest.string(ctx, args_value, layout.length_cell)
+                name, _ = guest.string(ctx, name_value, layout.length_cell, cut=_MAX_NAME)
+                request, _ = guest.string(ctx, args_value, layout.length_cell)
                 try:
                     packed = _abi.pack(_well_formed(json.loads(request)))
                 except (ValueError, TypeError, OverflowError, RecursionError):
@@ -444,11 +442,11 @@ class _Guest:
     def string(
         self, ctx: int, value: int, cell: int, *, cut: int | None = None, cap: int | None = None,
         cap_shown: int | None = None, free: bool = True,
-    ) -> str:  # fmt: skip
-        """A JS value as text, through JS_ToCStringLen2 (lone surrogates become U+FFFD): with
-        `cut`, its first `cut` bytes and "..." if it is longer; with `cap`, an `output_limit`
-        Failure (naming `cap_shown`, default `cap`) if it is longer. The C string is freed
-        unless `free` is False."""
+    ) -> tuple[str, int]:  # fmt: skip
+        """A JS value as text, through JS_ToCStringLen2 (lone surrogates become U+FFFD), and its
+        length in UTF-8 bytes: with `cut`, its first `cut` bytes and "..." if it is longer; with
+        `cap`, an `output_limit` Failure (naming `cap_shown`, default `cap`) if it is longer.
+        The C string is freed unless `free` is False."""
         pointer = self.call("JS_ToCStringLen2", (I32, ctx), (I32, cell), (I64, value), (I32, 0))
         if pointer == 0:
             raise Failure(ErrorKind.GUEST_ERROR, "a value could not be made text (out of memory?)")
@@ -461,7 +459,7 @@ class _Guest:
         finally:
             if free:
                 self.call("JS_FreeCString", (I32, ctx), (I32, pointer))
-        return text + ("..." if shown < length else "")
+        return text + ("..." if shown < length else ""), length
 
 
 # (the others return an i32 or nothing)
