@@ -211,14 +211,25 @@ def _describe(error: Any, path: str) -> str:
 
 
 def _best_branch(error: Any, kind: Any) -> Any:
-    """For a value no branch of a union fits: the error of the branch it came closest to (the
-    one failing deepest inside the value, as a wrong field of the right model does)."""
+    """For a value no branch of a union fits: the first error of the branch the value has the
+    shape of (no wrong type, const or enum at the value itself or at a property's name, such as
+    a discriminator), the one with the fewest errors, then the deepest; None when it has the
+    shape of none."""
     own = len(error.instance_path)
-    best, depth = None, own
+    best, score = None, None
     for errors in getattr(kind, "context", None) or []:
-        for inner in errors[:1]:
-            if len(inner.instance_path) > depth:
-                best, depth = inner, len(inner.instance_path)
+        if not errors:
+            continue
+        depths = [len(inner.instance_path) for inner in errors]
+        if any(
+            getattr(inner.kind, "name", "") in ("type", "const", "enum") and depth <= own + 1
+            and (depth == own or getattr(inner.kind, "name", "") != "type")
+            for inner, depth in zip(errors, depths)
+        ):  # fmt: skip
+            continue
+        rank = (len(errors), -max(depths))
+        if score is None or rank < score:
+            best, score = errors[0], rank
     return best
 
 
