@@ -6,7 +6,7 @@ naming the field. Also the schema the OpenAI SDK's `pydantic_function_tool` writ
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -97,7 +97,7 @@ CASES: list[tuple[type[BaseModel], BaseModel, dict[str, Any], str]] = [
      {"name": "a", "address": {"street": "1 Main", "city": 5}}, "args.address.city"),
     (WithEnum, WithEnum(color=Color.GREEN), {"color": "blue"}, "args.color"),
     (WithLiteral, WithLiteral(size="m"), {"size": "xl"}, "args.size"),
-    (WithTimes, WithTimes(at=datetime(2026, 12, 2, 8, 30, tzinfo=timezone.utc), on=date(2026, 12, 2)),
+    (WithTimes, WithTimes(at=datetime(2026, 12, 2, 8, 30, tzinfo=UTC), on=date(2026, 12, 2)),
      {"at": "2026-12-02T08:30:00Z", "on": "2 December"}, "args.on"),
     (WithUuid, WithUuid(id=UUID("12345678-1234-5678-1234-567812345678")), {"id": "not-a-uuid"}, "args.id"),
     (WithOptional, WithOptional(text="hi", count=3), {"text": "hi", "count": -1}, "args.count"),
@@ -239,7 +239,9 @@ def test_2020_12_keywords_are_checked(box: wasmbox.Sandbox) -> None:
 
 
 def test_checked_formats_and_annotation_formats(box: wasmbox.Sandbox) -> None:
-    properties = {name: {"type": "string", "format": name} for name in ("date", "date-time", "uuid", "email", "ipv4")}
+    properties = {
+        name: {"type": "string", "format": name} for name in ("date", "date-time", "uuid", "email", "ipv4")
+    }
     properties["price"] = {"type": "string", "format": "float"}  # OpenAPI's: an annotation
     tool = box.load(manifest("echo", input_schema={"type": "object", "properties": properties}))
     good = {
@@ -253,6 +255,8 @@ def test_checked_formats_and_annotation_formats(box: wasmbox.Sandbox) -> None:
 
 
 def test_an_error_message_never_holds_the_value(box: wasmbox.Sandbox) -> None:
-    tool = box.load(manifest("echo", input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}))
+    tool = box.load(
+        manifest("echo", input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    )
     result = tool.call({"n": "x" * 100_000})
     assert result.error is not None and result.error.message == "args.n: expected integer, got string"

@@ -109,6 +109,24 @@ def accepts(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | Non
         return False
 
 
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` that also accepts null (how strict mode says a property may be left out, and
+    what a parameter defaulting to None takes)."""
+    if "$ref" not in schema and accepts(None, schema):
+        return schema
+    types = schema.get("type")
+    if types is not None and "enum" not in schema and "anyOf" not in schema:
+        names = [types] if isinstance(types, str) else list(types)
+        return {**schema, "type": [*names, "null"]}
+    if "anyOf" in schema and len(schema) <= 2 and set(schema) <= {"anyOf", "description"}:
+        return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
+    inner = {k: v for k, v in schema.items() if k != "description"}
+    outer: dict[str, Any] = {"anyOf": [inner, {"type": "null"}]}
+    if "description" in schema:
+        outer = {"description": schema["description"], **outer}
+    return outer
+
+
 def resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
     """`schema` with a local `$ref` followed (repeatedly) to the part of `root` it names;
     `schema` itself when it has none or the pointer names nothing."""
@@ -129,7 +147,10 @@ def _compiled(text: str) -> Validator:
 def _build(schema: Mapping[str, Any] | bool) -> Any:
     try:
         return jsonschema_rs.Draft202012Validator(
-            schema, validate_formats=True, ignore_unknown_formats=True, retriever=_no_retrieval
+            schema if isinstance(schema, bool) else dict(schema),
+            validate_formats=True,
+            ignore_unknown_formats=True,
+            retriever=_no_retrieval,
         )
     except jsonschema_rs.ValidationError as exc:  # the schema breaks the meta-schema
         where = _path("$", exc.instance_path)
@@ -160,7 +181,7 @@ def _walk(schema: Any, root: Any, path: str, depth: int) -> None:
     if isinstance(ref, str) and ref.startswith("#/") and _pointer(root, ref) is None:
         raise ValueError(f"{path}.$ref: {ref!r} names no part of this schema")
     if isinstance(schema.get("items"), list):
-        raise ValueError(f"{path}.items: a list of schemas; write `prefixItems`, as 2020-12 does")
+        raise ValueError(f"{path}.items: a list of schemas; write `prefixItems`, as 2020-12 does")  # noqa: TRY004 - every bad schema is a ValueError
     for key in _SCHEMA_MAPS:
         subs = schema.get(key)
         if isinstance(subs, Mapping):
@@ -235,6 +256,8 @@ def _best_branch(error: Any, kind: Any) -> Any:
 
 def _message(name: str, kind: Any, error: Any) -> str:
     value = getattr(kind, "value", None)
+    if type(kind).__name__ in ("BacktrackLimitExceeded", "RegexEngineFailure"):
+        return "could not be matched against its pattern within the regex engine's backtracking limit"
     if name == "type":
         return f"expected {' or '.join(kind.types)}, got {_json_type(error.instance)}"
     if name == "required":

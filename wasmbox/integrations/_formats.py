@@ -281,27 +281,10 @@ def _strict_object(
     for name, sub in properties.items():
         where = f"{path}.properties.{name}"
         schema = _strict(sub, where, root, depth + 1)
-        converted[name] = schema if name in required else _nullable(schema)
+        converted[name] = schema if name in required else _schema.nullable(schema)
     out["properties"] = converted
     out["required"] = list(properties)
     out["additionalProperties"] = False
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` that also accepts null (how strict mode says a property may be left out)."""
-    if "$ref" not in schema and _schema.accepts(None, schema):
-        return schema
-    types = schema.get("type")
-    if types is not None and "enum" not in schema and "anyOf" not in schema:
-        names = [types] if isinstance(types, str) else list(types)
-        return {**schema, "type": [*names, "null"]}
-    if "anyOf" in schema and len(schema) <= 2 and set(schema) <= {"anyOf", "description"}:
-        return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
-    inner = {k: v for k, v in schema.items() if k != "description"}
-    outer: dict[str, Any] = {"anyOf": [inner, {"type": "null"}]}
-    if "description" in schema:
-        outer = {"description": schema["description"], **outer}
-    return outer
 
 
 def _types(node: Mapping[str, Any]) -> list[str]:
