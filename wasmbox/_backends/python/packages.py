@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..._errors import ManifestError
 from ..._files import read_regular_file
-from .build import Progress, _locked
+from ..._progress import Progress, Step
+from .build import _locked
 
 GUEST_PYTHON = "3.14"  # the runtime's CPython, whose wheels pip is asked for
 PIN = re.compile(
@@ -150,10 +151,12 @@ class PackageInstaller:
                     return done
                 stage = Path(tempfile.mkdtemp(dir=root, prefix=".build-packages-"))
                 try:
-                    progress(f"installing packages {', '.join(pins)} ...")
-                    self._pip(pins, stage / "site")
+                    with Step(progress, f"installing packages {', '.join(pins)}",
+                              f"pip from {self._source()}, once per cache"):  # fmt: skip
+                        self._pip(pins, stage / "site")
                     installed = check_pure(stage / "site")
-                    precompile(stage / "site")
+                    with Step(progress, "byte-compiling them inside the runtime", "seconds, once per cache"):
+                        precompile(stage / "site")
                     record = {"pins": list(pins), "installed": list(installed)}
                     (stage / _RECORD).write_text(json.dumps(record))
                     if target.exists():  # without its record (written last): not a set to keep
