@@ -8,8 +8,9 @@ Entries are written atomically; one whose metadata, size or digest does not matc
 never loaded. The directory is created 0700 and refused if another user owns it or can write it.
 The entries' total size is capped (`max_bytes`): after each store the least recently used go
 first, by their `.json`'s mtime, which a hit touches. Removing an entry another process has
-loaded is safe on POSIX: Wasmtime's mapping of the `.cwasm` outlives its name. The Python
-runtime's build directory (`python-runtime-*`) is not an entry and is not counted.
+loaded is safe on POSIX: Wasmtime's mapping of the `.cwasm` outlives its name. The runtimes'
+build folders (`*-runtime-*`), package sets (`packages-*`) and downloaded build inputs
+(`inputs/`) are not entries and are not under the cap; `folders` lists them.
 """
 
 from __future__ import annotations
@@ -100,6 +101,42 @@ def entries(directory: Path) -> list[Entry]:
             size = info.st_size
         found.append(Entry(key, size, info.st_mtime, (meta, data)))
     return sorted(found, key=lambda e: (e.last_used, e.key))
+
+
+def folders(directory: Path) -> list[Entry]:
+    """What the cache holds besides its entries, each with the size of its files: the runtimes
+    built (`*-runtime-*`), the package sets (`packages-*`) and each downloaded build input
+    (`inputs/<name-version>`); largest first. These are not under the cap (`prune` leaves them)."""
+    found = []
+    candidates = [p for p in _listing(directory) if p.name != "inputs"] + _listing(directory / "inputs")
+    for folder in candidates:
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            used = folder.stat().st_mtime
+        except OSError:
+            continue
+        found.append(Entry(str(folder.relative_to(directory)), tree_size(folder), used, (folder,)))
+    return sorted(found, key=lambda e: (-e.size, e.key))
+
+
+def _listing(directory: Path) -> list[Path]:
+    try:
+        return [p for p in directory.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def tree_size(folder: Path) -> int:
+    """The size of every file under `folder` (links not followed)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed meanwhile
+                pass
+    return total
 
 
 def prune(directory: Path, max_bytes: int, keep: str | None = None) -> list[Entry]:

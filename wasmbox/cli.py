@@ -48,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
 
     inspect = commands.add_parser("inspect", help="list a module's imports, exports and grants")
-    inspect.add_argument("module", type=Path)
+    inspect.add_argument(
+        "module", type=Path, help="a .wasm or .wat module, or a manifest (.toml, .json): its module"
+    )
     inspect.add_argument("--json", action="store_true", help="print JSON")
 
     commands.add_parser("schema", help="print the JSON Schema of the manifest format")
@@ -274,7 +276,7 @@ def _lint(options: argparse.Namespace) -> int:
 
 
 def _cache(options: argparse.Namespace) -> int:
-    from ._cache import default_cache_dir, default_max_bytes, entries, prune
+    from ._cache import default_cache_dir, default_max_bytes, entries, folders, prune, tree_size
 
     directory = options.dir or default_cache_dir()
     try:
@@ -295,13 +297,22 @@ def _cache(options: argparse.Namespace) -> int:
         removed = prune(directory, limit)
         print(f"removed {len(removed)} entries ({_size(sum(e.size for e in removed))})")
     found = entries(directory)
+    built = folders(directory)
     if options.cache_command != "prune":
         for entry in reversed(found):  # most recently used first
             used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
             print(f"{_size(entry.size):>10}  {used}  {entry.key}")
+        if built:
+            print(
+                "runtimes, package sets and downloaded build inputs (not under the cap; delete to rebuild):"
+            )
+        for entry in built:
+            print(f"{_size(entry.size):>10}  {_escape(entry.key)}")
     total = sum(e.size for e in found)
     print(
-        f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX)"
+        f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX); "
+        f"{len(built)} runtimes, package sets and inputs, {_size(sum(e.size for e in built))}; "
+        f"{_size(tree_size(directory))} in all"
     )
     return 0
 
@@ -391,14 +402,25 @@ def _mcp_serve(options: argparse.Namespace) -> int:
 
 
 def _inspect(options: argparse.Namespace) -> int:
+    module, manifest = options.module, None
+    if module.suffix in _MANIFEST_SUFFIXES:  # a manifest: its module
+        from ._manifest import Manifest
+
+        manifest, loaded = module, Manifest.load(module)
+        if loaded.module is None:
+            print(f"wasmbox: {_escape(str(manifest))} is a {loaded.runtime} tool's manifest: it has no "
+                  "module to inspect (wasmbox lint checks its grants)", file=sys.stderr)  # fmt: skip
+            return 2
+        module = loaded.module
     try:
-        info = inspect_file(options.module)
+        info = inspect_file(module)
     except (OSError, wasmtime.WasmtimeError) as exc:
-        shown = _escape(str(options.module))
+        shown = _escape(str(module))
         print(f"wasmbox: cannot read {shown}: {_escape(str(exc), lines=True)}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
-        "module": str(options.module),
+        "module": str(module),
+        "manifest": str(manifest) if manifest is not None else None,
         "kind": info.kind.value if info.kind else None,
         "imports": [{"module": i.module, "name": i.name, "type": i.type} for i in info.imports],
         "exports": [{"name": name, "type": ty} for name, ty in info.exports],
@@ -420,6 +442,8 @@ def _inspect(options: argparse.Namespace) -> int:
     # every name below is the module's to choose: escaped, so none can move the cursor or
     # start a line of its own
     print(f"{_escape(report['module'])}: {report['kind'] or 'not a wasmbox tool'}")
+    if manifest is not None:
+        print(f"manifest: {_escape(str(manifest))}")
     print("imports:")
     for i in info.imports:
         print(f"  {_escape(i.module)} {_escape(i.name)} {i.type}")
@@ -436,6 +460,9 @@ def _inspect(options: argparse.Namespace) -> int:
         print(f"note: a WASI command that also exports {_names(report['command_exports_c_api'])}: "
               "if its _start does not do the work, call these through a [reactor] table")  # fmt: skip
     return 0
+
+
+_MANIFEST_SUFFIXES = (".toml", ".json")  # what Manifest.load reads; a module is .wasm or .wat
 
 
 def _names(names: list[str]) -> str:
