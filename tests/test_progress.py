@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,22 @@ def test_a_step_without_a_sink_is_silent_and_a_failing_sink_does_not_break_it() 
         while len(calls) < 2:
             threading.Event().wait(0.01)
     assert calls[0] == "work (a while) ..." and calls[1].startswith("still work")
+
+
+def test_a_runtime_build_ticks_while_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wasmbox
+    from wasmbox import _progress
+    from wasmbox._inputs import InputUnavailable
+
+    monkeypatch.setattr(_progress, "TICK_S", 0.01)  # a tick in every step, however quick
+    lines = _Lines()
+    with wasmbox.Sandbox(cache_dir=tmp_path / "cache", progress=lines) as box:
+        try:
+            box.prepare_javascript()  # built anew in this cache: its inputs are the shared ones
+        except InputUnavailable as exc:
+            pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
+    building = "building the JavaScript runtime"
+    first = next(line for line in lines.lines if not line.startswith(("downloading", "still downloading")))
+    assert first.startswith(f"{building} (") and first.endswith(") ...")
+    assert any(re.fullmatch(rf"still {building}: \d+ s so far \.\.\.", line) for line in lines.lines)
+    assert re.fullmatch(r"built the JavaScript runtime \([0-9.]+ MB\) in [0-9.]+ s", lines.lines[-1])

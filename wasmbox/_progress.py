@@ -29,19 +29,19 @@ def quiet(message: str) -> None:
 
 class Step:
     """One slow step: `begin` sends "<doing> (<about>) ...", then "still <doing>: N s so far"
-    every `every` seconds from a daemon thread until `end`, which returns the step's seconds.
+    every `every` seconds (default `TICK_S`) from a daemon thread until `end`, which returns the step's seconds.
     Also a context manager (`with Step(...) as step:`; `step.seconds` after it), which on a
     normal exit sends "<done> in N s" when `done` is given."""
 
     def __init__(
         self, progress: Progress | None, doing: str, about: str, *, done: str | None = None,
-        every: float = TICK_S,
+        every: float | None = None,
     ) -> None:  # fmt: skip
         self._progress = progress or quiet
         self._doing = doing
         self._about = about
         self._done = done
-        self._every = every
+        self._every = TICK_S if every is None else every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = 0.0
