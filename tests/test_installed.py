@@ -27,9 +27,6 @@ from pathlib import Path
 
 import pytest
 
-import wasmbox
-from wasmbox._inputs import InputUnavailable
-
 from .conftest import ROOT
 from .test_packages import build_wheel
 
@@ -132,16 +129,6 @@ def venv(request: pytest.FixtureRequest) -> Path:
     return Path(request.getfixturevalue(f"{request.param}_venv"))
 
 
-@pytest.fixture(scope="module")
-def javascript_built(cache_dir: Path) -> None:
-    """The JavaScript runtime in the session's cache; a skip when its wheel cannot be fetched."""
-    with wasmbox.Sandbox(cache_dir=cache_dir, progress=None) as box:
-        try:
-            box.prepare_javascript()
-        except InputUnavailable as exc:
-            pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
-
-
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     """A working folder outside the repository."""
@@ -189,7 +176,7 @@ def test_run_python(venv: Path, outside: Path, cache_dir: Path) -> None:
     assert (result["value"], result["stdout"]) == (3, "hi\n")
 
 
-def test_run_javascript(venv: Path, outside: Path, cache_dir: Path, javascript_built: None) -> None:
+def test_run_javascript(venv: Path, outside: Path, cache_dir: Path, javascript_runtime: None) -> None:
     done = _run(venv, ["wasmbox", "javascript", "console.log('hi'); [1, 2, 3].map(x => x * x)"],
                 outside, cache_dir)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -220,7 +207,7 @@ def test_a_python_tool_with_a_declared_package(venv: Path, outside: Path, cache_
 
 
 def test_the_mcp_server_serves_run_javascript(
-    venv: Path, outside: Path, cache_dir: Path, javascript_built: None
+    venv: Path, outside: Path, cache_dir: Path, javascript_runtime: None
 ) -> None:
     pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
     from mcp import ClientSession, StdioServerParameters, stdio_client
