@@ -309,7 +309,10 @@ class Manifest(_Strict):
         None, description="A fresh writable /tmp of at most this size for each call, then deleted."
     )
     network: Network | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: dict[str, Any] | None = Field(
+        None, description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
+        "in a dict manifest or `Manifest(...)`, a Pydantic model class too (its `model_json_schema()`).",
+    )  # fmt: skip
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
@@ -363,6 +366,14 @@ class Manifest(_Strict):
     @classmethod
     def _pinned(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _packages.check_pins(value)
+
+    @field_validator("input_schema", mode="before")
+    @classmethod
+    def _model_schema(cls, value: object) -> object:
+        """A Pydantic model class given as the schema: its `model_json_schema()` is the contract."""
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return value.model_json_schema()
+        return value
 
     @field_validator("input_schema")
     @classmethod

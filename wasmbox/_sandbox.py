@@ -41,7 +41,7 @@ from ._backends.python.runner import (
     PythonToolRunner,
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
-from ._backends.python.signature import signature_schema
+from ._backends.python.signature import entry_problem, signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
@@ -425,6 +425,9 @@ class Sandbox:
 
         inputs = f"{runtime.build_digest}\0{manifest.source.name}\0{manifest.entry}\0{source}"
         compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
+        missing = entry_problem(manifest.entry, compiled.get("defined"))
+        if missing is not None:
+            raise ManifestError(f"{manifest.source}: entry: {missing}")
         schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
         if scientific is not None:  # checked (syntax, signature) by the standard runtime; run here
