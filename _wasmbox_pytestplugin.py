@@ -6,7 +6,8 @@ fixtures or markers: an unrelated run is unchanged. What the fixtures hand out i
 in `wasmbox.testing`; README.md, "Testing and benchmarking your tools", shows them.
 
 Fixtures: `wasmbox_cache_dir` and `wasmbox_sandbox` (one per run), `wasmbox_tool`,
-`wasmbox_run`, `wasmbox_bench`. Markers: `wasmbox_runtime("python" | "javascript" |
+`wasmbox_run`, `wasmbox_bench` (defined once the run's plugins are known: it needs the
+`benchmark` fixture of pytest-benchmark or pytest-codspeed). Markers: `wasmbox_runtime("python" | "javascript" |
 "scientific", ...)` skips a test whose runtime is not built in the run's cache unless
 `--wasmbox-build` builds it; `wasmbox_network` skips a test unless `--wasmbox-network`.
 """
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 
 _RUNTIMES = ("python", "javascript", "scientific")
 _BUILD_TIME = {
-    "python": "a minute or two",
+    "python": "about a minute",
     "javascript": "seconds, and a 1.5 MB download",
-    "scientific": "minutes, and a download of about 60 MB",
+    "scientific": "minutes, and a download of its pinned wheel",
 }
 
 
@@ -61,6 +62,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "wasmbox_network: the test needs the network; skipped unless --wasmbox-network"
     )
+    plugins = config.pluginmanager
+    present = plugins.has_plugin("benchmark") or plugins.has_plugin("codspeed")
+    plugins.register(_Bench() if present else _NoBench(), "wasmbox-bench")
 
 
 class _State:
@@ -108,7 +112,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def _need_runtime(config: pytest.Config, name: object) -> None:
     if name not in _RUNTIMES:
-        raise pytest.UsageError(f"wasmbox_runtime({name!r}): the runtimes are {', '.join(_RUNTIMES)}")
+        pytest.fail(f"wasmbox_runtime({name!r}): the runtimes are {', '.join(_RUNTIMES)}", pytrace=False)
     from wasmbox._inputs import InputUnavailable
     from wasmbox.testing import build_runtime, runtime_built
 
@@ -165,15 +169,24 @@ def wasmbox_run(wasmbox_sandbox: Sandbox) -> SnippetRunner:
     return SnippetRunner(wasmbox_sandbox)
 
 
-@pytest.fixture
-def wasmbox_bench(request: pytest.FixtureRequest) -> ToolBench:
-    """`wasmbox_bench(tool, args, spacing=..., rounds=...)` -> BenchRun: fresh calls timed by the
-    `benchmark` fixture (pytest-benchmark or pytest-codspeed), their phases in its extra_info.
-    Skips the test when neither plugin is installed or enabled."""
-    from wasmbox.testing import ToolBench
+class _Bench:
+    """`wasmbox_bench` where a benchmark plugin is present. It asks for `benchmark` by name, so
+    pytest-codspeed, which runs only the tests that use that fixture, runs its tests."""
 
-    try:
-        benchmark = request.getfixturevalue("benchmark")
-    except pytest.FixtureLookupError:
+    @pytest.fixture
+    def wasmbox_bench(self, benchmark: object) -> ToolBench:
+        """`wasmbox_bench(tool, args, spacing=..., rounds=...)` -> BenchRun: fresh calls timed by
+        the `benchmark` fixture (pytest-benchmark's or pytest-codspeed's), their phases in its
+        extra_info."""
+        from wasmbox.testing import ToolBench
+
+        return ToolBench(benchmark)
+
+
+class _NoBench:
+    """`wasmbox_bench` where no benchmark plugin is: its tests are skipped, saying why."""
+
+    @pytest.fixture
+    def wasmbox_bench(self) -> ToolBench:
+        """Skips: neither pytest-benchmark nor pytest-codspeed is installed (or enabled)."""
         pytest.skip("wasmbox_bench needs a benchmark fixture: install pytest-benchmark or pytest-codspeed")
-    return ToolBench(benchmark)

@@ -198,14 +198,17 @@ class ToolBench:
         benchmark = self.benchmark
         with record_phases() as recording:
             if pause:
+                rounds = rounds or 100
                 result = benchmark.pedantic(
-                    call, setup=partial(time.sleep, pause), rounds=rounds or 100, iterations=1
+                    call, setup=partial(time.sleep, pause), rounds=rounds, iterations=1
                 )
             elif rounds is not None:
                 result = benchmark.pedantic(call, rounds=rounds, iterations=1)
             else:
                 result = benchmark(call)
-        calls = recording.calls
+        # pedantic runs time exactly `rounds` calls first (pytest-codspeed then makes one more,
+        # untimed, for the value it returns)
+        calls = recording.calls[:rounds] if pause or rounds is not None else recording.calls
         stats = getattr(benchmark, "stats", None)  # pytest-benchmark's, None when disabled
         median: float | None = stats["median"] if stats is not None else None
         measured_by: Literal["pytest-benchmark", "calls"] = (
