@@ -266,8 +266,7 @@ def test_runtime_marker_skips_saying_why_when_not_built(pytester: pytest.Pyteste
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(
         [
-            f"*needs the javascript runtime, which is not built in {empty}: run pytest with "
-            "--wasmbox-build to build it*",
+            f"*needs the javascript runtime, which is not built in {empty}: run pytest with --wasmbox-build*",
             "*needs the scientific runtime*--wasmbox-cache-dir*",
         ],
         consecutive=False,
@@ -334,7 +333,7 @@ def test_the_readme_example_runs(pytester: pytest.Pytester) -> None:
     """The README's test and benchmark of a tool, as written there, beside the tool's manifest."""
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Testing and benchmarking your tools") :]
-    block = re.search(r"```python\n(.*?)```", section, re.S)
+    block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block is not None
     shipped = (ROOT / "capabilities" / "word_count.toml").read_text()
     pytester.path.joinpath("word_count.toml").write_text(
