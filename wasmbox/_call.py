@@ -334,8 +334,8 @@ def finish(
     )
     (close or _store.close_store)(store)
     if clock is not None:
-        _phases.finished(
-            clock, state.manifest.name, ran, time.perf_counter(), state.records, limits.fuel - fuel
+        clock.into.append(
+            (state.manifest.name, clock, ran, time.perf_counter(), state.records, limits.fuel - fuel)
         )
     if state.reraise is not None:
         raise state.reraise

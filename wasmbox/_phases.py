@@ -16,6 +16,12 @@ from dataclasses import dataclass
 
 from ._results import HostCallRecord
 
+# What a recorded call leaves (`_call.finish` appends it to `Clock.into`): (tool, clock, ran,
+# closed, host-call records, fuel used), turned into a CallPhases only when read, so that
+# recording costs a call little. `ran`: the guest's run and its reply are over; `closed`: the
+# store is freed.
+_Raw = tuple[str, "Clock", float, float, list[HostCallRecord], int]
+
 
 @dataclass(frozen=True, slots=True)
 class CallPhases:
@@ -42,23 +48,21 @@ class CallPhases:
 
 
 class Clock:
-    """The marks of one call being recorded (`CallState.phases`)."""
+    """The marks of one call being recorded (`CallState.phases`), and where it goes (`into`)."""
 
-    __slots__ = ("made_ahead", "ready", "started")
+    __slots__ = ("into", "made_ahead", "ready", "started")
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, into: list[_Raw]) -> None:
         self.started = started
         self.ready: float | None = None  # the instance is made: the guest runs next
         self.made_ahead: bool | None = None
+        self.into = into
 
 
 # How many `record` blocks are open, in all threads: while 0, calls make no Clock.
 active = 0
 _lock = threading.Lock()
 _local = threading.local()
-# What a recorded call leaves: (tool, clock, ran, closed, host-call records, fuel used), turned
-# into a CallPhases only when read, so that recording costs a call little.
-_Raw = tuple[str, Clock, float, float, list[HostCallRecord], int]
 
 
 class Recording:
@@ -98,19 +102,10 @@ def record() -> Iterator[Recording]:
 
 def clock(started: float, depth: int) -> Clock | None:
     """A Clock for a call starting now at nesting `depth`, if this thread records."""
-    if depth or getattr(_local, "raw", None) is None:
+    into: list[_Raw] | None = getattr(_local, "raw", None)
+    if depth or into is None:
         return None
-    return Clock(started)
-
-
-def finished(
-    clock: Clock, tool: str, ran: float, closed: float, records: list[HostCallRecord], fuel_used: int
-) -> None:
-    """Add the call to this thread's recording (`ran`: the guest's run and its reply are over;
-    `closed`: the store is freed)."""
-    raw: list[_Raw] | None = getattr(_local, "raw", None)
-    if raw is not None:
-        raw.append((tool, clock, ran, closed, records, fuel_used))
+    return Clock(started, into)
 
 
 def _phases(
