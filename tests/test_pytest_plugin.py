@@ -379,3 +379,11 @@ def test_record_phases_sees_only_its_own_thread(box: wasmbox.Sandbox) -> None:
         echo.call({"n": 2})
         assert echo.call("not a mapping").error is not None  # type: ignore[arg-type]  # refused: no runner
     assert [c.tool for c in recording.calls] == ["echo"]
+
+
+def test_the_plugin_knows_the_runtimes_wasmbox_testing_does() -> None:
+    """The plugin cannot import wasmbox at load, so it keeps its own list: the same one."""
+    import _wasmbox_pytestplugin as plugin
+    from wasmbox.testing import RUNTIMES
+
+    assert plugin._RUNTIMES == RUNTIMES and tuple(plugin._BUILD_TIME) == RUNTIMES
