@@ -156,6 +156,7 @@ class PythonRuntimeRunner:
             prepared.renew(self._ticker)
         if prepare_next:  # the next call under these grants finds one ready
             self._keeper.request_spare(manifest, grants_digest)
+        state.ready(made_ahead)
         value: Any = None
         error = prepared.error
         scratch_over: str | None = None
