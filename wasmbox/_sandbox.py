@@ -513,7 +513,7 @@ class Sandbox:
                 # unmaps only the pages the call touched.
                 settings = dataclasses.replace(self.settings, pooling=False)
                 engine = make_engine(settings)
-                cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
+                cache = self._cache.sibling(settings)
                 runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
                 module = self._runtime_module(engine, cache, runtime.module, runtime.module_sha256)
                 self._scientific = ScientificRunner(
@@ -932,6 +932,7 @@ class Sandbox:
         if idle:
             self._scratch_space.close()
         self._release_grants()
+        self._cache.close()
         self._auditor.flush()
 
     def __enter__(self) -> Self:
