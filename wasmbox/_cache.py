@@ -8,8 +8,9 @@ Entries are written atomically; one whose metadata, size or digest does not matc
 never loaded. The directory is created 0700 and refused if another user owns it or can write it.
 The entries' total size is capped (`max_bytes`): after each store the least recently used go
 first, by their `.json`'s mtime, which a hit touches. Removing an entry another process has
-loaded is safe on POSIX: Wasmtime's mapping of the `.cwasm` outlives its name. The Python
-runtime's build directory (`python-runtime-*`) is not an entry and is not counted.
+loaded is safe on POSIX: Wasmtime's mapping of the `.cwasm` outlives its name. The runtimes'
+build folders (`*-runtime-*`), package sets (`packages-*`) and downloaded build inputs
+(`inputs/`) are not entries and are not under the cap; `folders` lists them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,6 +40,7 @@ from ._units import parse_size
 from ._wasmtime.engine import EngineSettings
 
 Artifact = wasmtime.Module | component.Component
+OnCompile = Callable[[], AbstractContextManager[object]]  # the context a compile runs in
 
 
 def default_cache_dir() -> Path:
@@ -98,6 +101,42 @@ def entries(directory: Path) -> list[Entry]:
             size = info.st_size
         found.append(Entry(key, size, info.st_mtime, (meta, data)))
     return sorted(found, key=lambda e: (e.last_used, e.key))
+
+
+def folders(directory: Path) -> list[Entry]:
+    """What the cache holds besides its entries, each with the size of its files: the runtimes
+    built (`*-runtime-*`), the package sets (`packages-*`) and each downloaded build input
+    (`inputs/<name-version>`); largest first. These are not under the cap (`prune` leaves them)."""
+    found = []
+    candidates = [p for p in _listing(directory) if p.name != "inputs"] + _listing(directory / "inputs")
+    for folder in candidates:
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            used = folder.stat().st_mtime
+        except OSError:
+            continue
+        found.append(Entry(str(folder.relative_to(directory)), tree_size(folder), used, (folder,)))
+    return sorted(found, key=lambda e: (-e.size, e.key))
+
+
+def _listing(directory: Path) -> list[Path]:
+    try:
+        return [p for p in directory.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def tree_size(folder: Path) -> int:
+    """The size of every file under `folder` (links not followed)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed meanwhile
+                pass
+    return total
 
 
 def prune(directory: Path, max_bytes: int, keep: str | None = None) -> list[Entry]:
@@ -169,11 +208,11 @@ class ArtifactCache:
         engine: wasmtime.Engine,
         wasm: bytes,
         digest: str,
-        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+        on_compile: OnCompile | None = None,
     ) -> wasmtime.Module:
         """The compiled module for `wasm` (binary) whose sha256 is `digest`, from the cache
-        when a trusted entry exists. `on_compile()` is called before a compile, and what it
-        returns (if anything) after it."""
+        when a trusted entry exists. A compile runs inside `on_compile()` (e.g. a progress
+        `Step`)."""
         return self._artifact(engine, digest, lambda: wasm, wasmtime.Module, on_compile)  # type: ignore[return-value]
 
     def discard_module(self, digest: str) -> None:
@@ -205,11 +244,10 @@ class ArtifactCache:
         engine: wasmtime.Engine,
         wasm: Path,
         digest: str,
-        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+        on_compile: OnCompile | None = None,
     ) -> component.Component:
         """The compiled component for the file `wasm` whose sha256 is `digest` (the file is
-        read only to compile it). `on_compile` is called before a (slow) compile, and what it
-        returns (if anything) after it."""
+        read only to compile it). A compile runs inside `on_compile()`, as for `module`."""
         return self._artifact(
             engine, digest, partial(read_regular_file, wasm), component.Component, on_compile
         )  # type: ignore[return-value]
@@ -220,7 +258,7 @@ class ArtifactCache:
         digest: str,
         wasm: Callable[[], bytes],
         kind: type[Artifact],
-        on_compile: Callable[[], Callable[[], None] | None] | None = None,
+        on_compile: OnCompile | None = None,
     ) -> Artifact:
         if self.directory is None:
             return self._compile(engine, wasm(), kind)
@@ -235,10 +273,8 @@ class ArtifactCache:
                 self._stored.discard(key)  # used again: no longer only this process's compile
             _touch(meta)
             return loaded
-        done = on_compile() if on_compile is not None else None
-        compiled = self._compile(engine, wasm(), kind)
-        if done is not None:
-            done()
+        with on_compile() if on_compile is not None else nullcontext():
+            compiled = self._compile(engine, wasm(), kind)
         if self._store(artifact, meta, bytes(compiled.serialize()), expected):
             if kind is wasmtime.Module:
                 with self._lock:

@@ -23,22 +23,9 @@ import pytest
 
 import wasmbox
 from wasmbox import CallResult, ErrorKind
-from wasmbox._inputs import InputUnavailable
 from wasmbox._inspect import inspect_file
 
 from .conftest import QUICK, SECRET, Guarded, leaks_secret, named
-
-
-@pytest.fixture(scope="session")
-def javascript_runtime(cache_dir: Path) -> None:
-    """The runtime built in the session's cache (once), before any case counts descriptors."""
-    with wasmbox.Sandbox(cache_dir=cache_dir, progress=None) as sandbox:
-        try:
-            sandbox.prepare_javascript()
-        except InputUnavailable as exc:
-            pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
-        assert sandbox.run_javascript("1").ok
-
 
 pytestmark = pytest.mark.usefixtures("javascript_runtime")
 

@@ -32,6 +32,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import wasmtime
@@ -123,6 +124,11 @@ class JavaScriptRunner:
         self._host_type = wasmtime.FuncType([i32, i64, i32, i32], [i64])
         self._handle = _runners.add(weakref.ref(self))
         weakref.finalize(self, _runners.discard, self._handle)
+
+    @property
+    def folder(self) -> Path:
+        """The folder the runtime was built in (its module and what its calls preopen)."""
+        return self._runtime.module.parent
 
     @property
     def build_digest(self) -> str:

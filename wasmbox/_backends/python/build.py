@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..._dist import version
 from ..._errors import WasmboxError
+from ..._progress import Progress, Step, stderr_progress
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written whole)
@@ -36,8 +37,6 @@ SOURCES = Path(__file__).resolve().parent
 PRECOMPILE = SOURCES / "programs" / "precompile.py"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-Progress = Callable[[str], None]
 
 
 class RuntimeBuildError(WasmboxError):
@@ -59,10 +58,6 @@ class PythonRuntime:
         if recorded.is_file():
             return recorded.read_text().strip()
         return hashlib.sha256(self.component.read_bytes()).hexdigest()
-
-
-def stderr_progress(message: str) -> None:
-    print(f"wasmbox: {message}", file=sys.stderr, flush=True)
 
 
 def ensure_runtime(
@@ -120,7 +115,6 @@ def build_once(directory: Path, name: str, done: str, build: Callable[[Path], No
 
 def _build(stage: Path, progress: Progress) -> None:
     started = time.perf_counter()
-    progress(f"building the Python runtime with componentize-py {COMPONENTIZE_PY} ...")
     app = stage / "src" / "app"
     deps = stage / "src" / "deps" / "msgpack"
     app.mkdir(parents=True)
@@ -139,7 +133,9 @@ def _build(stage: Path, progress: Progress) -> None:
         "-p", str(app), "-p", str(deps.parent), "wasmbox_driver",
         "-o", str(stage / "runtime.wasm"),
     ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    doing = f"building the Python runtime with componentize-py {COMPONENTIZE_PY}"
+    with Step(progress, doing, "about 10 s, once per cache; then compiled, and the stdlib byte-compiled"):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not (stage / "runtime.wasm").is_file():
         raise RuntimeBuildError(f"componentize-py failed:\n{done.stdout}\n{done.stderr}"[-4000:])
     wasm = stage / "runtime.wasm"

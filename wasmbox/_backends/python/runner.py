@@ -81,6 +81,11 @@ class PythonRuntimeRunner:
         )
 
     @property
+    def folder(self) -> Path:
+        """The folder the runtime was built in (its module and what its calls preopen)."""
+        return self._runtime.component.parent
+
+    @property
     def build_digest(self) -> str:
         """The digest of the runtime's build inputs (what bytecode it makes depends on)."""
         return self._runtime.key
