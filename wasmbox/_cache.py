@@ -129,7 +129,7 @@ def folders(directory: Path) -> list[Entry]:
             used = folder.stat().st_mtime
         except OSError:
             continue
-        found.append(Entry(str(folder.relative_to(directory)), tree_size(folder), used, (folder,)))
+        found.append(Entry(str(folder.relative_to(directory)), tree_size(folder), used, (str(folder),)))
     return sorted(found, key=lambda e: (-e.size, e.key))
 
 
