@@ -85,6 +85,11 @@ class PythonRuntimeRunner:
         )
 
     @property
+    def folder(self) -> Path:
+        """The folder the runtime was built in (its module and what its calls preopen)."""
+        return self._runtime.component.parent
+
+    @property
     def build_digest(self) -> str:
         """The digest of the runtime's build inputs (what bytecode it makes depends on)."""
         return self._runtime.key
@@ -155,6 +160,7 @@ class PythonRuntimeRunner:
             prepared.renew(self._ticker)
         if prepare_next:  # the next call under these grants finds one ready
             self._keeper.request_spare(manifest, grants_digest)
+        state.ready(made_ahead)
         value: Any = None
         error = prepared.error
         scratch_over: str | None = None

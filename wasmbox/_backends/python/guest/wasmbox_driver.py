@@ -7,7 +7,8 @@ snapshot: nothing here survives from one call to the next.
 Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since every
 entry of a map costs fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
-      (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
+      (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None, "defined": map | None}},
+       see `_signature` and `_defined`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
       (+ "session": true -> run in the instance's one persistent `__main__` namespace, which
@@ -237,7 +238,12 @@ def _serve(request: bytes) -> tuple[object, bool]:
         code = _compile_tool(message["source"], message["filename"])
         if "entry" not in message:
             return code, True
-        return {"code": code, "signature": _signature(message["source"], message["entry"])}, True
+        source, entry = message["source"], message["entry"]
+        return {
+            "code": code,
+            "signature": _signature(source, entry),
+            "defined": _defined(source, entry),
+        }, True
     raise _Refusal("bad_response", f"driver: unknown mode {mode!r}")
 
 
@@ -274,6 +280,25 @@ def _signature(source: str, entry: str) -> dict | None:
     if spec.kwarg is not None:
         params.append(_param(spec.kwarg, "var_keyword", None))
     return {"params": params, "doc": ast.get_docstring(found)}
+
+
+def _defined(source: str, entry: str) -> dict | None:
+    """None when `entry` may be bound at the top level of `source` (a statement binds it, or
+    names may be bound out of sight: `import *`, `globals()`, `exec`); else the top-level
+    functions there are, {"functions": [names]}."""
+    tree = ast.parse(source)
+    names = set()
+    for node in tree.body:
+        names |= _bound_names(node)
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+    if entry in names or any(
+        isinstance(n, ast.Name) and n.id in ("globals", "exec", "vars", "locals", "__builtins__")
+        for n in ast.walk(tree)
+    ):
+        return None
+    functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return {"functions": functions}
 
 
 def _bound_names(node: ast.stmt) -> set:
