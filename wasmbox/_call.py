@@ -17,7 +17,7 @@ import wasmtime
 
 from . import _outcome, _phases
 from ._capabilities import grants as _grants
-from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
+from ._capabilities.hostfuncs import HostFunction, HostReply, not_granted, refusal
 from ._errors import ErrorKind, WasmboxError
 from ._manifest import Limits, Manifest, Preopen
 from ._outcome import Failure
@@ -196,8 +196,7 @@ def serve_host_call(
             reply = refusal(name, "bad_request", problem, size, None)
         elif function is None:
             reply = refusal(
-                name, "denied", "this host function is not granted to this tool", size,
-                ErrorKind.CAPABILITY_DENIED,
+                name, "denied", not_granted(name), size, ErrorKind.CAPABILITY_DENIED,
             )  # fmt: skip
         else:
             reply = function.invoke(request)

@@ -48,7 +48,7 @@ from ._capabilities.allowlist import FETCH
 from ._capabilities.fetch import Fetcher, Resolver
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
-from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from ._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from ._files import read_regular_file
 from ._inspect import (
     ModuleInfo,
@@ -315,7 +315,10 @@ class Sandbox:
     def _register(self, manifest: Manifest, tool: Tool, replace: bool, reservation: int) -> None:
         with self._lock:
             if manifest.name in self._tools and not replace:
-                raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
+                raise ManifestError(
+                    f"{manifest.name}: a tool with this name is already loaded; "
+                    "load(..., replace=True) replaces it"
+                )
             self._tools[manifest.name] = tool
             replaced = self._tool_grants.get(manifest.name)
             self._tool_grants[manifest.name] = reservation
@@ -900,7 +903,7 @@ class Sandbox:
         try:
             return self._tools[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} is loaded") from None
+            raise UnknownToolError(name, self._tools) from None
 
     def call(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
         """`Tool.call` of the loaded tool `name`."""

@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
 from .._capabilities.hostfuncs import HostFunction
-from .._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from .._files import read_regular_file
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
@@ -757,7 +757,7 @@ class RaySandboxPool:
         try:
             return self._tools[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} is loaded") from None
+            raise UnknownToolError(name, self._tools) from None
 
     def call(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
         """`Sandbox.call` on the actor with the fewest calls in flight."""

@@ -97,7 +97,7 @@ class Session:
         self._opened = self._last = table.clock()
         self._ended: str | None = None
         self._reported = False  # whether a run's result or a raised error told of the end
-        spare = runner._instantiate(manifest)
+        spare = runner.instantiate(manifest)
         if spare.error is not None:
             spare.discard()
             message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
