@@ -142,7 +142,10 @@ def test_files_a_session_keeps_open_across_runs_are_capped(guarded: Guarded) -> 
     result = one_run.run(keep.format(500))
     assert result.error is not None and "(SessionLimits.files)" in result.error.message
     assert one_run.closed and held() == 0
-    assert guarded.box.run_python("open('/data/inside.txt').read()", {**grants, "name": "py"}).value == "inside\n"
+    assert (
+        guarded.box.run_python("open('/data/inside.txt').read()", {**grants, "name": "py"}).value
+        == "inside\n"
+    )
     del session, one_run
     guarded.assert_untouched()
 
