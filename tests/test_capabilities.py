@@ -171,8 +171,11 @@ def test_a_big_modules_compile_is_announced(tmp_path: Path) -> None:
     with wasmbox.Sandbox(cache_dir=tmp_path / "cache", progress=messages.append) as box:
         box.load({"name": "echo", "module": _big(tmp_path, "echo")})
         assert box.call("echo", {"a": 1}).unwrap() == {"a": 1}
+        messages[:] = [m for m in messages if not m.startswith("still ")]  # a tick, on a slow machine
         assert len(messages) == 2
-        assert messages[0].startswith("compiling big_echo.wasm (9 MiB, once per cache; about ")
+        assert re.fullmatch(
+            r"compiling big_echo\.wasm \(9 MiB, once per cache; about \d+ s\) \.\.\.", messages[0]
+        )
         assert re.fullmatch(r"compiled big_echo\.wasm in [0-9.]+ s", messages[1])
     with wasmbox.Sandbox(cache_dir=tmp_path / "cache", progress=messages.append) as box:
         box.load({"name": "echo", "module": _big(tmp_path, "echo")})

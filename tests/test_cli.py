@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,86 @@ def test_cache_command_shows_and_prunes(
     assert main(["cache", "--dir", str(cache), "prune", "--to", "lots"]) == 2
     assert main(["cache", "--dir", str(tmp_path / "none")]) == 0
     assert "no cache yet" in capsys.readouterr().out
+
+
+def test_inspect_reads_a_manifests_module(capsys: pytest.CaptureFixture[str], built_examples: Path) -> None:
+    manifest = Path(__file__).resolve().parent.parent / "capabilities" / "word_count.toml"
+    assert main(["inspect", str(manifest), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert Path(report["module"]).resolve() == built_examples / "word_count.wasm"
+    assert report["manifest"] == str(manifest) and report["kind"] == "reactor"
+    assert main(["inspect", str(manifest)]) == 0
+    assert f"manifest: {manifest}" in capsys.readouterr().out.splitlines()[1]
+
+
+def test_inspect_of_an_interpreters_manifest_says_it_has_no_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tool.py").write_text("def main():\n    return 1\n")
+    manifest = tmp_path / "tool.toml"
+    manifest.write_text('name = "t"\nruntime = "python"\nsource = "tool.py"\n')
+    assert main(["inspect", str(manifest)]) == 2
+    assert "is a python tool's manifest: it has no module to inspect" in capsys.readouterr().err
+    (tmp_path / "bad.toml").write_text("name = 3\n")
+    assert main(["inspect", str(tmp_path / "bad.toml")]) == 2  # the manifest's own error
+    assert "ManifestError" in capsys.readouterr().err
+
+
+def test_cache_command_counts_runtimes_and_inputs_too(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    import wasmbox
+    from wasmbox._cache import entries
+
+    monkeypatch.delenv("WASMBOX_CACHE_MAX", raising=False)
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        runtime = box.prepare_python()
+    assert main(["cache", "--dir", str(cache_dir)]) == 0
+    out = capsys.readouterr().out
+    on_disk = sum(os.lstat(Path(r, n)).st_size for r, _, names in os.walk(cache_dir) for n in names)
+    runtime_size = sum(p.stat().st_size for p in runtime.rglob("*") if p.is_file())
+    line = next(line for line in out.splitlines() if line.endswith(f"  {runtime.name}"))
+    assert line.split()[:2] == _shown(runtime_size).split()
+    total = out.splitlines()[-1]
+    assert f": {len(entries(cache_dir))} entries, " in total
+    assert total.endswith(f"; {_shown(on_disk)} in all")
+
+
+def _shown(count: int) -> str:
+    from wasmbox.cli import _size
+
+    return _size(count)
+
+
+def test_build_command_prebuilds_the_runtimes_it_is_given(cache_dir: Path, javascript_runtime: None) -> None:
+    env = {**__import__("os").environ, "WASMBOX_CACHE_DIR": str(cache_dir)}
+    done = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "build", "--python", "--javascript"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ready = re.findall(
+        r"^wasmbox: the (\w+) runtime is ready \(([0-9.]+) s\): (.+)$", done.stderr, re.MULTILINE
+    )
+    assert [name for name, _, _ in ready] == ["python", "javascript"]
+    for name, _, folder in ready:
+        assert Path(folder).parent == cache_dir and (Path(folder) / "runtime.wasm").is_file()
+    assert f"compiled artifacts in {cache_dir}" in done.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "build", "--rust"], capture_output=True, text=True
+    )
+    assert usage.returncode == 2 and "--rust" in usage.stderr
+
+
+@pytest.mark.slow
+def test_build_all_includes_the_scientific_runtime(scientific_cache: Path) -> None:
+    env = {**__import__("os").environ, "WASMBOX_CACHE_DIR": str(scientific_cache)}
+    done = subprocess.run(
+        [sys.executable, "-m", "wasmbox", "build", "--all"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.findall(r"^wasmbox: the (\w+) runtime is ready", done.stderr, re.MULTILINE) == [
+        "python", "javascript", "scientific",
+    ]  # fmt: skip

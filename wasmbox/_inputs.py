@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from ._backends.python.build import RuntimeBuildError, _locked
 from ._backends.python.packages import PIN
 from ._cache import default_cache_dir
+from ._progress import Step
 
 PIP_TIMEOUT = 300.0  # seconds for one download
 
@@ -75,8 +76,6 @@ def _download(requirement: str, folder: Path, progress: Callable[[str], None] | 
     wheels = sorted(folder.glob("*.whl"))
     if wheels:
         return wheels[0]
-    if progress is not None:
-        progress(f"downloading {requirement} from PyPI (once per cache) ...")
     stage = Path(tempfile.mkdtemp(dir=folder, prefix=".download-"))
     try:
         command = [
@@ -86,10 +85,11 @@ def _download(requirement: str, folder: Path, progress: Callable[[str], None] | 
             "--retries", "1", "--dest", str(stage), "--", requirement,
         ]  # fmt: skip
         try:
-            done = subprocess.run(
-                command, check=False, capture_output=True, text=True, timeout=PIP_TIMEOUT,
-                stdin=subprocess.DEVNULL, cwd=stage,
-            )  # fmt: skip
+            with Step(progress, f"downloading {requirement} from PyPI", "once per cache"):
+                done = subprocess.run(
+                    command, check=False, capture_output=True, text=True, timeout=PIP_TIMEOUT,
+                    stdin=subprocess.DEVNULL, cwd=stage,
+                )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise InputUnavailable(
                 f"{requirement}: pip did not finish in {PIP_TIMEOUT:.0f} s (is PyPI reachable?)"

@@ -320,10 +320,14 @@ class Manifest(_Strict):
     packages: tuple[str, ...] = Field(
         (), strict=False,
         description="Pure-Python packages a Python tool or grant set imports, pinned: "
-        "[\"idna==3.10\"]; their dependencies are installed too (README: \"Third-party packages\").",
+        "[\"idna==3.10\"], or hashed as pip takes them, [\"idna==3.10 --hash=sha256:<hex>\"] (then "
+        "every pin of the set, dependencies too, and pip refuses a file with another digest); "
+        "their dependencies are installed too (README: \"Third-party packages\").",
     )  # fmt: skip
     requirements: Path | None = Field(
-        None, description="A requirements file of pinned packages, added to `packages`."
+        None,
+        description="A requirements file of pinned packages (with --hash options, lines continued "
+        "with a backslash, as pip reads them), added to `packages`.",
     )
 
     @field_validator("module", "source", "requirements", mode="before")

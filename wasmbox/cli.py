@@ -48,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
 
     inspect = commands.add_parser("inspect", help="list a module's imports, exports and grants")
-    inspect.add_argument("module", type=Path)
+    inspect.add_argument(
+        "module", type=Path, help="a .wasm or .wat module, or a manifest (.toml, .json): its module"
+    )
     inspect.add_argument("--json", action="store_true", help="print JSON")
 
     commands.add_parser("schema", help="print the JSON Schema of the manifest format")
@@ -61,9 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     javascript.add_argument("code", help="the code; the value of its last expression is returned")
     javascript.add_argument("--manifest", type=Path, help='grants: runtime = "javascript", no source')
 
-    commands.add_parser(
-        "build", help="build and compile the CPython runtime into the cache (else: on first use)"
-    )
+    build = commands.add_parser(
+        "build", help="build and compile runtimes into the cache now (else: on first use)",
+        description="Build and compile the runtimes a deployment needs into the cache "
+        "($WASMBOX_CACHE_DIR or ~/.cache/wasmbox), e.g. in a container image or a CI cache step. "
+        "Without options: the CPython runtime.",
+    )  # fmt: skip
+    for runtime, what in _RUNTIMES.items():
+        build.add_argument(f"--{runtime}", action="store_true", help=what)
+    build.add_argument("--all", action="store_true", help="all of them")
 
     bench = commands.add_parser("bench", help="a short benchmark of this machine, as a table")
     bench.add_argument("--seconds", type=float, default=1.0, help="per throughput figure")
@@ -113,13 +121,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     serve.add_argument(
         "--host", default="127.0.0.1",
-        help="HTTP: the address to bind (default 127.0.0.1). The server has no authentication: "
-        "an address other than loopback is refused without --allow-remote",
+        help="HTTP: the address to bind (default 127.0.0.1); an address other than loopback "
+        "needs --allow-remote and a token",
     )  # fmt: skip
     serve.add_argument("--port", type=int, default=8000, help="HTTP: the port (0: a free one)")
     serve.add_argument(
         "--allow-remote", action="store_true",
         help="HTTP: allow --host to be a non-loopback address (reachable from the network)",
+    )  # fmt: skip
+    token = serve.add_mutually_exclusive_group()
+    token.add_argument(
+        "--auth-token-file", type=Path, metavar="PATH",
+        help="HTTP: every request must carry the token in this file (its first line) as "
+        "`Authorization: Bearer <token>`",
+    )  # fmt: skip
+    token.add_argument(
+        "--auth-token-env",
+        metavar="VAR",
+        help="HTTP: as --auth-token-file, the token in this environment variable",
+    )
+    serve.add_argument(
+        "--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
+        help="HTTP: a Host header to accept besides loopback's (DNS-rebinding check; repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--allowed-origin", action="append", default=[], metavar="URL",
+        help="HTTP: an Origin header to accept besides loopback's, e.g. https://app.example.com (repeatable)",
     )  # fmt: skip
     serve.add_argument("--max-workers", type=int, help="calls run at once (default: CPU count)")
     serve.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
@@ -147,7 +174,7 @@ def _dispatch(options: argparse.Namespace) -> int:
         if options.command in ("python", "javascript"):
             return _snippet(options)
         if options.command == "build":
-            return _build()
+            return _build(options)
         if options.command == "lint":
             return _lint(options)
         if options.command == "audit":
@@ -219,12 +246,29 @@ def _snippet(options: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _build() -> int:
+# the runtimes `wasmbox build` makes: its option, what it is
+_RUNTIMES = {
+    "python": "the CPython runtime (run_python, Python tools; the default)",
+    "javascript": "the JavaScript runtime (QuickJS-NG: run_javascript, JavaScript tools)",
+    "scientific": "the scientific Python runtime (numpy, pandas; minutes, a 98 MB download)",
+}
+
+
+def _build(options: argparse.Namespace) -> int:
+    from ._cache import default_cache_dir
     from ._sandbox import Sandbox
 
+    chosen = [name for name in _RUNTIMES if options.all or getattr(options, name)] or ["python"]
     with Sandbox() as box:
-        runtime = box._python_runtime()
-    print(f"wasmbox: the Python runtime is ready ({runtime.component_path})", file=sys.stderr)
+        prepare = {"python": box.prepare_python, "javascript": box.prepare_javascript,
+                   "scientific": box.prepare_scientific}  # fmt: skip
+        for name in chosen:
+            started = time.perf_counter()
+            folder = prepare[name]()
+            print(f"wasmbox: the {name} runtime is ready ({time.perf_counter() - started:.1f} s): "
+                  f"{_escape(str(folder))}", file=sys.stderr)  # fmt: skip
+    print(f"wasmbox: compiled artifacts in {_escape(str(default_cache_dir()))} (wasmbox cache lists them)",
+          file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -251,7 +295,7 @@ def _lint(options: argparse.Namespace) -> int:
 
 
 def _cache(options: argparse.Namespace) -> int:
-    from ._cache import default_cache_dir, default_max_bytes, entries, prune
+    from ._cache import default_cache_dir, default_max_bytes, entries, folders, prune, tree_size
 
     directory = options.dir or default_cache_dir()
     try:
@@ -272,13 +316,22 @@ def _cache(options: argparse.Namespace) -> int:
         removed = prune(directory, limit)
         print(f"removed {len(removed)} entries ({_size(sum(e.size for e in removed))})")
     found = entries(directory)
+    built = folders(directory)
     if options.cache_command != "prune":
         for entry in reversed(found):  # most recently used first
             used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
             print(f"{_size(entry.size):>10}  {used}  {entry.key}")
+        if built:
+            print(
+                "runtimes, package sets and downloaded build inputs (not under the cap; delete to rebuild):"
+            )
+        for entry in built:
+            print(f"{_size(entry.size):>10}  {_escape(entry.key)}")
     total = sum(e.size for e in found)
     print(
-        f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX)"
+        f"{_escape(str(directory))}: {len(found)} entries, {_size(total)} of {_size(cap)} (WASMBOX_CACHE_MAX); "
+        f"{len(built)} runtimes, package sets and inputs, {_size(sum(e.size for e in built))}; "
+        f"{_size(tree_size(directory))} in all"
     )
     return 0
 
@@ -324,12 +377,32 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     if options.sessions and not (options.python or options.python_grants):
         print("wasmbox: --sessions is for run_python: add --python", file=sys.stderr)
         return 2
+    http_only = (
+        options.auth_token_file,
+        options.auth_token_env,
+        options.allowed_host,
+        options.allowed_origin,
+    )
+    if options.transport != "http" and any(http_only):
+        print("wasmbox: tokens and allowed hosts and origins are for --transport http", file=sys.stderr)
+        return 2
+    token = None
+    try:
+        if options.auth_token_file is not None or options.auth_token_env is not None:
+            token = mcp.read_token(file=options.auth_token_file, env=options.auth_token_env)
+        mcp.transport_security(options.host, options.allowed_host, options.allowed_origin)
+    except ValueError as exc:
+        print(f"wasmbox: {_escape(str(exc))}", file=sys.stderr)
+        return 2
     if options.transport == "http" and not mcp.is_loopback(options.host):
         if not options.allow_remote:
-            print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
-                  "add --allow-remote to serve the network", file=sys.stderr)  # fmt: skip
+            print(f"wasmbox: --host {options.host} is not loopback: "
+                  "add --allow-remote (and a token) to serve the network", file=sys.stderr)  # fmt: skip
             return 2
-        print(f"wasmbox: warning: serving {options.host} without authentication", file=sys.stderr)
+        if token is None:
+            print(f"wasmbox: --host {options.host} is not loopback: anyone who can reach it could call "
+                  "the tools; give a token with --auth-token-file or --auth-token-env", file=sys.stderr)  # fmt: skip
+            return 2
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
     with Sandbox(max_workers=options.max_workers, **kwargs) as box:
         for path in options.manifests:
@@ -358,7 +431,8 @@ def _mcp_serve(options: argparse.Namespace) -> int:
             serve = mcp.serve_http(
                 box, python=python, host=options.host, port=options.port,
                 allow_remote=options.allow_remote, on_listening=listening, sessions=options.sessions,
-                javascript=javascript,
+                javascript=javascript, auth_token=token, allowed_hosts=options.allowed_host,
+                allowed_origins=options.allowed_origin,
             )  # fmt: skip
         try:
             asyncio.run(serve)
@@ -368,14 +442,25 @@ def _mcp_serve(options: argparse.Namespace) -> int:
 
 
 def _inspect(options: argparse.Namespace) -> int:
+    module, manifest = options.module, None
+    if module.suffix in _MANIFEST_SUFFIXES:  # a manifest: its module
+        from ._manifest import Manifest
+
+        manifest, loaded = module, Manifest.load(module)
+        if loaded.module is None:
+            print(f"wasmbox: {_escape(str(manifest))} is a {loaded.runtime} tool's manifest: it has no "
+                  "module to inspect (wasmbox lint checks its grants)", file=sys.stderr)  # fmt: skip
+            return 2
+        module = loaded.module
     try:
-        info = inspect_file(options.module)
+        info = inspect_file(module)
     except (OSError, wasmtime.WasmtimeError) as exc:
-        shown = _escape(str(options.module))
+        shown = _escape(str(module))
         print(f"wasmbox: cannot read {shown}: {_escape(str(exc), lines=True)}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
-        "module": str(options.module),
+        "module": str(module),
+        "manifest": str(manifest) if manifest is not None else None,
         "kind": info.kind.value if info.kind else None,
         "imports": [{"module": i.module, "name": i.name, "type": i.type} for i in info.imports],
         "exports": [{"name": name, "type": ty} for name, ty in info.exports],
@@ -397,6 +482,8 @@ def _inspect(options: argparse.Namespace) -> int:
     # every name below is the module's to choose: escaped, so none can move the cursor or
     # start a line of its own
     print(f"{_escape(report['module'])}: {report['kind'] or 'not a wasmbox tool'}")
+    if manifest is not None:
+        print(f"manifest: {_escape(str(manifest))}")
     print("imports:")
     for i in info.imports:
         print(f"  {_escape(i.module)} {_escape(i.name)} {i.type}")
@@ -413,6 +500,9 @@ def _inspect(options: argparse.Namespace) -> int:
         print(f"note: a WASI command that also exports {_names(report['command_exports_c_api'])}: "
               "if its _start does not do the work, call these through a [reactor] table")  # fmt: skip
     return 0
+
+
+_MANIFEST_SUFFIXES = (".toml", ".json")  # what Manifest.load reads; a module is .wasm or .wat
 
 
 def _names(names: list[str]) -> str:

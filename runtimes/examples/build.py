@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+from wasmbox._progress import Step
+
 HERE = Path(__file__).resolve().parent
 RUNTIMES = HERE.parent
 SOURCES = HERE / "c"
@@ -66,6 +68,7 @@ def build_examples(force: bool = False) -> list[Path]:
     deps = max(p.stat().st_mtime_ns for p in [*headers, Path(__file__)])
     outputs = []
     announced = False
+    first = True
     for source in sorted(SOURCES.glob("*.c")):
         target = BUILD / f"{source.stem}.wasm"
         outputs.append(target)
@@ -75,11 +78,18 @@ def build_examples(force: bool = False) -> list[Path]:
             print(f"building the example guests in {BUILD.relative_to(RUNTIMES.parent)} ...", file=sys.stderr)
             announced = True
         command = _is_command(source)
-        _compile(source, target, command)
+        about = "up to about 30 s while zig's cache is cold" if first else "about a second"
+        with Step(_say, f"compiling {source.relative_to(HERE)} with zig cc", about):
+            _compile(source, target, command)
+        first = False
         print(f"built {target.relative_to(RUNTIMES.parent)} "
               f"({'command' if command else 'reactor'}, {target.stat().st_size:,} bytes)",
               file=sys.stderr)  # fmt: skip
     return outputs
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _newer(target: Path, than_ns: int) -> bool:

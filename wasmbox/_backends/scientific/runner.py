@@ -108,6 +108,11 @@ class ScientificRunner:
         self._pre = linker.instantiate_pre(module)
 
     @property
+    def folder(self) -> Path:
+        """The folder the runtime was built in (its module and what its calls preopen)."""
+        return self._runtime.module.parent
+
+    @property
     def build_digest(self) -> str:
         """The digest of the runtime's build inputs."""
         return self._runtime.key
@@ -177,6 +182,7 @@ class ScientificRunner:
                 instance = self._pre.instantiate(store)
                 found = instance.exports(store)["memory"]
                 memory = found if isinstance(found, wasmtime.Memory) else None
+                state.ready()
                 build.turn(store, instance, build.SERVE)
             value = self._value(door, stderr)
         except Failure as failure:
