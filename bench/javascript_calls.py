@@ -60,7 +60,7 @@ PHASES = (
     ("      _call.finish (fuel, outputs, CallResult)", _call, "finish"),
     ("        store.close_store (the Store freed)", _store, "close_store"),
     ("every capi.memory_view (in the phases above)", _capi, "memory_view"),
-    ("every _schema.validate (in Tool._check)", _schema, "validate"),
+    ("every _schema.Validator.problem (in Tool._check)", _schema, "Validator.problem"),
 )
 
 

@@ -1,7 +1,9 @@
 """Per-call cost of the CPython runtime (pytest-benchmark). Run: ./dev bench -k python
 
 The first use builds and compiles the runtime into the benchmark's cache (tens of seconds);
-the fixture does that before any timing starts.
+the fixture does that before any timing starts. The wasmbox calls are timed by the plugin's
+`wasmbox_bench` (their phases in each benchmark's extra_info, `--benchmark-json`), back to back
+or 5 ms apart (`_spaced`: a spare instance is ready, the pause outside the timing).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import wasmbox
 from wasmbox._backends.core import abi as _abi
 from wasmbox._backends.python.runner import encode_request
 from wasmbox._bench import GREET_PY, plain_component
+from wasmbox.testing import ToolBench
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPABILITIES = ROOT / "capabilities"
@@ -34,9 +37,15 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[wasmbox.Sandbox]:
         yield sandbox
 
 
-def test_python_fresh_interpreter_sum(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+def test_python_fresh_interpreter_sum(wasmbox_bench: ToolBench, box: wasmbox.Sandbox) -> None:
     """A fresh interpreter from the snapshot runs `sum(range(100))`, all limits on."""
-    assert benchmark(box.run_python, "sum(range(100))").value == 4950
+    assert wasmbox_bench(box.interpreter(), {"code": "sum(range(100))"}).result.value == 4950
+
+
+def test_python_fresh_interpreter_sum_spaced(wasmbox_bench: ToolBench, box: wasmbox.Sandbox) -> None:
+    """The same, calls 5 ms apart: a spare instance is ready for each."""
+    run = wasmbox_bench(box.interpreter(), {"code": "sum(range(100))"}, spacing="5ms", rounds=200)
+    assert run.result.value == 4950
 
 
 def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
@@ -59,24 +68,24 @@ def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox
     assert benchmark(call) == 4950
 
 
-def test_python_tool_call_small_args(benchmark, box: wasmbox.Sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_python_tool_call_small_args(wasmbox_bench: ToolBench, box: wasmbox.Sandbox, tmp_path: Path) -> None:
     source = tmp_path / "greet.py"
     source.write_text(GREET_PY)
     tool = box.load({"name": "greet", "runtime": "python", "source": str(source)})
-    value = benchmark(tool.call, {"name": "ada", "times": 2}).unwrap()
+    value = wasmbox_bench(tool, {"name": "ada", "times": 2}).result.unwrap()
     assert value == {"greeting": "hello ada! hello ada! "}
 
 
-def test_python_host_round_trips_x100(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+def test_python_host_round_trips_x100(wasmbox_bench: ToolBench, box: wasmbox.Sandbox) -> None:
     """100 guest -> host -> guest calls from Python code; subtract the x0 run, divide by 100."""
     code = "import wasmbox_guest\nfor i in range(100):\n    wasmbox_guest.call_host('host.fn', x=i)\n1"
     grants = {"name": "rt", "runtime": "python", "host_functions": ["host.fn"],
               "limits": {"host_calls": 100}}  # fmt: skip
-    assert benchmark(box.run_python, code, grants).value == 1
+    assert wasmbox_bench(box.interpreter(grants), {"code": code}).result.value == 1
 
 
-def test_python_host_round_trips_x0(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+def test_python_host_round_trips_x0(wasmbox_bench: ToolBench, box: wasmbox.Sandbox) -> None:
     """The same loop without the host call, for the subtraction."""
     code = "import wasmbox_guest\nfor i in range(100):\n    pass\n1"
     grants = {"name": "rt0", "runtime": "python", "host_functions": ["host.fn"]}
-    assert benchmark(box.run_python, code, grants).value == 1
+    assert wasmbox_bench(box.interpreter(grants), {"code": code}).result.value == 1

@@ -4,6 +4,7 @@ Written from OpenAI's structured-outputs guide ("Supported schemas"): the root i
 not `anyOf`; every object has `additionalProperties: false` and lists every property in
 `required`; only the keywords below are supported (`allOf`, `not`, `oneOf`, `if`/`then`/`else`,
 `dependent*`, `patternProperties`, length, property-count and `uniqueItems` keywords are not);
+a `$ref` points into the schema and stands alone (the OpenAI SDK inlines one with siblings);
 at most 5000 object properties and 10 levels of nesting; at most 1000 enum values, and 120,000
 characters of property names, enum values and consts in all. Anthropic's strict tools take the
 same subset, so tests apply this to both.
@@ -53,6 +54,10 @@ def _check(node: Any, path: str, depth: int, problems: list[str], totals: dict[s
         problems.append(f"{path}: nested deeper than {MAX_DEPTH} levels")
     for key in set(node) - SUPPORTED:
         problems.append(f"{path}: unsupported keyword {key!r}")
+    if "$ref" in node and set(node) - {"$ref"}:
+        problems.append(f"{path}: a $ref takes no sibling keywords")
+    if "$ref" in node and not str(node["$ref"]).startswith("#"):
+        problems.append(f"{path}: a $ref must point into the schema")
     if not ({"type", "anyOf", "enum", "const", "$ref"} & set(node)):
         problems.append(f"{path}: no type")
     types = node.get("type", [])
@@ -79,3 +84,6 @@ def _check(node: Any, path: str, depth: int, problems: list[str], totals: dict[s
         _check(node["items"], f"{path}.items", depth + 1, problems, totals)
     for i, sub in enumerate(node.get("anyOf", [])):
         _check(sub, f"{path}.anyOf[{i}]", depth + 1, problems, totals)
+    for key in ("$defs", "definitions"):
+        for name, sub in node.get(key, {}).items():  # (a definition is checked as a schema of its own)
+            _check(sub, f"{path}.{key}.{name}", 1, problems, totals)

@@ -132,3 +132,17 @@ def test_a_grant_given_through_a_symlink_is_warned(tmp_path: Path) -> None:
         f"folder holding it chooses what is granted: give the real path {tmp_path / 'real'}"
     )
     assert warnings == [expected]
+
+
+def test_packages_pinned_without_a_hash_are_warned(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("def main():\n    return 1\n")
+    python = {"name": "t", "runtime": "python", "source": str(tmp_path / "t.py")}
+    bare = lint(wasmbox.Manifest.load({**python, "packages": ["idna==3.10", "six==1.17.0"]}))
+    expected = (
+        "packages idna==3.10, six==1.17.0 are pinned by version only: whoever serves the index or wheel "
+        "folder chooses the code; pin each (dependencies too) with --hash=sha256:<digest>, e.g. from "
+        "`pip hash` or `pip-compile --generate-hashes`"
+    )
+    assert [w for w in bare if "pinned by version only" in w] == [expected]
+    hashed = lint(wasmbox.Manifest.load({**python, "packages": ["idna==3.10 --hash=sha256:" + "a" * 64]}))
+    assert not [w for w in hashed if "pinned by version" in w]

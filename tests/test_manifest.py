@@ -97,7 +97,7 @@ def test_defaults_are_safe(folder: Path) -> None:
         ({"host_functions": ["kv.get", "kv.get"]}, "host_functions", "more than once"),
         ({"host_functions": ["rm -rf"]}, "host_functions.0", "pattern"),
         ({"env": {"A=B": "x"}}, "env", "invalid environment"),
-        ({"input_schema": {"type": "object", "format": "email"}}, "input_schema", "unsupported"),
+        ({"input_schema": {"type": "object", "optional": True}}, "input_schema", "not JSON Schema"),
         ({"runtime": "python"}, "(manifest)", "not both"),
     ],
 )  # fmt: skip

@@ -74,8 +74,8 @@ def manifests(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return paths
 
 
-def _serve_args(manifests: list[Path], *extra: str) -> list[str]:
-    return ["-m", "wasmbox", "mcp", "serve", *map(str, manifests), "--python",
+def _serve_args(manifests: list[Path], *extra: str, python: bool = True) -> list[str]:
+    return ["-m", "wasmbox", "mcp", "serve", *map(str, manifests), *(["--python"] if python else []),
             "--max-workers", str(CONCURRENT + 1), *extra]  # fmt: skip
 
 
@@ -139,10 +139,10 @@ def test_stdio_server(manifests: list[Path], cache_dir: Path) -> None:
 
 
 @contextmanager
-def _http_server(manifests: list[Path], cache_dir: Path, *extra: str) -> Iterator[str]:
+def _http_server(manifests: list[Path], cache_dir: Path, *extra: str, python: bool = True) -> Iterator[str]:
     """`wasmbox mcp serve --transport http --port 0` in a subprocess; yields its URL."""
     process = subprocess.Popen(
-        [sys.executable, *_serve_args(manifests, "--transport", "http", "--port", "0", *extra)],
+        [sys.executable, *_serve_args(manifests, "--transport", "http", "--port", "0", *extra, python=python)],
         env={**os.environ, **_env(cache_dir)}, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert process.stderr is not None
@@ -163,6 +163,15 @@ def _http_server(manifests: list[Path], cache_dir: Path, *extra: str) -> Iterato
     assert code == 0  # SIGTERM stops uvicorn, then the Sandbox closes
 
 
+TOKEN = "t0ken-" + "x" * 40
+
+
+def _initialize() -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "page", "version": "1"}}}  # fmt: skip
+
+
 def test_streamable_http_server_on_loopback(manifests: list[Path], cache_dir: Path) -> None:
     with _http_server(manifests, cache_dir) as url:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
@@ -175,9 +184,7 @@ def test_streamable_http_server_on_loopback(manifests: list[Path], cache_dir: Pa
         asyncio.run(asyncio.wait_for(run(), 300))
 
         # DNS rebinding: a web page whose name resolves to 127.0.0.1 sends its own Host/Origin
-        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "page", "version": "1"}}}  # fmt: skip
+        initialize = _initialize()
         headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
         with httpx2.Client() as http:
             assert http.post(url, json=initialize, headers=headers).status_code == 200
@@ -185,6 +192,81 @@ def test_streamable_http_server_on_loopback(manifests: list[Path], cache_dir: Pa
             assert rebound.status_code == 421
             foreign = http.post(url, json=initialize, headers={**headers, "Origin": "http://evil.example"})
             assert foreign.status_code == 403
+
+
+def test_http_with_a_token_serves_only_requests_that_carry_it(
+    manifests: list[Path], cache_dir: Path, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    extra = ("--auth-token-file", str(token_file), "--allowed-host", "mcp.example.test")
+    with _http_server(manifests[:1], cache_dir, *extra, python=False) as url:
+
+        async def connect(headers: dict[str, str]) -> list[str]:
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            async with (
+                create_mcp_http_client(headers=headers) as http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return [tool.name for tool in (await session.list_tools()).tools]
+
+        for refused in ({}, {"Authorization": "Bearer " + TOKEN[:-1] + "y"}, {"Authorization": TOKEN}):
+            with pytest.raises(BaseException) as failed:  # the client's error, in exception groups
+                asyncio.run(asyncio.wait_for(connect(refused), 60))
+            assert failed.group_contains(MCPError, match="error response"), failed.value
+        assert asyncio.run(asyncio.wait_for(connect({"Authorization": f"Bearer {TOKEN}"}), 60)) == ["echo"]
+
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        right = {**headers, "Authorization": f"Bearer {TOKEN}"}
+        with httpx2.Client() as http:
+            for wrong in (None, (TOKEN + "x").encode(), TOKEN[:-1].encode(), "é".encode() * 23,
+                          TOKEN.upper().encode(), b"\xff" * 46):  # fmt: skip
+                sent = headers if wrong is None else {**headers, "Authorization": b"Bearer " + wrong}
+                answer = http.post(url, json=_initialize(), headers=sent)
+                assert answer.status_code == 401, (wrong, answer.status_code)
+                assert answer.headers["WWW-Authenticate"].startswith("Bearer ")
+                assert answer.json()["error"] == "invalid_token"
+            assert http.post(url, json=_initialize(), headers=right).status_code == 200
+            # DNS rebinding: with the token too, a Host or Origin not allowed is refused
+            assert (
+                http.post(url, json=_initialize(), headers={**right, "Host": "evil.example"}).status_code
+                == 421
+            )
+            allowed = {**right, "Host": "mcp.example.test:8443"}
+            assert http.post(url, json=_initialize(), headers=allowed).status_code == 200
+            foreign = {**right, "Origin": "http://evil.example"}
+            assert http.post(url, json=_initialize(), headers=foreign).status_code == 403
+
+
+def test_serving_a_network_address_needs_a_token(
+    manifests: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["mcp", "serve", str(manifests[0]), "--transport", "http"]
+    assert main([*base, "--host", "0.0.0.0", "--allow-remote"]) == 2
+    assert "--auth-token-file" in capsys.readouterr().err
+    with wasmbox.Sandbox(cache_dir=None) as box, pytest.raises(ValueError, match="auth_token"):
+        asyncio.run(wasmbox_mcp.serve_http(box, host="10.1.2.3", port=0, allow_remote=True))
+    short = tmp_path / "short"
+    short.write_text("secret\n")
+    assert main([*base, "--auth-token-file", str(short)]) == 2
+    assert "at least 32" in capsys.readouterr().err
+    assert main([*base, "--auth-token-env", "WASMBOX_TEST_NO_SUCH_TOKEN"]) == 2
+    assert "not set" in capsys.readouterr().err
+    assert main(["mcp", "serve", str(manifests[0]), "--auth-token-env", "X"]) == 2  # stdio has no tokens
+    assert "--transport http" in capsys.readouterr().err
+    assert main([*base, "--allowed-host", "https://x.example/"]) == 2
+    assert "Host header value" in capsys.readouterr().err
+    monkeypatch.setenv("WASMBOX_TEST_TOKEN", f"  {TOKEN}\n")
+    assert wasmbox_mcp.read_token(env="WASMBOX_TEST_TOKEN") == TOKEN
+    monkeypatch.setenv("WASMBOX_TEST_TOKEN", TOKEN + " more")
+    with pytest.raises(ValueError, match="printable ASCII"):
+        wasmbox_mcp.read_token(env="WASMBOX_TEST_TOKEN")
+    with pytest.raises(ValueError, match="allowed hosts too"):
+        wasmbox_mcp.transport_security("0.0.0.0", allowed_origins=["https://app.example"])
+    assert wasmbox_mcp.transport_security("0.0.0.0") is None  # off loopback, no names given: the token guards
 
 
 SERVE_PY = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import socket
 import subprocess
 import sys
@@ -176,6 +177,80 @@ def test_a_requirements_file_adds_to_packages(pbox: wasmbox.Sandbox, tmp_path: P
     (tmp_path / "bad.txt").write_text("tinypkg>=1\n")
     with pytest.raises(ManifestError, match="'tinypkg>=1' is not pinned"):
         wasmbox.Manifest.load(tool(tmp_path, "req", USES_TINYPKG, requirements=str(tmp_path / "bad.txt")))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_hashed_pins_install_only_the_pinned_files(cache_dir: Path, wheels: Path, tmp_path: Path) -> None:
+    pkg, dep = (
+        sha256(wheels / "tinypkg-1.0-py3-none-any.whl"),
+        sha256(wheels / "tinydep-2.0-py3-none-any.whl"),
+    )
+    pinned = [f"tinypkg==1.0 --hash=sha256:{pkg}", f"TinyDep == 2.0 --hash sha256:{dep.upper()}"]
+    with wasmbox.Sandbox(cache_dir=cache_dir, package_wheels=wheels) as box:
+        loaded = box.load(tool(tmp_path, "hashed", USES_TINYPKG, packages=pinned))
+        assert loaded.manifest.packages == (
+            f"tinydep==2.0 --hash=sha256:{dep}",
+            f"tinypkg==1.0 --hash=sha256:{pkg}",
+        )
+        assert loaded.call({}).unwrap()["answer"] == 42
+        # a dependency without a pin (so without a hash) is refused, naming it and its digest
+        with pytest.raises(ManifestError, match=rf"tinydep==2\.0 \(a dependency\).*--hash=sha256:{dep}"):
+            box.load(tool(tmp_path, "nodep", USES_TINYPKG, packages=[pinned[0]]))
+
+    # pip's requirements-file form: a hash on a continued line
+    (tmp_path / "requirements.txt").write_text(
+        f"tinypkg==1.0 \\\n    --hash=sha256:{pkg}  # ours\ntinydep==2.0 \\\n    --hash=sha256:{'0' * 64} \\\n"
+        f"    --hash=sha256:{dep}\n"
+    )
+    manifest = wasmbox.Manifest.load(
+        tool(tmp_path, "req", USES_TINYPKG, requirements=str(tmp_path / "requirements.txt"))
+    )
+    assert manifest.packages == (
+        f"tinydep==2.0 --hash=sha256:{'0' * 64} --hash=sha256:{dep}", f"tinypkg==1.0 --hash=sha256:{pkg}"
+    )  # fmt: skip
+
+    # the wheel folder now serves another tinypkg 1.0: refused, naming it and both digests
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    (swapped / "tinydep-2.0-py3-none-any.whl").write_bytes(
+        (wheels / "tinydep-2.0-py3-none-any.whl").read_bytes()
+    )
+    other = build_wheel(
+        swapped, "tinypkg", "1.0", {"tinypkg/__init__.py": "def answer():\n    return 'theirs'\n"}
+    )
+    with wasmbox.Sandbox(cache_dir=tmp_path / "fresh", package_wheels=swapped) as box:
+        with pytest.raises(ManifestError) as refused:
+            box.load(tool(tmp_path, "hashed", USES_TINYPKG, packages=pinned))
+        assert f"tinypkg==1.0 (tinypkg-1.0-py3-none-any.whl) has sha256 {sha256(other)}" in str(refused.value)
+        assert f"the manifest pins {pkg}" in str(refused.value)
+        assert not list((tmp_path / "fresh").glob("packages-*")), "nothing of the refused set is kept"
+        assert box.run_python("1 + 1").value == 2  # and the Sandbox serves on
+
+
+@pytest.mark.parametrize(
+    "packages, message",
+    [
+        (
+            ["tinypkg==1.0 --hash=sha256:" + "a" * 64, "tinydep==2.0"],
+            "tinydep==2.0 has no --hash while other pins do",
+        ),
+        (["tinypkg==1.0 --hash=md5:" + "a" * 32], "is not a sha256 hash"),
+        (["tinypkg==1.0 --hash=sha256:" + "a" * 63], "is not a sha256 hash"),
+        (["tinypkg==1.0 --hash=sha256:" + "g" * 64], "is not a sha256 hash"),
+        (["tinypkg==1.0 --index-url=http://evil.example/"], "is not pinned"),
+        (["tinypkg==1.0 -r other.txt"], "is not pinned"),
+        (
+            ["tinypkg==1.0 --hash=sha256:" + "a" * 64, "tinypkg==1.0 --hash=sha256:" + "b" * 64],
+            "listed twice",
+        ),
+    ],
+)
+def test_malformed_hashed_pins_are_refused_at_load(packages: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        wasmbox.Manifest.load(tool(tmp_path, "t", "", packages=packages))
 
 
 def test_run_python_grant_sets_with_packages(pbox: wasmbox.Sandbox) -> None:

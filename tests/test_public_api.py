@@ -15,6 +15,7 @@ import pytest
 
 import wasmbox
 import wasmbox.integrations
+import wasmbox.testing
 from wasmbox import EngineSettings, Sandbox
 from wasmbox._backends.python.build import PythonRuntime
 from wasmbox._cache import ArtifactCache, CacheStats, Entry
@@ -22,7 +23,7 @@ from wasmbox._sandbox import _Default
 
 # The public modules: what they export is the API. (The SDK adapters in wasmbox.integrations'
 # submodules are public too, each behind its optional extra.)
-PUBLIC_MODULES = (wasmbox, wasmbox.integrations)
+PUBLIC_MODULES = (wasmbox, wasmbox.integrations, wasmbox.testing)
 # Third-party packages whose types a public signature may name (the runtime dependencies a
 # caller already has).
 THIRD_PARTY = {"pydantic", "pydantic_core", "wasmtime"}

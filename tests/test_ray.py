@@ -11,6 +11,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -324,6 +325,32 @@ def test_host_functions_that_cannot_travel_are_refused(pool: RaySandboxPool) -> 
     grants = {"name": "shouter", "runtime": "python", "host_functions": ["text.shout"]}
     result = pool.run_python("import wasmbox_guest\nwasmbox_guest.call_host('text.shout', text='hi')", grants)
     assert result.value == "HI", result
+
+
+def test_input_ray_cannot_send_is_invalid_arguments_and_frees_its_slot(
+    pool: RaySandboxPool, local: wasmbox.Sandbox, audit: list[AuditRecord]
+) -> None:
+    """Args (or code, or argv) Ray cannot serialize are answered as in-process, with a record,
+    and give their actor's slot back: nothing stays counted in flight."""
+    unsendable = threading.Lock()
+    expected = local.call("word_count", {"path": unsendable})
+    assert expected.error is not None and expected.error.kind is ErrorKind.INVALID_ARGUMENTS
+    audit.clear()
+    answers = [
+        pool.call("word_count", {"path": unsendable}),
+        asyncio.run(pool.acall("word_count", {"path": unsendable})),
+        pool.run_python(unsendable),  # type: ignore[arg-type]
+        pool.call("probe", argv=[unsendable]),  # type: ignore[list-item]
+    ]
+    for result in answers:
+        assert result.error is not None and result.error.kind is ErrorKind.INVALID_ARGUMENTS, result
+        assert "cannot be sent to a Ray actor" in result.error.message
+    assert [(r.tool, r.error_kind) for r in audit] == [
+        ("word_count", "invalid_arguments"), ("word_count", "invalid_arguments"),
+        ("python", "invalid_arguments"), ("probe", "invalid_arguments"),
+    ]  # fmt: skip
+    assert pool.in_flight() == [0, 0]
+    assert pool.call("echo", {"a": 1}).value == {"a": 1}
 
 
 def test_a_call_never_answered_is_a_host_error(pool: RaySandboxPool, monkeypatch: pytest.MonkeyPatch) -> None:

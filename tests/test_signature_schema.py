@@ -152,3 +152,58 @@ def test_signature_schema_is_defensive() -> None:
     }
     assert signature_schema(odd) == ({"type": "object", "properties": {"x": {}}, "required": ["x"],
                                       "additionalProperties": False}, "")  # fmt: skip
+
+
+CHECKED = """
+from typing import Literal
+
+def main(name: str, times: int = 1, mode: Literal["plain", "loud"] = "plain", limit: int = None):
+    return (name * times).upper() if mode == "loud" else name * times
+"""
+
+
+def test_calls_are_checked_against_the_derived_schema(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    """What the model is shown is what is enforced: a value the schema refuses never reaches
+    the entry (it would have run, or failed later as the tool's own TypeError)."""
+    source = tmp_path / "greet.py"
+    source.write_text(CHECKED)
+    tool = box.load({"name": "greet", "runtime": "python", "source": str(source)})
+    assert tool.parameters["properties"]["limit"] == {"type": ["integer", "null"], "default": None}
+    assert tool.call({"name": "ab", "times": 2, "mode": "loud", "limit": None}).unwrap() == "ABAB"
+    for args, message in [
+        ({"name": 3.5}, "args.name: expected string, got number"),
+        ({"name": "ab", "times": "2"}, "args.times: expected integer, got string"),
+        ({"name": "ab", "mode": "shout"}, 'args.mode: must be one of ["plain", "loud"]'),
+        ({"name": "ab", "extra": 1}, "args: unexpected property 'extra'"),
+        ({}, "args: missing required property 'name'"),
+    ]:
+        result = tool.call(args)
+        assert result.error is not None and result.error.kind is wasmbox.ErrorKind.INVALID_ARGUMENTS, args
+        assert result.error.message == message
+
+
+def test_a_decorated_or_rebound_entry_is_bound_as_before(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    """Without a signature to go by, the call itself decides: binding fails as invalid_arguments,
+    a wrong type reaches the entry."""
+    source = tmp_path / "wrapped.py"
+    source.write_text("import functools\n@functools.lru_cache\ndef main(name: str):\n    return name * 2\n")
+    tool = box.load({"name": "wrapped", "runtime": "python", "source": str(source)})
+    assert tool.parameters == {"type": "object"}
+    assert tool.call({"name": 3}).unwrap() == 6
+    result = tool.call({"other": 1})
+    assert result.error is not None and result.error.kind is wasmbox.ErrorKind.INVALID_ARGUMENTS
+
+
+def test_an_entry_the_source_does_not_define_is_refused_at_load(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    source = tmp_path / "typo.py"
+    source.write_text("def helper():\n    pass\n\ndef main(x: int):\n    return x\n")
+    with pytest.raises(
+        wasmbox.ManifestError,
+        match=r"typo.py: entry: the source binds no 'mian' at its top level; its functions: 'helper', "
+        r"'main' \(did you mean 'main'\?\)",
+    ):
+        box.load({"name": "typo", "runtime": "python", "source": str(source), "entry": "mian"})
+    # bound otherwise than by a def, or possibly out of sight: loaded, and the call decides
+    for text in ("main = print\n", "from os.path import *\n", "globals()['main'] = len\n"):
+        source.write_text(text)
+        box.load({"name": "typo", "runtime": "python", "source": str(source)}, replace=True)

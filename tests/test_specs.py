@@ -115,7 +115,7 @@ def test_nested_objects_oneof_and_const_are_converted() -> None:
         ({"type": "object"}, "open to any property"),
         ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "string"}},
          "additionalProperties as a schema"),
-        ({"type": "object", "properties": {"a": {"allOf": [{"type": "string"}]}}}, "'allOf'"),
+        ({"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"minLength": 1}]}}}, "'allOf'"),
         ({"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}}, "'not'"),
         ({"type": "object", "properties": {"a": {}}}, "accepts any value"),
         ({"type": "object", "properties": {"a": {"type": "array"}}}, "needs 'items'"),

@@ -28,6 +28,7 @@ from ._errors import (
     ToolError,
     ToolTimeoutError,
     TrapError,
+    UnknownToolError,
     WasmboxError,
 )
 from ._inspect import ModuleImport, ModuleInfo, ToolKind
@@ -92,6 +93,7 @@ __all__ = [
     "ToolKind",
     "ToolTimeoutError",
     "TrapError",
+    "UnknownToolError",
     "Verification",
     "WasmboxError",
     "verify_audit_log",

@@ -5,25 +5,32 @@ the artifact's size and digest, `artifact_digest`). The key is sha256(wasm) + Wa
 Python tools' bytecode (compiled by the runtime, which runs it; stored with the entry's
 signature) is kept the same way, as `bytecode-<sha256 of runtime, file name, entry and source>.bin`.
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
-never loaded. The directory is created 0700 and refused if another user owns it or can write it.
+never loaded. The directory is created 0700 and refused if another user owns it or can write it,
+or if a folder on its way from `/` could let another user swap it (see `_check_ancestors`).
+It is opened once, without following a symlink, and every entry is read, written, touched and
+removed relative to that descriptor, so renaming the folder away and putting another in its
+place later changes nothing this cache loads.
 The entries' total size is capped (`max_bytes`): after each store the least recently used go
 first, by their `.json`'s mtime, which a hit touches. Removing an entry another process has
 loaded is safe on POSIX: Wasmtime's mapping of the `.cwasm` outlives its name. The runtimes'
 build folders (`*-runtime-*`), package sets (`packages-*`) and downloaded build inputs
-(`inputs/`) are not entries and are not under the cap; `folders` lists them.
+(`inputs/`) are not entries and are not under the cap (`folders` lists them); they are used
+by path, which the ancestors' check keeps out of other users' reach.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap
 import os
+import secrets
 import stat
-import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -75,28 +82,34 @@ class Entry:
     key: str
     size: int
     last_used: float
-    files: tuple[Path, ...]
+    files: tuple[str, ...]  # names in the cache directory: the metadata, then the data
 
 
-def entries(directory: Path) -> list[Entry]:
-    """The cache's entries under `directory`, least recently used first."""
-    found = []
+def entries(directory: Path | int) -> list[Entry]:
+    """The cache's entries in `directory` (a path, or a descriptor of it), least recently
+    used first."""
     try:
-        metas = list(directory.glob("*.json"))
+        with _opened(directory) as fd:
+            return _entries(fd)
     except OSError:
         return []
-    for meta in metas:
-        key = meta.stem
+
+
+def _entries(fd: int) -> list[Entry]:
+    found = []
+    names = set(os.listdir(fd))
+    for meta in names:
+        key, dot, suffix = meta.rpartition(".")
         kind = key.split("-", 1)[0]
-        if kind not in _KINDS:
+        if not dot or suffix != "json" or kind not in _KINDS:
             continue
-        data = meta.with_suffix(_KINDS[kind])
+        data = key + _KINDS[kind]
         try:
-            info = meta.stat()
+            info = os.stat(meta, dir_fd=fd, follow_symlinks=False)
         except OSError:  # removed meanwhile
             continue
         try:
-            size = info.st_size + data.stat().st_size
+            size = info.st_size + os.stat(data, dir_fd=fd, follow_symlinks=False).st_size
         except FileNotFoundError:
             size = info.st_size
         found.append(Entry(key, size, info.st_mtime, (meta, data)))
@@ -116,7 +129,7 @@ def folders(directory: Path) -> list[Entry]:
             used = folder.stat().st_mtime
         except OSError:
             continue
-        found.append(Entry(str(folder.relative_to(directory)), tree_size(folder), used, (folder,)))
+        found.append(Entry(str(folder.relative_to(directory)), tree_size(folder), used, (str(folder),)))
     return sorted(found, key=lambda e: (-e.size, e.key))
 
 
@@ -139,28 +152,47 @@ def tree_size(folder: Path) -> int:
     return total
 
 
-def prune(directory: Path, max_bytes: int, keep: str | None = None) -> list[Entry]:
-    """Remove least recently used entries until the rest total `max_bytes` or less (`keep`,
-    a key, goes last). Returns the removed entries."""
-    found = entries(directory)
-    if keep is not None:
-        found.sort(key=lambda e: e.key == keep)  # stable: LRU order otherwise
-    total = sum(e.size for e in found)
-    removed = []
-    for entry in found:
-        if total <= max_bytes:
-            break
-        if _remove(entry):
-            total -= entry.size
-            removed.append(entry)
-    return removed
+def prune(directory: Path | int, max_bytes: int, keep: str | None = None) -> list[Entry]:
+    """Remove least recently used entries of `directory` (a path, or a descriptor of it) until
+    the rest total `max_bytes` or less (`keep`, a key, goes last). Returns the removed entries."""
+    try:
+        with _opened(directory) as fd:
+            found = _entries(fd)
+            if keep is not None:
+                found.sort(key=lambda e: e.key == keep)  # stable: LRU order otherwise
+            total = sum(e.size for e in found)
+            removed = []
+            for entry in found:
+                if total <= max_bytes:
+                    break
+                if _remove(fd, entry):
+                    total -= entry.size
+                    removed.append(entry)
+            return removed
+    except OSError:
+        return []
 
 
-def _remove(entry: Entry) -> bool:
+@contextlib.contextmanager
+def _opened(directory: Path | int) -> Iterator[int]:
+    """A descriptor of `directory`: the one given, or one opened for the block."""
+    if isinstance(directory, int):
+        yield directory
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _remove(fd: int, entry: Entry) -> bool:
     gone = True
-    for path in entry.files:  # the metadata first: without it, the data is never trusted
+    for name in entry.files:  # the metadata first: without it, the data is never trusted
         try:
-            path.unlink(missing_ok=True)
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
         except OSError:  # e.g. mapped on a system that forbids removing it
             gone = False
     return gone
@@ -185,9 +217,29 @@ class ArtifactCache:
     """Compiled modules by content, shared by every Sandbox that uses the same directory."""
 
     def __init__(
-        self, directory: Path | None, settings: EngineSettings, max_bytes: int | None = DEFAULT_MAX_BYTES
+        self,
+        directory: Path | None,
+        settings: EngineSettings,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        *,
+        _held: ArtifactCache | None = None,
     ) -> None:
-        """`max_bytes` caps the entries' total size (None: no cap)."""
+        """`max_bytes` caps the entries' total size (None: no cap). Raises WasmboxError for a
+        directory that cannot be made, is not private, or lies where another user could swap it."""
+        self.stats = CacheStats()
+        self._fingerprint = settings.fingerprint()
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._stored: set[str] = set()  # keys of module entries this process compiled and wrote
+        self._owner = _held is None
+        self._keep = _held  # a sibling's owner, alive while the sibling is (it holds the descriptor)
+        self._closer: weakref.finalize[[int], ArtifactCache] | None = None  # closes the descriptor once
+        self.directory: Path | None
+        self.path_folders: set[Path]
+        self._fd: int | None
+        if _held is not None:  # a sibling for other engine settings: the same open directory
+            self.directory, self.path_folders, self._fd = _held.directory, _held.path_folders, _held._fd
+            return
         # resolved once: a symlink on the way, swapped later, cannot move this cache elsewhere;
         # and the folders whose entries spell `directory` as given (through its symlinks), in
         # the same walk: a guest able to write one could swap what that path names for the
@@ -195,13 +247,21 @@ class ArtifactCache:
         found = lookup(directory) if directory is not None else None
         self.directory = found.real if found is not None else None
         self.path_folders = set(map(Path, found.folders)) if found is not None else set()
-        self.stats = CacheStats()
-        self._fingerprint = settings.fingerprint()
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._stored: set[str] = set()  # keys of module entries this process compiled and wrote
-        if self.directory is not None:
-            _ensure_private_dir(self.directory)
+        self._fd = _open_private_dir(self.directory) if self.directory is not None else None
+        if self._fd is not None:
+            self._closer = weakref.finalize(self, os.close, self._fd)
+
+    def sibling(self, settings: EngineSettings) -> ArtifactCache:
+        """A cache of the same directory (the same descriptor, owned by this one) for an engine
+        of other settings."""
+        return ArtifactCache(self.directory, settings, self.max_bytes, _held=self)
+
+    def close(self) -> None:
+        """Close the directory's descriptor (the owner's; siblings share it). Again is a no-op."""
+        with self._lock:
+            self._fd = None
+        if self._owner and self._closer is not None:
+            self._closer()  # (once: a collected cache closes it the same way)
 
     def module(
         self,
@@ -220,20 +280,19 @@ class ArtifactCache:
         module was refused after its compile, and its artifact is not kept."""
         key = f"module-{digest}-{self._fingerprint}"
         with self._lock:
-            if key not in self._stored or self.directory is None:
+            if key not in self._stored or self._fd is None:
                 return
             self._stored.discard(key)
-        files = (self.directory / f"{key}.json", self.directory / f"{key}.cwasm")
-        if _remove(Entry(key, 0, 0.0, files)):
+        if _remove(self._fd, Entry(key, 0, 0.0, (f"{key}.json", f"{key}.cwasm"))):
             with self._lock:
                 self.stats.discarded += 1
 
     def prune(self, max_bytes: int | None = None, keep: str | None = None) -> list[Entry]:
         """Evict least recently used entries down to `max_bytes` (default: the cap)."""
         limit = self.max_bytes if max_bytes is None else max_bytes
-        if self.directory is None or limit is None:
+        if self._fd is None or limit is None:
             return []
-        removed = prune(self.directory, limit, keep)
+        removed = prune(self._fd, limit, keep)
         with self._lock:
             self.stats.evicted += len(removed)
             self._stored.difference_update(e.key for e in removed)
@@ -260,18 +319,17 @@ class ArtifactCache:
         kind: type[Artifact],
         on_compile: OnCompile | None = None,
     ) -> Artifact:
-        if self.directory is None:
+        if self._fd is None:
             return self._compile(engine, wasm(), kind)
         key = f"{kind.__name__.lower()}-{digest}-{self._fingerprint}"
-        artifact = self.directory / f"{key}.cwasm"
-        meta = self.directory / f"{key}.json"
+        artifact, meta = f"{key}.cwasm", f"{key}.json"
         expected = {"wasm_sha256": digest, "engine": self._fingerprint}
         loaded = self._load(engine, artifact, meta, expected, kind)
         if loaded is not None:
             with self._lock:
                 self.stats.hits += 1
                 self._stored.discard(key)  # used again: no longer only this process's compile
-            _touch(meta)
+            self._touch(meta)
             return loaded
         with on_compile() if on_compile is not None else nullcontext():
             compiled = self._compile(engine, wasm(), kind)
@@ -286,13 +344,13 @@ class ArtifactCache:
         """A Python tool's bytecode: `make()` compiles it (in the runtime), once per cache;
         `digest` is the sha256 of what the bytes depend on (runtime, file name, entry, source). An
         exception from `make` stores nothing."""
-        if self.directory is None:
+        if self._fd is None:
             return make()
-        path = self.directory / f"bytecode-{digest}.bin"
-        meta = path.with_suffix(".json")
+        name = f"bytecode-{digest}"
+        path, meta = f"{name}.bin", f"{name}.json"
         expected = {"source_sha256": digest}
         try:
-            record, data = json.loads(meta.read_bytes()), path.read_bytes()
+            record, data = json.loads(self._read(meta)), self._read(path)
         except (OSError, ValueError):
             pass
         else:
@@ -300,7 +358,7 @@ class ArtifactCache:
             if trusted:
                 with self._lock:
                     self.stats.hits += 1
-                _touch(meta)
+                self._touch(meta)
                 return data
             with self._lock:
                 self.stats.rejected += 1
@@ -308,15 +366,15 @@ class ArtifactCache:
         with self._lock:
             self.stats.compiles += 1
         if self._store(path, meta, data, expected):
-            self.prune(keep=path.stem)
+            self.prune(keep=name)
         return data
 
-    def _store(self, artifact: Path, meta: Path, data: bytes, expected: dict[str, str]) -> bool:
+    def _store(self, artifact: str, meta: str, data: bytes, expected: dict[str, str]) -> bool:
         """Write an entry; False (with a warning) when it cannot be written."""
         record = dict(expected, size=len(data), digest=artifact_digest(data))
         try:
-            _write_atomic(artifact, data)
-            _write_atomic(meta, json.dumps(record).encode())
+            self._write_atomic(artifact, data)
+            self._write_atomic(meta, json.dumps(record).encode())
             return True
         except OSError as exc:  # unwritable or full: the compiled artifact is good all the same
             with self._lock:
@@ -337,25 +395,67 @@ class ArtifactCache:
     def _load(
         self,
         engine: wasmtime.Engine,
-        artifact: Path,
-        meta: Path,
+        artifact: str,
+        meta: str,
         expected: dict[str, str],
         kind: type[Artifact],
     ) -> Artifact | None:
         try:
-            record = json.loads(meta.read_bytes())
-            with open(artifact, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                size, digest = len(data), artifact_digest(data)  # no copy into Python
+            record = json.loads(self._read(meta))
+            fd = self._open(artifact)
         except (OSError, ValueError):
             return None
-        if _trusted(record, expected, size, digest):
-            try:
-                return kind.deserialize_file(engine, str(artifact))  # Wasmtime maps the file
-            except wasmtime.WasmtimeError:
-                pass
+        try:
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+                size, digest = len(data), artifact_digest(data)  # no copy into Python
+            if _trusted(record, expected, size, digest):
+                # Wasmtime maps the file it opens by this name: the one just checked
+                return kind.deserialize_file(engine, f"/proc/self/fd/{fd}")
+        except (OSError, ValueError, wasmtime.WasmtimeError):
+            pass
+        finally:
+            os.close(fd)
         with self._lock:
             self.stats.rejected += 1
         return None
+
+    # -- files, relative to the directory's descriptor --------------------------------------
+
+    def _open(self, name: str) -> int:
+        """A descriptor of the regular file `name` in the directory (no symlink followed).
+        Raises OSError."""
+        assert self._fd is not None
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{name} is not a regular file")
+        return fd
+
+    def _read(self, name: str) -> bytes:
+        fd = self._open(name)
+        with os.fdopen(fd, "rb") as file:
+            return file.read()
+
+    def _touch(self, name: str) -> None:
+        """Mark an entry used now (its place in the LRU order)."""
+        try:
+            os.utime(name, dir_fd=self._fd, follow_symlinks=False)
+        except OSError:  # read-only cache or removed meanwhile: the order is a hint
+            pass
+
+    def _write_atomic(self, name: str, data: bytes) -> None:
+        assert self._fd is not None
+        tmp = f".tmp-{secrets.token_hex(8)}"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self._fd
+        )
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=self._fd)
+            raise
 
 
 def _trusted(record: object, expected: dict[str, str], size: int, digest: str) -> bool:
@@ -388,35 +488,52 @@ def artifact_digest(data: bytes | mmap.mmap) -> str:
     return hashlib.sha256(b"".join(digests)).hexdigest()
 
 
-def _touch(meta: Path) -> None:
-    """Mark an entry used now (its place in the LRU order)."""
-    try:
-        os.utime(meta)
-    except OSError:  # read-only cache or removed meanwhile: the order is a hint
-        pass
-
-
-def _ensure_private_dir(directory: Path) -> None:
+def _open_private_dir(directory: Path) -> int:
+    """`directory` (a real path) made if missing and opened without following a symlink: a
+    descriptor of a folder this user owns that others cannot write, on a way from `/` that no
+    other user can change. Raises WasmboxError."""
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = directory.stat()
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise WasmboxError(
             f"cache directory {directory} cannot be created: {exc.strerror or exc} "
             "(set WASMBOX_CACHE_DIR, or pass cache_dir=None to compile in memory)"
         ) from None
+    info = os.fstat(fd)  # (the folder held, not what the path names by now)
     if info.st_uid != os.getuid():
-        raise WasmboxError(f"cache directory {directory} is owned by another user")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise WasmboxError(f"cache directory {directory} is writable by others; chmod 700 it")
+        problem: str | None = f"cache directory {directory} is owned by another user"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"cache directory {directory} is writable by others; chmod 700 it"
+    else:
+        problem = _ancestors_problem(directory)
+    if problem is not None:
+        os.close(fd)
+        raise WasmboxError(problem)
+    return fd
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def _ancestors_problem(directory: Path) -> str | None:
+    """What would let another user swap the cache, or None: each folder on its way from `/`
+    must be owned by this user or root, and not writable by group or others unless it is
+    sticky (as /tmp is: only an entry's owner may rename it there). The runtimes and package
+    sets under the cache are used by path, so this is what keeps them where they were built."""
+    me = os.getuid()
+    fix = "put the cache elsewhere (WASMBOX_CACHE_DIR, cache_dir=)"
+    for folder in reversed(directory.parents):
+        try:
+            info = os.lstat(folder)
+        except OSError as exc:
+            return f"cache directory {directory}: {folder} cannot be read: {exc.strerror or exc}"
+        if info.st_uid not in (me, 0):
+            return (
+                f"cache directory {directory}: the folder {folder} on its way is owned by another user "
+                f"(uid {info.st_uid}), who could swap the cache for one of their own; {fix}"
+            )
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            return (
+                f"cache directory {directory}: the folder {folder} on its way is writable by others "
+                f"(mode {stat.filemode(info.st_mode)}), who could swap the cache for one of their own; "
+                f"chmod go-w it, or {fix}"
+            )
+    return None

@@ -15,9 +15,9 @@ from typing import Any
 
 import wasmtime
 
-from . import _outcome
+from . import _outcome, _phases
 from ._capabilities import grants as _grants
-from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
+from ._capabilities.hostfuncs import HostFunction, HostReply, not_granted, refusal
 from ._errors import ErrorKind, WasmboxError
 from ._manifest import Limits, Manifest, Preopen
 from ._outcome import Failure
@@ -53,10 +53,21 @@ class CallState:
     reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
     exports: Any = None  # what a host-call trampoline looked up once for this instance
     files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
+    phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
-        return cls(manifest, started + manifest.limits.timeout)
+        state = cls(manifest, started + manifest.limits.timeout)
+        if _phases.active:
+            state.phases = _phases.clock(started, getattr(_local, "depth", 0))
+        return state
+
+    def ready(self, made_ahead: bool | None = None) -> None:
+        """Mark the instance made (a recorded call's instantiate phase ends here); `made_ahead`:
+        whether it was a spare made before the call."""
+        if self.phases is not None:
+            self.phases.ready = time.perf_counter()
+            self.phases.made_ahead = made_ahead
 
 
 def inside_call() -> bool:
@@ -185,8 +196,7 @@ def serve_host_call(
             reply = refusal(name, "bad_request", problem, size, None)
         elif function is None:
             reply = refusal(
-                name, "denied", "this host function is not granted to this tool", size,
-                ErrorKind.CAPABILITY_DENIED,
+                name, "denied", not_granted(name), size, ErrorKind.CAPABILITY_DENIED,
             )  # fmt: skip
         else:
             reply = function.invoke(request)
@@ -308,6 +318,8 @@ def finish(
     call's Store in a reference cycle until the garbage collector runs. `files` are the output
     files the call wrote (`command.outputs`); a failed call returns none."""
     limits = state.manifest.limits
+    clock = state.phases
+    ran = time.perf_counter() if clock is not None else 0.0
     truncated = "stdout" if stdout.truncated else "stderr" if stderr.truncated else None
     if error is not None or state.abort is not None or truncated is not None or scratch_over is not None:
         error = _outcome.decide(
@@ -320,6 +332,10 @@ def finish(
         else state.fuel_left_at_abort
     )
     (close or _store.close_store)(store)
+    if clock is not None:
+        clock.into.append(
+            (state.manifest.name, clock, ran, time.perf_counter(), state.records, limits.fuel - fuel)
+        )
     if state.reraise is not None:
         raise state.reraise
     out, err = stdout.data(), stderr.data()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -33,6 +35,29 @@ class ManifestError(WasmboxError, ValueError):
 
 class CapabilityError(WasmboxError):
     """A module asks for more than its manifest grants, or a grant cannot be honoured."""
+
+
+class UnknownToolError(WasmboxError, KeyError):
+    """No tool of that name is loaded (`Sandbox.tool`, `call`, `acall`). A `KeyError` too;
+    `name` is the name asked for, `close` the loaded names closest to it."""
+
+    def __init__(self, name: str, loaded: Iterable[str]) -> None:
+        names = sorted(loaded)
+        self.name = name
+        self.close = difflib.get_close_matches(name, names, n=3)
+        if self.close:
+            hint = "did you mean " + " or ".join(repr(n) for n in self.close) + "?"
+        else:
+            shown = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
+            hint = f"the loaded tools are: {shown}" if names else "no tool is loaded"
+        super().__init__(f"no tool named {name[:_NAME_SHOWN]!r} is loaded; {hint}")
+
+    def __str__(self) -> str:  # the message, not KeyError's repr of it
+        return str(self.args[0])
+
+
+_LISTED = 20  # names listed when none is close
+_NAME_SHOWN = 128  # of a name asked for (a model's may be long)
 
 
 class SessionError(WasmboxError):

@@ -10,6 +10,7 @@ from pathlib import Path
 import wasmtime
 
 from ._backends.core import abi as _abi
+from ._capabilities.hostfuncs import not_granted
 from ._errors import CapabilityError, ManifestError
 from ._files import read_regular_file
 from ._wasmparse import MAGIC, read_surface
@@ -149,7 +150,7 @@ def check_grants(info: ModuleInfo, granted: Collection[str], origin: str) -> Non
         if imp.module != _abi.ABI_MODULE:
             raise CapabilityError(f"{where} is not WASI preview1 or a wasmbox host function")
         if imp.name not in granted:
-            raise CapabilityError(f"{where}: host function {imp.name!r} is not granted")
+            raise CapabilityError(f"{where}: {not_granted(imp.name)}")
         if imp.type != _HOST_CALL_TYPE:
             raise CapabilityError(f"{where} has type {imp.type}, expected {_HOST_CALL_TYPE}")
 

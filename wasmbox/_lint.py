@@ -3,7 +3,7 @@
 A valid manifest can still be too generous: a writable preopen of a big tree, a grant of a
 system or home folder or the compile cache (read-only too), a grant given through a symlink,
 an allow list of whole address ranges, limits far above what one tool call needs, grants the
-module never uses. Lint says so; loading is unaffected (but see `Sandbox`'s refusals).
+module never uses, packages pinned by version without a hash. Lint says so; loading is unaffected (but see `Sandbox`'s refusals).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ._backends.core.command import Template
 from ._backends.core.reactor import command_c_api
+from ._backends.python.packages import is_hashed, pin_project
 from ._cache import default_cache_dir
 from ._capabilities.allowlist import AddressRule, forbidden_reason, parse_rules
 from ._files import read_regular_file
@@ -32,8 +33,21 @@ HIGH_RESPONSE = 64 * 1024**2
 def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
-    warnings += _unused_grant_warnings(manifest)
+    warnings += _unused_grant_warnings(manifest) + _package_warnings(manifest)
     return warnings + _command_warnings(manifest) + _entry_warnings(manifest)
+
+
+def _package_warnings(manifest: Manifest) -> list[str]:
+    """Pins without a hash: the index or wheel folder decides which file each version is."""
+    bare = [pin_project(pin) for pin in manifest.packages if not is_hashed(pin)]
+    if not bare:
+        return []
+    warning = (
+        f"packages {', '.join(bare)} are pinned by version only: whoever serves the index or wheel "
+        "folder chooses the code; pin each (dependencies too) with --hash=sha256:<digest>, e.g. from "
+        "`pip hash` or `pip-compile --generate-hashes`"
+    )
+    return [warning]
 
 
 def _entry_warnings(manifest: Manifest) -> list[str]:

@@ -309,7 +309,10 @@ class Manifest(_Strict):
         None, description="A fresh writable /tmp of at most this size for each call, then deleted."
     )
     network: Network | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: dict[str, Any] | None = Field(
+        None, description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
+        "in a dict manifest or `Manifest(...)`, a Pydantic model class too (its `model_json_schema()`).",
+    )  # fmt: skip
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
@@ -317,10 +320,14 @@ class Manifest(_Strict):
     packages: tuple[str, ...] = Field(
         (), strict=False,
         description="Pure-Python packages a Python tool or grant set imports, pinned: "
-        "[\"idna==3.10\"]; their dependencies are installed too (README: \"Third-party packages\").",
+        "[\"idna==3.10\"], or hashed as pip takes them, [\"idna==3.10 --hash=sha256:<hex>\"] (then "
+        "every pin of the set, dependencies too, and pip refuses a file with another digest); "
+        "their dependencies are installed too (README: \"Third-party packages\").",
     )  # fmt: skip
     requirements: Path | None = Field(
-        None, description="A requirements file of pinned packages, added to `packages`."
+        None,
+        description="A requirements file of pinned packages (with --hash options, lines continued "
+        "with a backslash, as pip reads them), added to `packages`.",
     )
 
     @field_validator("module", "source", "requirements", mode="before")
@@ -363,6 +370,14 @@ class Manifest(_Strict):
     @classmethod
     def _pinned(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _packages.check_pins(value)
+
+    @field_validator("input_schema", mode="before")
+    @classmethod
+    def _model_schema(cls, value: object) -> object:
+        """A Pydantic model class given as the schema: its `model_json_schema()` is the contract."""
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return value.model_json_schema()
+        return value
 
     @field_validator("input_schema")
     @classmethod

@@ -41,14 +41,14 @@ from ._backends.python.runner import (
     PythonToolRunner,
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
-from ._backends.python.signature import signature_schema
+from ._backends.python.signature import entry_problem, signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
 from ._capabilities.fetch import Fetcher, Resolver
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
-from ._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from ._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from ._files import read_regular_file
 from ._inspect import (
     ModuleInfo,
@@ -315,7 +315,10 @@ class Sandbox:
     def _register(self, manifest: Manifest, tool: Tool, replace: bool, reservation: int) -> None:
         with self._lock:
             if manifest.name in self._tools and not replace:
-                raise ManifestError(f"{manifest.name}: a tool with this name is already loaded")
+                raise ManifestError(
+                    f"{manifest.name}: a tool with this name is already loaded; "
+                    "load(..., replace=True) replaces it"
+                )
             self._tools[manifest.name] = tool
             replaced = self._tool_grants.get(manifest.name)
             self._tool_grants[manifest.name] = reservation
@@ -425,6 +428,9 @@ class Sandbox:
 
         inputs = f"{runtime.build_digest}\0{manifest.source.name}\0{manifest.entry}\0{source}"
         compiled = _abi.unpack(self._cache.bytecode(_sha256(inputs), compile_tool))
+        missing = entry_problem(manifest.entry, compiled.get("defined"))
+        if missing is not None:
+            raise ManifestError(f"{manifest.source}: entry: {missing}")
         schema, summary = signature_schema(compiled.get("signature"))
         digest = manifest.digest()
         if scientific is not None:  # checked (syntax, signature) by the standard runtime; run here
@@ -510,7 +516,7 @@ class Sandbox:
                 # unmaps only the pages the call touched.
                 settings = dataclasses.replace(self.settings, pooling=False)
                 engine = make_engine(settings)
-                cache = ArtifactCache(self._cache.directory, settings, self._cache.max_bytes)
+                cache = self._cache.sibling(settings)
                 runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
                 module = self._runtime_module(engine, cache, runtime.module, runtime.module_sha256)
                 self._scientific = ScientificRunner(
@@ -897,7 +903,7 @@ class Sandbox:
         try:
             return self._tools[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} is loaded") from None
+            raise UnknownToolError(name, self._tools) from None
 
     def call(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
         """`Tool.call` of the loaded tool `name`."""
@@ -929,6 +935,7 @@ class Sandbox:
         if idle:
             self._scratch_space.close()
         self._release_grants()
+        self._cache.close()
         self._auditor.flush()
 
     def __enter__(self) -> Self:

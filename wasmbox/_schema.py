@@ -1,199 +1,311 @@
-"""The JSON Schema subset that tool-calling models use, checked strictly.
+"""Tool args schemas: JSON Schema Draft 2020-12, checked by jsonschema-rs.
 
-`input_schema` in a manifest is validated here: first the schema itself (a keyword outside the
-subset is refused at load, so nothing is silently left unchecked), then each call's args.
+`check_schema` runs at load: a keyword outside 2020-12's vocabularies, one whose meaning
+wasmbox does not assert, a `$ref` outside the document or a schema the validator cannot build
+is refused, naming the keyword and its path, so nothing in a schema is silently left unchecked.
+`compile` gives the validator a tool holds; `Validator.problem` is the first violation of a
+call's args as a message fit to show a model (the field's path and what it must be, never the
+value). The formats of 2020-12's format vocabulary are checked (`FORMATS`); any other
+`format` is an annotation.
 """
 
 from __future__ import annotations
 
-import math
-import re
+import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list, tuple),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
-_ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$comment"}
-_KEYWORDS = _ANNOTATIONS | {
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
-    "pattern", "minItems", "maxItems", "uniqueItems", "anyOf", "oneOf", "allOf", "not",
-    "minProperties", "maxProperties",
-}  # fmt: skip
-
+import jsonschema_rs
 
 MAX_DEPTH = 64  # schemas nested deeper are refused (a deeper one only serves to exhaust the stack)
-_COUNTS = {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"}
-_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+# the formats jsonschema-rs checks for Draft 2020-12; any other name is an annotation
+FORMATS = (
+    "date", "date-time", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uri-template", "uuid",
+    "json-pointer", "relative-json-pointer", "regex",
+)  # fmt: skip
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_VALUES = (
+    "items", "additionalProperties", "contains", "propertyNames", "if", "then", "else", "not",
+    "unevaluatedItems", "unevaluatedProperties",
+)  # fmt: skip
+_SCHEMA_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
+_KEYWORDS = {
+    *_SCHEMA_MAPS, *_SCHEMA_VALUES, *_SCHEMA_LISTS,
+    "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$comment",
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
+    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
+    "uniqueItems", "maxContains", "minContains", "maxProperties", "minProperties", "required",
+    "dependentRequired", "format",
+    "title", "description", "default", "deprecated", "readOnly", "writeOnly", "examples",
+    "discriminator",  # OpenAPI's, written by Pydantic beside a oneOf: a hint, the oneOf is checked
+}  # fmt: skip
+# keys that are not JSON Schema 2020-12, with what to write instead
+_HINTS = {
+    "optional": "list the properties that must be given in the object's `required` instead",
+    "nullable": 'add "null" to `type` (or an anyOf branch {"type": "null"}) instead',
+    "example": "write `examples`, a list",
+    "dependencies": "write `dependentRequired` (names) or `dependentSchemas` (schemas), as 2020-12 does",
+    "additionalItems": "write `prefixItems` for the leading items and `items` for the rest, as 2020-12 does",
+    "$recursiveRef": "write `$dynamicRef`, as 2020-12 does",
+    "$recursiveAnchor": "write `$dynamicAnchor`, as 2020-12 does",
+    "contentEncoding": "wasmbox does not check content keywords: decode and check the string in the tool",
+    "contentMediaType": "wasmbox does not check content keywords: decode and check the string in the tool",
+    "contentSchema": "wasmbox does not check content keywords: decode and check the string in the tool",
+    "$vocabulary": "it belongs in a meta-schema, not in a tool's args schema",
+}
 
 
-def check_schema(schema: Any, path: str = "$", depth: int = 1) -> None:
-    """Raise ValueError if `schema` uses anything outside the supported subset, or a keyword
-    with a value of the wrong shape (so that `validate` can rely on every value it reads)."""
+class Validator:
+    """A schema compiled once (at load); `problem` checks one call's args. Thread-safe."""
+
+    def __init__(self, schema: Mapping[str, Any] | bool) -> None:
+        self.schema = schema
+        self._validator = _build(schema)
+
+    def problem(self, value: Any, path: str = "args") -> str | None:
+        """The first violation of the schema by `value` as a message, or None if it conforms."""
+        try:
+            if self._validator.is_valid(value):
+                return None
+            error = next(iter(self._validator.iter_errors(value)))
+        except ValueError as exc:  # a value that is not JSON (bytes, a set, an object)
+            found = str(exc).removeprefix("Unsupported type: ")
+            return f"{path}: holds a value that is not JSON ({found})"[:300]
+        return _describe(error, path)
+
+
+def check_schema(schema: Any) -> None:
+    """Raise ValueError naming the path and keyword when `schema` cannot be checked as written:
+    a keyword that is not 2020-12's (with a hint for the common ones), a `$ref` outside this
+    document, a value of the wrong shape, a dangling `$ref`, nesting past `MAX_DEPTH`."""
+    _walk(schema, schema, "$", 1)
+    compile(schema)
+
+
+def compile(schema: Mapping[str, Any] | bool) -> Validator:
+    """The validator of `schema`, built once per distinct schema (cached); ValueError if
+    jsonschema-rs cannot build it. Call `check_schema` for the keyword checks."""
+    return _compiled(json.dumps(schema, sort_keys=True))
+
+
+def validate(value: Any, schema: Mapping[str, Any] | bool, path: str = "args") -> str | None:
+    """The first violation of `schema` by `value` as a message, or None if it conforms."""
+    return compile(schema).problem(value, path)
+
+
+def accepts(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> bool:
+    """Whether `value` conforms to `schema`, a part of the document `root` (its `$ref`s resolved
+    there). False when the part cannot be checked on its own (a `$ref` `root` does not hold)."""
+    if root is None or schema is root:
+        target: Mapping[str, Any] = schema
+    else:
+        target = {**{k: root[k] for k in ("$defs", "definitions") if k in root}, **schema}
+    try:
+        return compile(target).problem(value) is None
+    except ValueError:
+        return False
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` that also accepts null (how strict mode says a property may be left out, and
+    what a parameter defaulting to None takes)."""
+    if "$ref" not in schema and accepts(None, schema):
+        return schema
+    types = schema.get("type")
+    if types is not None and "enum" not in schema and "anyOf" not in schema:
+        names = [types] if isinstance(types, str) else list(types)
+        return {**schema, "type": [*names, "null"]}
+    if "anyOf" in schema and len(schema) <= 2 and set(schema) <= {"anyOf", "description"}:
+        return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
+    inner = {k: v for k, v in schema.items() if k != "description"}
+    outer: dict[str, Any] = {"anyOf": [inner, {"type": "null"}]}
+    if "description" in schema:
+        outer = {"description": schema["description"], **outer}
+    return outer
+
+
+def resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`schema` with a local `$ref` followed (repeatedly) to the part of `root` it names;
+    `schema` itself when it has none or the pointer names nothing."""
+    seen = 0
+    while isinstance(schema.get("$ref"), str) and seen < MAX_DEPTH:
+        target = _pointer(root, schema["$ref"])
+        if not isinstance(target, Mapping):
+            return schema
+        schema, seen = target, seen + 1
+    return schema
+
+
+@lru_cache(maxsize=512)
+def _compiled(text: str) -> Validator:
+    return Validator(json.loads(text))
+
+
+def _build(schema: Mapping[str, Any] | bool) -> Any:
+    try:
+        return jsonschema_rs.Draft202012Validator(
+            schema if isinstance(schema, bool) else dict(schema),
+            validate_formats=True,
+            ignore_unknown_formats=True,
+            retriever=_no_retrieval,
+        )
+    except jsonschema_rs.ValidationError as exc:  # the schema breaks the meta-schema
+        where = _path("$", exc.instance_path)
+        raise ValueError(f"{where}: {exc.message}"[:300]) from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"$: {str(exc).splitlines()[0]}"[:300]) from None
+
+
+def _no_retrieval(uri: str) -> Any:
+    raise ValueError(f"{uri}: wasmbox fetches no remote schema")
+
+
+def _walk(schema: Any, root: Any, path: str, depth: int) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, Mapping):
         raise ValueError(f"{path}: a schema must be an object or a boolean")  # noqa: TRY004 - every bad schema is a ValueError
     if depth > MAX_DEPTH:
         raise ValueError(f"{path}: nested deeper than {MAX_DEPTH} levels")
-    unknown = set(schema) - _KEYWORDS
+    unknown = sorted(str(key) for key in schema if key not in _KEYWORDS)
     if unknown:
-        raise ValueError(f"{path}: unsupported schema keyword(s) {sorted(map(str, unknown))}")
-    if "type" in schema:
-        types = schema["type"]
-        names = [types] if isinstance(types, str) else types
-        if not isinstance(names, list) or not names:
-            raise ValueError(f"{path}.type: must be a type name or a non-empty list of them")
-        for name in names:
-            if not isinstance(name, str) or name not in _TYPES:
-                raise ValueError(f"{path}.type: unknown type {name!r}")
-    for key in _COUNTS & set(schema):
-        value = schema[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{path}.{key}: must be a non-negative integer")
-    for key in _BOUNDS & set(schema):
-        value = schema[key]
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise ValueError(f"{path}.{key}: must be a finite number")
-    if "uniqueItems" in schema and not isinstance(schema["uniqueItems"], bool):
-        raise ValueError(f"{path}.uniqueItems: must be a boolean")
-    if "enum" in schema and not isinstance(schema["enum"], list):
-        raise ValueError(f"{path}.enum: must be a list")
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
-        raise ValueError(f"{path}.required: must be a list of property names")
-    properties = schema.get("properties", {})
-    if not isinstance(properties, Mapping):
-        raise ValueError(f"{path}.properties: must be an object")  # noqa: TRY004 - pydantic reports ValueErrors
-    for name, sub in properties.items():
-        check_schema(sub, f"{path}.properties.{name}", depth + 1)
-    for key in ("additionalProperties", "items", "not"):
+        hints = [f"{key!r}: {_HINTS[key]}" for key in unknown if key in _HINTS]
+        message = f"{path}: not JSON Schema 2020-12 keyword(s) {unknown}"
+        raise ValueError(f"{message} ({'; '.join(hints)})" if hints else message)
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and not ref.startswith("#"):
+        raise ValueError(f"{path}.$ref: {ref!r} is outside this schema; wasmbox fetches no remote schema")
+    if isinstance(ref, str) and ref.startswith("#/") and _pointer(root, ref) is None:
+        raise ValueError(f"{path}.$ref: {ref!r} names no part of this schema")
+    if isinstance(schema.get("items"), list):
+        raise ValueError(f"{path}.items: a list of schemas; write `prefixItems`, as 2020-12 does")  # noqa: TRY004 - every bad schema is a ValueError
+    for key in _SCHEMA_MAPS:
+        subs = schema.get(key)
+        if isinstance(subs, Mapping):
+            for name, sub in subs.items():
+                _walk(sub, root, f"{path}.{key}.{name}", depth + 1)
+    for key in _SCHEMA_VALUES:
         if key in schema:
-            check_schema(schema[key], f"{path}.{key}", depth + 1)
-    for key in ("anyOf", "oneOf", "allOf"):
-        if key in schema:
-            subs = schema[key]
-            if not isinstance(subs, list) or not subs:
-                raise ValueError(f"{path}.{key}: must be a non-empty list of schemas")
+            _walk(schema[key], root, f"{path}.{key}", depth + 1)
+    for key in _SCHEMA_LISTS:
+        subs = schema.get(key)
+        if isinstance(subs, list):
             for i, sub in enumerate(subs):
-                check_schema(sub, f"{path}.{key}[{i}]", depth + 1)
-    if "pattern" in schema:
-        if not isinstance(schema["pattern"], str):
-            raise ValueError(f"{path}.pattern: must be a string")
-        try:
-            re.compile(schema["pattern"])
-        except (re.error, RecursionError, OverflowError) as exc:
-            raise ValueError(f"{path}.pattern: {exc}") from None
+                _walk(sub, root, f"{path}.{key}[{i}]", depth + 1)
 
 
-def validate(value: Any, schema: Any, path: str = "args") -> str | None:
-    """The first violation of `schema` by `value` as a message, or None if it conforms."""
-    if schema is True or schema is None:
+def _pointer(root: Mapping[str, Any], ref: str) -> Any:
+    if not ref.startswith("#"):
         return None
-    if schema is False:
-        return f"{path}: not allowed"
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else types
-        if not any(_is_type(value, name) for name in names):
-            return f"{path}: expected {' or '.join(names)}, got {_json_type(value)}"
-    if "const" in schema and value != schema["const"]:
-        return f"{path}: must be {schema['const']!r}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{path}: must be one of {schema['enum']!r}"
-    problem = _check_bounds(value, schema, path)
-    if problem:
-        return problem
-    if isinstance(value, dict):
-        problem = _check_object(value, schema, path)
-        if problem:
-            return problem
-    if isinstance(value, (list, tuple)) and "items" in schema:
-        for i, item in enumerate(value):
-            problem = validate(item, schema["items"], f"{path}[{i}]")
-            if problem:
-                return problem
-    return _check_combinators(value, schema, path)
+    node: Any = root
+    for part in ref[1:].split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
-def _check_bounds(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
-    if _is_type(value, "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            return f"{path}: must be >= {schema['minimum']}"
-        if "maximum" in schema and value > schema["maximum"]:
-            return f"{path}: must be <= {schema['maximum']}"
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            return f"{path}: must be > {schema['exclusiveMinimum']}"
-        if "exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"]:
-            return f"{path}: must be < {schema['exclusiveMaximum']}"
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            return f"{path}: shorter than {schema['minLength']}"
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            return f"{path}: longer than {schema['maxLength']}"
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            return f"{path}: does not match {schema['pattern']!r}"
-    if isinstance(value, (list, tuple)):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            return f"{path}: fewer than {schema['minItems']} items"
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            return f"{path}: more than {schema['maxItems']} items"
-        if schema.get("uniqueItems") and len({repr(v) for v in value}) != len(value):
-            return f"{path}: items are not unique"
-    return None
+def _path(root: str, parts: Any) -> str:
+    out = root
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
 
 
-def _check_object(value: dict[Any, Any], schema: Mapping[str, Any], path: str) -> str | None:
-    for name in schema.get("required", []):
-        if name not in value:
-            return f"{path}: missing required property {name!r}"
-    if "minProperties" in schema and len(value) < schema["minProperties"]:
-        return f"{path}: fewer than {schema['minProperties']} properties"
-    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-        return f"{path}: more than {schema['maxProperties']} properties"
-    properties = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    for key, item in value.items():
-        sub = properties.get(key, extra)
-        problem = validate(item, sub, f"{path}.{key}")
-        if problem:
-            return problem if sub is not False else f"{path}: unexpected property {key!r}"
-    return None
+def _describe(error: Any, path: str) -> str:
+    where = _path(path, error.instance_path)
+    kind = error.kind
+    name = getattr(kind, "name", "")
+    if name in ("anyOf", "oneOf"):
+        inner = _best_branch(error, kind)
+        if inner is not None:
+            return _describe(inner, path)
+    text = _message(name, kind, error)
+    return f"{where}: {text}"[:500]
 
 
-def _check_combinators(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
-    for sub in schema.get("allOf", []):
-        problem = validate(value, sub, path)
-        if problem:
-            return problem
-    if "anyOf" in schema and all(validate(value, s, path) for s in schema["anyOf"]):
-        return f"{path}: matches none of anyOf"
-    if "oneOf" in schema:
-        matches = sum(validate(value, s, path) is None for s in schema["oneOf"])
-        if matches != 1:
-            return f"{path}: matches {matches} of oneOf, expected exactly 1"
-    if "not" in schema and validate(value, schema["not"], path) is None:
-        return f"{path}: must not match the 'not' schema"
-    return None
+def _best_branch(error: Any, kind: Any) -> Any:
+    """For a value no branch of a union fits: the first error of the branch the value has the
+    shape of (no wrong type, const or enum at the value itself or at a property's name, such as
+    a discriminator), the one with the fewest errors, then the deepest; None when it has the
+    shape of none."""
+    own = len(error.instance_path)
+    best, score = None, None
+    for errors in getattr(kind, "context", None) or []:
+        if not errors:
+            continue
+        depths = [len(inner.instance_path) for inner in errors]
+        if any(
+            getattr(inner.kind, "name", "") in ("type", "const", "enum") and depth <= own + 1
+            and (depth == own or getattr(inner.kind, "name", "") != "type")
+            for inner, depth in zip(errors, depths)
+        ):  # fmt: skip
+            continue
+        rank = (len(errors), -max(depths))
+        if score is None or rank < score:
+            best, score = errors[0], rank
+    return best
 
 
-def _is_type(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return name == "boolean"
-    if name == "integer" and isinstance(value, float):
-        return value.is_integer()
-    return isinstance(value, _TYPES[name])
+def _message(name: str, kind: Any, error: Any) -> str:
+    value = getattr(kind, "value", None)
+    if type(kind).__name__ in ("BacktrackLimitExceeded", "RegexEngineFailure"):
+        return "could not be matched against its pattern within the regex engine's backtracking limit"
+    if name == "type":
+        return f"expected {' or '.join(kind.types)}, got {_json_type(error.instance)}"
+    if name == "required":
+        return f"missing required property {kind.property!r}"
+    if name in ("additionalProperties", "unevaluatedProperties"):
+        names = list(kind.unexpected)
+        return f"unexpected propert{'y' if len(names) == 1 else 'ies'} {', '.join(map(repr, names))}"[:200]
+    if name == "enum":
+        return f"must be one of {_short(kind.options)}"
+    if name == "const":
+        return f"must be {_short(value)}"
+    simple = {
+        "minimum": "must be >= {}", "maximum": "must be <= {}", "exclusiveMinimum": "must be > {}",
+        "exclusiveMaximum": "must be < {}", "multipleOf": "must be a multiple of {}",
+        "minLength": "shorter than {}", "maxLength": "longer than {}",
+        "minItems": "fewer than {} items", "maxItems": "more than {} items",
+        "minProperties": "fewer than {} properties", "maxProperties": "more than {} properties",
+        "pattern": "does not match {!r}", "format": "not a valid {}",
+    }  # fmt: skip
+    if name in simple:
+        return simple[name].format(_short(value) if not isinstance(value, (int, float, str)) else value)
+    if name == "uniqueItems":
+        return "items are not unique"
+    if name == "anyOf":
+        return "matches none of anyOf"
+    if name == "oneOf":
+        many = type(kind).__name__ == "OneOfMultipleValid"
+        return "matches more than one of oneOf" if many else "matches none of oneOf"
+    if name == "not":
+        return "must not match the 'not' schema"
+    if name == "falseSchema":
+        return "not allowed"
+    return error.message.splitlines()[0][:200]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 200 else text[:200] + "…"
 
 
 def _json_type(value: Any) -> str:
-    for name in ("boolean", "integer", "number", "string", "null", "array", "object"):
-        if _is_type(value, name):
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    for name, kinds in (("string", str), ("null", type(None)), ("array", (list, tuple)), ("object", dict)):
+        if isinstance(value, kinds):
             return name
     return type(value).__name__

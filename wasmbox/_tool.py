@@ -56,6 +56,9 @@ class Tool:
         self._signature_schema = signature_schema  # a Python tool's, from its entry's signature
         # checked and shown like `input_schema` when the manifest has none (run_python's)
         self._args_schema = args_schema
+        checked = manifest.input_schema or args_schema or signature_schema
+        # compiled once: every call is checked against what `parameters` shows the model
+        self._validator = _schema.compile(checked) if checked is not None else None
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._executor = executor
@@ -85,8 +88,8 @@ class Tool:
     @property
     def parameters(self) -> dict[str, Any]:
         """The JSON Schema of the args a model is shown: the manifest's `input_schema`; for a
-        Python tool without one, derived from its entry's signature (which its calls are
-        checked against); else `{"type": "object"}`."""
+        Python tool without one, derived from its entry's signature; else `{"type": "object"}`.
+        Calls are checked against it."""
         return self.manifest.input_schema or self._args_schema or self._signature_schema or {"type": "object"}
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
@@ -165,14 +168,13 @@ class Tool:
             return "this command tool takes argv and stdin, not args (its manifest maps none)"
         if args and not all(isinstance(k, str) for k in args):
             return "args keys must be strings"
-        schema = self.manifest.input_schema or self._args_schema
-        if schema is not None:
+        if self._validator is not None:
             values = dict(args or {})
-            try:  # the schema check recurses, so it never sees deeper args than a result may be
+            try:  # the schema check never sees deeper args than a result may be
                 _abi.check_depth(values)
             except _abi.FramingError as exc:
                 return f"args are {exc}"
-            return _schema.validate(values, schema)
+            return self._validator.problem(values)
         return None
 
     def __repr__(self) -> str:

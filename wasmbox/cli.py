@@ -121,13 +121,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     serve.add_argument(
         "--host", default="127.0.0.1",
-        help="HTTP: the address to bind (default 127.0.0.1). The server has no authentication: "
-        "an address other than loopback is refused without --allow-remote",
+        help="HTTP: the address to bind (default 127.0.0.1); an address other than loopback "
+        "needs --allow-remote and a token",
     )  # fmt: skip
     serve.add_argument("--port", type=int, default=8000, help="HTTP: the port (0: a free one)")
     serve.add_argument(
         "--allow-remote", action="store_true",
         help="HTTP: allow --host to be a non-loopback address (reachable from the network)",
+    )  # fmt: skip
+    token = serve.add_mutually_exclusive_group()
+    token.add_argument(
+        "--auth-token-file", type=Path, metavar="PATH",
+        help="HTTP: every request must carry the token in this file (its first line) as "
+        "`Authorization: Bearer <token>`",
+    )  # fmt: skip
+    token.add_argument(
+        "--auth-token-env",
+        metavar="VAR",
+        help="HTTP: as --auth-token-file, the token in this environment variable",
+    )
+    serve.add_argument(
+        "--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
+        help="HTTP: a Host header to accept besides loopback's (DNS-rebinding check; repeatable)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--allowed-origin", action="append", default=[], metavar="URL",
+        help="HTTP: an Origin header to accept besides loopback's, e.g. https://app.example.com (repeatable)",
     )  # fmt: skip
     serve.add_argument("--max-workers", type=int, help="calls run at once (default: CPU count)")
     serve.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
@@ -358,12 +377,32 @@ def _mcp_serve(options: argparse.Namespace) -> int:
     if options.sessions and not (options.python or options.python_grants):
         print("wasmbox: --sessions is for run_python: add --python", file=sys.stderr)
         return 2
+    http_only = (
+        options.auth_token_file,
+        options.auth_token_env,
+        options.allowed_host,
+        options.allowed_origin,
+    )
+    if options.transport != "http" and any(http_only):
+        print("wasmbox: tokens and allowed hosts and origins are for --transport http", file=sys.stderr)
+        return 2
+    token = None
+    try:
+        if options.auth_token_file is not None or options.auth_token_env is not None:
+            token = mcp.read_token(file=options.auth_token_file, env=options.auth_token_env)
+        mcp.transport_security(options.host, options.allowed_host, options.allowed_origin)
+    except ValueError as exc:
+        print(f"wasmbox: {_escape(str(exc))}", file=sys.stderr)
+        return 2
     if options.transport == "http" and not mcp.is_loopback(options.host):
         if not options.allow_remote:
-            print(f"wasmbox: --host {options.host} is not loopback: the server has no authentication; "
-                  "add --allow-remote to serve the network", file=sys.stderr)  # fmt: skip
+            print(f"wasmbox: --host {options.host} is not loopback: "
+                  "add --allow-remote (and a token) to serve the network", file=sys.stderr)  # fmt: skip
             return 2
-        print(f"wasmbox: warning: serving {options.host} without authentication", file=sys.stderr)
+        if token is None:
+            print(f"wasmbox: --host {options.host} is not loopback: anyone who can reach it could call "
+                  "the tools; give a token with --auth-token-file or --auth-token-env", file=sys.stderr)  # fmt: skip
+            return 2
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
     with Sandbox(max_workers=options.max_workers, **kwargs) as box:
         for path in options.manifests:
@@ -392,7 +431,8 @@ def _mcp_serve(options: argparse.Namespace) -> int:
             serve = mcp.serve_http(
                 box, python=python, host=options.host, port=options.port,
                 allow_remote=options.allow_remote, on_listening=listening, sessions=options.sessions,
-                javascript=javascript,
+                javascript=javascript, auth_token=token, allowed_hosts=options.allowed_host,
+                allowed_origins=options.allowed_origin,
             )  # fmt: skip
         try:
             asyncio.run(serve)

@@ -147,6 +147,49 @@ def test_tampered_cache_entry_is_rebuilt_never_executed(tmp_path: Path, damage: 
     assert hashlib.sha256(echo_entry.read_bytes()).hexdigest() in echo_entry.with_suffix(".json").read_text()
 
 
+def test_a_cache_folder_swapped_after_the_sandbox_is_made_is_never_used(tmp_path: Path) -> None:
+    """Another folder renamed into the cache's place after the Sandbox checked it, holding
+    another module's compiled code under this module's key with matching metadata: the
+    Sandbox keeps to the folder it opened, so the next load runs the module it was given."""
+    import json
+    import os
+
+    cache, moved, forged = tmp_path / "cache", tmp_path / "cache-moved", tmp_path / "forged"
+    with wasmbox.Sandbox(cache_dir=forged) as other:  # the forger's entries: echo's key, trap's code
+        other.load({"name": "echo", "module": wat("echo")})
+        other.load({"name": "trap", "module": wat("trap")})
+    echo_entry = next(p for p in forged.glob("module-*.cwasm") if _is_echo(p))
+    trap_entry = next(p for p in forged.glob("module-*.cwasm") if p != echo_entry)
+    code = trap_entry.read_bytes()
+    record = json.loads(echo_entry.with_suffix(".json").read_text())
+    record.update(size=len(code), digest=wasmbox._cache.artifact_digest(code))
+    echo_entry.write_bytes(code)
+    echo_entry.with_suffix(".json").write_text(json.dumps(record))
+    with wasmbox.Sandbox(cache_dir=cache) as box:
+        os.rename(cache, moved)  # the swap, after the Sandbox's check
+        os.rename(forged, cache)
+        tool = box.load({"name": "echo", "module": wat("echo")})
+        assert tool.call({"still": "echo"}).unwrap() == {"still": "echo"}  # not the trap
+        assert box.cache_stats.hits == 0 and box.cache_stats.compiles == 1
+    assert any(_is_echo(p) for p in moved.glob("module-*.cwasm"))  # stored where it was opened
+    assert echo_entry.name in os.listdir(cache) and cache.joinpath(echo_entry.name).read_bytes() == code
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757], ids=oct)
+def test_a_cache_whose_parent_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    """A folder on the cache's way that others can write (not sticky) would let them rename the
+    runtimes and package sets built under it, which are used by path: such a cache is refused,
+    naming the folder and the fix; a sticky one (as /tmp) is fine."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with pytest.raises(wasmbox.WasmboxError, match=r"the folder .*shared on its way is writable by others"):
+        wasmbox.Sandbox(cache_dir=shared / "deeper" / "wasmbox")
+    shared.chmod(mode | 0o1000)
+    with wasmbox.Sandbox(cache_dir=shared / "deeper" / "wasmbox") as box:
+        assert box.load({"name": "echo", "module": wat("echo")}).call({"a": 1}).unwrap() == {"a": 1}
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "swap-in-other-tool", "empty"])
 def test_tampered_python_bytecode_entry_is_rebuilt_never_run(
     cache_dir: Path, tmp_path: Path, damage: str

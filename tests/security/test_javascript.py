@@ -524,6 +524,11 @@ SLEEPS = [
      "setTimeout(() => { os.sleep(3.6e6); console.log('after') }, 0);\nawait new Promise((r) => setTimeout(r, 10))"),
     ("timer-chain", "(function tick() { setTimeout(tick, 0) })();\nawait new Promise(() => {})"),
     ("interval", "setInterval(() => {}, 1);\nawait new Promise(() => {})"),
+    # delays QuickJS's own loop cannot count (32 bits of ms): due after the deadline all the same
+    ("timer-2^31", "await new Promise((r) => setTimeout(r, 2 ** 31 + 5));\nconsole.log('after')"),
+    ("timer-2^64", "await new Promise((r) => setTimeout(r, 2 ** 64));\nconsole.log('after')"),
+    ("timer-infinity", "await new Promise((r) => setTimeout(r, Infinity));\nconsole.log('after')"),
+    ("interval-2^31", "setInterval(() => console.log('after'), 2 ** 31);\nawait new Promise(() => {})"),
 ]  # fmt: skip
 
 
@@ -535,6 +540,34 @@ def test_js_sleeps_and_timers_end_at_the_deadline(guarded: Guarded, code: str) -
     result = js(guarded, "console.log('before');\n" + code, limits={"fuel": 10**15, "timeout": "500ms"})
     assert kind_of(result) is ErrorKind.TIMEOUT, result.error
     assert result.stdout in ("before\n", "")  # ("" only if the deadline passed before the first line)
+    guarded.assert_untouched()
+
+
+def test_js_timer_delays_are_what_they_say(guarded: Guarded) -> None:
+    """Every delay is ToNumber of what was given (a BigInt throws a TypeError, as in browsers and
+    Node), NaN and negative ones run at the next turn, and timers pending for 2^31 ms or more
+    (or forever) do not stop shorter ones from running while the call awaits them."""
+    code = """
+const fired = [];
+const delays = { nan: NaN, negative: -5, zero: 0, undefined: undefined, null: null, fraction: 5.9,
+                 string: "15", object: { valueOf: () => 10 }, junk: "soon" };
+setTimeout(() => fired.push("2^31"), 2 ** 31 + 5);
+setTimeout(() => fired.push("infinity"), Infinity);
+const cleared = setTimeout(() => fired.push("cleared"), 2 ** 40);
+clearTimeout(cleared);
+for (const [name, delay] of Object.entries(delays)) setTimeout(() => fired.push(name), delay);
+await new Promise((done) => {
+  const poll = () => (fired.length >= 9 ? done() : setTimeout(poll, 5));
+  poll();
+});
+let bigint;
+try { setTimeout(() => {}, 1n) } catch (e) { bigint = e.name }
+[fired.sort(), bigint]
+"""
+    result = js(guarded, code, limits={"fuel": 10**12, "timeout": "60s"})
+    assert result.ok, result.error
+    names = ["fraction", "junk", "nan", "negative", "null", "object", "string", "undefined", "zero"]
+    assert result.value == [names, "TypeError"]
     guarded.assert_untouched()
 
 
@@ -803,7 +836,10 @@ def test_js_cannot_call_ungranted_or_unregistered_functions(guarded: Guarded, na
     received: list[Any] = []
     register(guarded.box, received)
     result = js(guarded, call_host(name, "{key: 'a'}"), host_functions=["host.fn"], limits={"fuel": 10**9})
-    assert result.value == "HostCallError: this host function is not granted to this tool"
+    shown = result.host_calls[0].name  # the name, cut short: the message is bounded too
+    assert result.value == (
+        f"HostCallError: host function {shown!r} is not granted to this tool: add it to the manifest's host_functions"
+    )
     assert [r.verdict for r in result.host_calls] == ["denied"]
     assert len(result.host_calls[0].name) <= 131  # the guest's megabytes are not echoed
     assert received == [] and not leaks_secret(result)

@@ -3,7 +3,11 @@ rewrote between runs, a grant swapped under a live session, and what a closed se
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import wasmbox
 from wasmbox import ErrorKind, SessionEndedError
@@ -113,6 +117,80 @@ def test_a_closed_session_holds_no_descriptor(guarded: Guarded) -> None:
     assert held() == []
     del session
     guarded.assert_untouched()
+
+
+def test_files_a_session_keeps_open_across_runs_are_capped(guarded: Guarded) -> None:
+    """Files kept open from run to run count against `SessionLimits.files`: under it the session
+    goes on, and the run that takes it past fails, naming the limit, and ends the session, which
+    closes them all; fresh calls are served as before."""
+    grants = {"name": "nb", "runtime": "python", "limits": QUICK, "preopens": guarded.preopen()}
+    session = guarded.box.session(grants, limits=wasmbox.SessionLimits(files=40))
+    granted = str(guarded.granted)
+
+    def held() -> int:
+        return sum(granted in target for target in fd_targets())
+
+    keep = "import os\nkept = globals().setdefault('kept', [])\n" \
+           "kept += [os.open('/data/inside.txt', os.O_RDONLY) for _ in range({})]\nlen(kept)"  # fmt: skip
+    assert [session.run(keep.format(10)).value for _ in range(3)] == [10, 20, 30]
+    assert held() >= 30
+    result = session.run(keep.format(15))
+    assert result.error is not None and result.error.kind is ErrorKind.HOST_ERROR, result
+    assert "files open between runs, more than its 40 (SessionLimits.files)" in result.error.message
+    assert session.closed and held() == 0
+    one_run = guarded.box.session(grants, limits=wasmbox.SessionLimits(files=40))  # all in one run
+    result = one_run.run(keep.format(500))
+    assert result.error is not None and "(SessionLimits.files)" in result.error.message
+    assert one_run.closed and held() == 0
+    assert (
+        guarded.box.run_python("open('/data/inside.txt').read()", {**grants, "name": "py"}).value
+        == "inside\n"
+    )
+    del session, one_run
+    guarded.assert_untouched()
+
+
+# A process whose soft RLIMIT_NOFILE is 512: sessions may keep 128 files open together.
+LOW_LIMIT = """
+import json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+import wasmbox
+data = sys.argv[1]
+grants = {"name": "nb", "runtime": "python", "preopens": [{"host": data, "guest": "/data"}]}
+keep = "import os\\nk = [os.open('/data/a.txt', os.O_RDONLY) for _ in range({})]\\nlen(k)"
+out = {}
+with wasmbox.Sandbox(cache_dir=sys.argv[2], progress=None) as box:
+    one = box.session(grants).run(keep.format(500))  # as many as it can, in one run
+    out["one"] = [one.error.kind.value, one.error.message]
+    sessions = [box.session(grants) for _ in range(3)]
+    runs = [s.run(keep.format(50)) for s in sessions]  # each under its own 64
+    out["runs"] = [r.value if r.ok else [r.error.kind.value, r.error.message] for r in runs]
+    out["closed"] = [s.closed for s in sessions]
+    out["listing"] = len(os.listdir("/proc/self/fd")) < 512
+    out["fresh"] = box.run_python("open('/data/a.txt').read()", grants).value
+print(json.dumps(out))
+"""
+
+
+def test_sessions_keeping_files_open_cannot_starve_the_process(tmp_path: Path, cache_dir: Path) -> None:
+    """With a soft RLIMIT_NOFILE of 512, a session that opens 500 files fails and is freed, and
+    sessions each under their own cap are stopped once they keep more than a quarter of the
+    limit together: the host can still list its descriptors and serve fresh calls."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a\n")
+    done = subprocess.run(
+        [sys.executable, "-c", LOW_LIMIT, str(data), str(cache_dir)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["one"][0] == "host_error" and "(SessionLimits.files)" in out["one"][1]
+    assert out["runs"][:2] == [50, 50]
+    kind, message = out["runs"][2]
+    assert kind == "host_error" and "more than the 128 they may together" in message
+    assert out["closed"] == [False, False, True]
+    assert out["listing"] and out["fresh"] == "a\n"
 
 
 def test_sessions_past_the_cap_are_refused_and_the_sandbox_keeps_serving(guarded: Guarded) -> None:

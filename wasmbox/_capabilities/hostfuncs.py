@@ -99,6 +99,11 @@ class HostFunction:
         return HostReply(payload, record, kind if verdict != "ok" else None)
 
 
+def not_granted(name: str) -> str:
+    """What a guest (and the call's record) is told of a host function its manifest does not grant."""
+    return f"host function {name!r} is not granted to this tool: add it to the manifest's host_functions"
+
+
 def refusal(
     name: str,
     verdict: HostCallVerdict,

@@ -25,10 +25,24 @@ SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"
 StrictMode = bool | Literal["auto"]
 FORMATS: tuple[str, ...] = get_args(SpecFormat)
 
-# Dropped from a strict schema and still checked at call time (OpenAI does not support them).
-_CHECKED_LATER = ("minLength", "maxLength", "minProperties", "maxProperties", "uniqueItems")
-_KEPT = ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems")
-_REFUSED = ("allOf", "not")  # no strict equivalent that keeps their meaning
+# Dropped from a strict schema, written into its description, and still checked at call time
+# (strict mode does not support them; each only narrows what the model may send).
+_CHECKED_LATER = (
+    "minLength", "maxLength", "minProperties", "maxProperties", "uniqueItems", "contains",
+    "minContains", "maxContains", "propertyNames", "dependentRequired", "dependentSchemas",
+    "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
+)  # fmt: skip
+_KEPT = (
+    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minItems", "maxItems",
+)  # fmt: skip
+_REFUSED = ("allOf", "not", "$dynamicRef")  # no strict equivalent that keeps their meaning
+_STRICT_FORMATS = {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
+# dropped from a strict schema (a `$ref` with only these beside it stays a `$ref`)
+_ANNOTATIONS = {
+    "title", "$comment", "$schema", "$id", "$anchor", "$dynamicAnchor", "examples",
+    "deprecated", "readOnly", "writeOnly", "discriminator",
+}  # fmt: skip
 
 RUN_PYTHON = "run_python"  # `Sandbox.run_python` offered to a model as a tool
 RUN_PYTHON_DESCRIPTION = (
@@ -157,24 +171,55 @@ def mcp_annotations(manifest: Manifest) -> dict[str, Any]:
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """`schema` (a tool's args) in strict mode's subset, or StrictSchemaError naming the part
     that has no strict form: `allOf`/`not`, an object open to any property (no `properties`,
-    or `additionalProperties` given as a schema), a value of any type, an array without
-    `items`, a root that is not an object. Optional properties become required and nullable;
-    `oneOf` becomes `anyOf`, `const` a one-value `enum`; length, property-count and
-    `uniqueItems` keywords and a `default` move into the description (wasmbox checks them)."""
-    root = _strict(schema, "$")
-    if _types(root) != ["object"] or "anyOf" in root:
+    or `additionalProperties` given as a schema, `patternProperties`), a value of any type, an
+    array without `items` or with `prefixItems`, a `$dynamicRef`, a root that is not an
+    object. Optional properties become required and nullable; `oneOf` becomes `anyOf`, `const`
+    a one-value `enum`; `$defs` are converted and `$ref`s kept (one with sibling keywords is
+    replaced by what it names, as strict mode takes no siblings, so a root `$ref` too);
+    keywords that only narrow what is accepted (lengths, property counts, `uniqueItems`,
+    `if`/`then`/`else`, `dependentRequired`, ...), a format strict mode lacks and a `default`
+    move into the description (wasmbox checks them); other annotations are dropped."""
+    root = dict(schema)
+    if isinstance(root.get("$ref"), str):
+        root = {**{k: v for k, v in root.items() if k != "$ref"}, **_target(root, root, "$")}
+    converted = _strict(root, "$", root, 0)
+    if _types(converted) != ["object"] or "anyOf" in converted:
         raise StrictSchemaError("$: the root must be an object (type 'object', not anyOf)")
-    return root
+    return converted
 
 
-def _strict(node: Any, path: str) -> dict[str, Any]:
+def _target(node: Mapping[str, Any], root: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """What `node`'s `$ref` names in `root`, without its own `$defs`."""
+    target = _schema.resolve(node, root)
+    if target is node:
+        raise StrictSchemaError(f"{path}: $ref {node['$ref']!r} names no part of the schema")
+    return {k: v for k, v in target.items() if k not in ("$defs", "definitions")}
+
+
+def _strict(node: Any, path: str, root: Mapping[str, Any], depth: int) -> dict[str, Any]:
     if not isinstance(node, Mapping) or not node:
         raise StrictSchemaError(f"{path}: accepts any value; strict mode needs a type")
+    if depth > _schema.MAX_DEPTH:
+        raise StrictSchemaError(f"{path}: nested deeper than {_schema.MAX_DEPTH} levels")
+    if isinstance(node.get("$ref"), str):
+        siblings = {k: v for k, v in node.items() if k not in _ANNOTATIONS and k != "$ref"}
+        if not siblings:  # a bare reference stays one (a recursive model's way back)
+            return {"$ref": node["$ref"]}
+        node = {**_target(node, root, path), **{k: v for k, v in node.items() if k != "$ref"}}
+    wrapped = node.get("allOf")
+    if isinstance(wrapped, list) and len(wrapped) == 1 and isinstance(wrapped[0], Mapping):
+        outer = {k: v for k, v in node.items() if k != "allOf"}
+        if not set(outer) & set(wrapped[0]):  # a lone allOf adds one schema's keywords
+            return _strict({**outer, **wrapped[0]}, path, root, depth + 1)
     for key in _REFUSED:
         if key in node:
             raise StrictSchemaError(f"{path}: {key!r} has no strict-mode equivalent")
     out: dict[str, Any] = {}
-    notes = [f"{key}: {json.dumps(node[key])}" for key in _CHECKED_LATER if key in node]
+    fmt = node.get("format")
+    later = [key for key in _CHECKED_LATER if key in node]
+    notes = [f"{key}: {json.dumps(node[key])}" for key in later]
+    if isinstance(fmt, str) and fmt not in _STRICT_FORMATS:
+        notes.insert(0, f"format: {fmt}")
     if "default" in node:
         notes.insert(0, f"default: {json.dumps(node['default'])}")
     description = node.get("description")
@@ -191,29 +236,42 @@ def _strict(node: Any, path: str) -> dict[str, Any]:
     for key in _KEPT:
         if key in node:
             out[key] = node[key]
+    if isinstance(fmt, str) and fmt in _STRICT_FORMATS:
+        out["format"] = fmt
     branches = [*node.get("anyOf", []), *node.get("oneOf", [])]
     if "anyOf" in node and "oneOf" in node:
         raise StrictSchemaError(f"{path}: 'anyOf' and 'oneOf' together have no strict-mode equivalent")
     if branches:
         key = "anyOf" if "anyOf" in node else "oneOf"
-        out["anyOf"] = [_strict(sub, f"{path}.{key}[{i}]") for i, sub in enumerate(branches)]
+        out["anyOf"] = [_strict(sub, f"{path}.{key}[{i}]", root, depth + 1) for i, sub in enumerate(branches)]
     types = _types(node)
     if "object" in types or "properties" in node:
-        _strict_object(node, out, path)
-    if "array" in types or "items" in node:
+        _strict_object(node, out, path, root, depth)
+    if "array" in types or "items" in node or "prefixItems" in node:
+        if "prefixItems" in node:
+            raise StrictSchemaError(f"{path}: 'prefixItems' (a tuple) has no strict-mode form")
         if "items" not in node:
             raise StrictSchemaError(f"{path}: an array needs 'items' in strict mode")
-        out["items"] = _strict(node["items"], f"{path}.items")
+        out["items"] = _strict(node["items"], f"{path}.items", root, depth + 1)
+    for key in ("$defs", "definitions"):
+        if isinstance(node.get(key), Mapping):
+            out[key] = {
+                name: _strict(sub, f"{path}.{key}.{name}", root, depth + 1) for name, sub in node[key].items()
+            }
     if "type" not in out and "enum" not in out and "anyOf" not in out:
         raise StrictSchemaError(f"{path}: no type (strict mode needs 'type', 'enum' or 'anyOf')")
     return out
 
 
-def _strict_object(node: Mapping[str, Any], out: dict[str, Any], path: str) -> None:
+def _strict_object(
+    node: Mapping[str, Any], out: dict[str, Any], path: str, root: Mapping[str, Any], depth: int
+) -> None:
     properties = node.get("properties", {})
     extra = node.get("additionalProperties", True)
     if not isinstance(extra, bool):
         raise StrictSchemaError(f"{path}: additionalProperties as a schema (a map) has no strict-mode form")
+    if "patternProperties" in node:
+        raise StrictSchemaError(f"{path}: patternProperties (properties by pattern) has no strict-mode form")
     if not properties and extra:
         raise StrictSchemaError(f"{path}: an object open to any property has no strict-mode form")
     if "type" not in out:
@@ -222,28 +280,11 @@ def _strict_object(node: Mapping[str, Any], out: dict[str, Any], path: str) -> N
     converted = {}
     for name, sub in properties.items():
         where = f"{path}.properties.{name}"
-        schema = _strict(sub, where)
-        converted[name] = schema if name in required else _nullable(schema)
+        schema = _strict(sub, where, root, depth + 1)
+        converted[name] = schema if name in required else _schema.nullable(schema)
     out["properties"] = converted
     out["required"] = list(properties)
     out["additionalProperties"] = False
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` that also accepts null (how strict mode says a property may be left out)."""
-    if _schema.validate(None, schema) is None:
-        return schema
-    types = schema.get("type")
-    if types is not None and "enum" not in schema and "anyOf" not in schema:
-        names = [types] if isinstance(types, str) else list(types)
-        return {**schema, "type": [*names, "null"]}
-    if "anyOf" in schema and len(schema) <= 2 and set(schema) <= {"anyOf", "description"}:
-        return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
-    inner = {k: v for k, v in schema.items() if k != "description"}
-    outer: dict[str, Any] = {"anyOf": [inner, {"type": "null"}]}
-    if "description" in schema:
-        outer = {"description": schema["description"], **outer}
-    return outer
 
 
 def _types(node: Mapping[str, Any]) -> list[str]:
@@ -260,7 +301,7 @@ def prepare_args(args: Any, schema: Mapping[str, Any] | None) -> Any:
     removing it makes the object fit (a property count). Anything else is returned as is."""
     if not isinstance(schema, Mapping) or not _holds_none(args, 0):  # (the usual case: no walk)
         return args
-    return _without_nulls(args, schema)
+    return _without_nulls(args, schema, schema)
 
 
 def _holds_none(value: Any, depth: int) -> bool:
@@ -273,9 +314,10 @@ def _holds_none(value: Any, depth: int) -> bool:
     return depth > _schema.MAX_DEPTH or any(item is None or _holds_none(item, depth + 1) for item in items)
 
 
-def _without_nulls(args: Any, schema: Any) -> Any:
-    if not isinstance(schema, Mapping):
+def _without_nulls(args: Any, schema: Any, root: Mapping[str, Any], depth: int = 0) -> Any:
+    if not isinstance(schema, Mapping) or depth > _schema.MAX_DEPTH:
         return args
+    schema = _schema.resolve(schema, root)
     if isinstance(args, dict):
         properties = schema.get("properties", {})
         required = set(schema.get("required", []))
@@ -286,25 +328,25 @@ def _without_nulls(args: Any, schema: Any) -> Any:
                 if sub is None:
                     kept[key] = value
                 elif value is None and key not in required:
-                    if _schema.validate(None, sub) is not None:
+                    if not _schema.accepts(None, _schema.resolve(sub, root), root):
                         continue
                     kept[key] = None
                     allowed.append(key)
                 else:
-                    kept[key] = _without_nulls(value, sub)
-            if allowed and _schema.validate(kept, schema) is not None:
+                    kept[key] = _without_nulls(value, sub, root, depth + 1)
+            if allowed and not _schema.accepts(kept, schema, root):
                 # nulls the schema allows are kept, unless only leaving them out fits it
                 # (e.g. maxProperties counts them)
                 without = {k: v for k, v in kept.items() if k not in allowed}
-                if _schema.validate(without, schema) is None:
+                if _schema.accepts(without, schema, root):
                     kept = without
             args = kept
     elif isinstance(args, list) and "items" in schema:
-        args = [_without_nulls(item, schema["items"]) for item in args]
+        args = [_without_nulls(item, schema["items"], root, depth + 1) for item in args]
     if isinstance(args, (dict, list)):
         for key in ("anyOf", "oneOf"):
             for branch in schema.get(key, []):
-                candidate = _without_nulls(args, branch)
-                if _schema.validate(candidate, branch) is None:
+                candidate = _without_nulls(args, branch, root, depth + 1)
+                if _schema.accepts(candidate, _schema.resolve(branch, root), root):
                     return candidate
     return args

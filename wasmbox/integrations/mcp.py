@@ -18,24 +18,36 @@ name run in that interpreter. (The SDK serves each request of the 2026-07 protoc
 connection of its own, so there is no client connection to tie a session to.) Names are
 random tokens the server issued: a client cannot reach another's session without being told
 its name. A session ends as `Sandbox.session`'s do (idle, totals, a failed run).
+
+Over HTTP, `auth_token` makes every request need `Authorization: Bearer <token>` (the SDK's
+resource-server side: its bearer middleware over a `TokenVerifier` that compares the token in
+constant time); a request without it, or with another, is a 401 with `WWW-Authenticate:
+Bearer`. A non-loopback `host` needs `allow_remote` and a token. `allowed_hosts` and
+`allowed_origins` are the `Host` and `Origin` values the SDK's DNS-rebinding check lets
+through, beside loopback's own.
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
+import os
 import secrets
 import signal
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 try:
     import mcp_types as types
     from mcp.server import Server, ServerRequestContext
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
     from mcp.server.stdio import stdio_server
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
@@ -189,40 +201,137 @@ async def serve_http(
     on_listening: Callable[[str], None] | None = None,
     sessions: bool = False,
     javascript: bool | ManifestSource = False,
+    auth_token: str | None = None,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> None:
     """Serve `build_server(box, python=python, sessions=sessions, javascript=javascript)` over streamable HTTP at
     `http://host:port/mcp` until the process gets SIGINT or SIGTERM, then return. `port=0` takes a free port;
-    `on_listening(url)` is called once the socket listens. The server has no authentication:
-    a `host` other than loopback raises ValueError unless `allow_remote` says it is meant."""
+    `on_listening(url)` is called once the socket listens. With `auth_token` (see `read_token`) every request
+    must carry it as a bearer token. ValueError when `host` is not loopback and `allow_remote` or
+    `auth_token` is missing, when the token is unusable, or an allowed host or origin is malformed."""
     import uvicorn  # a dependency of the mcp SDK
 
-    if not allow_remote and not is_loopback(host):
-        raise ValueError(
-            f"{host!r} is not a loopback address: the MCP server has no authentication, so "
-            "binding it to a network is refused unless allow_remote=True"
-        )
+    if not is_loopback(host):
+        if not allow_remote:
+            raise ValueError(
+                f"{host!r} is not a loopback address: binding the MCP server to a network is "
+                "refused unless allow_remote=True (and an auth_token) say it is meant"
+            )
+        if auth_token is None:
+            raise ValueError(
+                f"{host!r} is not a loopback address: anyone who can reach it could call the tools, "
+                "so serving it needs an auth_token (clients send it as a bearer token)"
+            )
+    if auth_token is not None:
+        _check_token(auth_token, "auth_token")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    security = None  # (off the loopback, the Host a client uses is not known here)
-    if is_loopback(host):  # DNS rebinding: refuse a Host or Origin that is not this machine
-        hosts = sorted({"127.0.0.1:*", "localhost:*", "[::1]:*", f"{shown}:*"})
-        security = TransportSecuritySettings(
-            allowed_hosts=hosts, allowed_origins=[f"http://{name}" for name in hosts]
-        )
+    security = transport_security(host, allowed_hosts, allowed_origins)
     server = build_server(box, python=python, sessions=sessions, javascript=javascript)
-    app = server.streamable_http_app(host=host, transport_security=security)
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
         listener.listen(128)
-        bound = listener.getsockname()[1]
+        url = f"http://{shown}:{listener.getsockname()[1]}/mcp"
+        auth: dict[str, Any] = {}
+        if auth_token is not None:
+            # the resource-server side only: no authorization server issues this token, so no
+            # protected-resource metadata is published (`issuer_url` is required by the model
+            # and unused without an auth server provider or a resource_server_url)
+            auth = {"auth": AuthSettings(issuer_url=url, resource_server_url=None),
+                    "token_verifier": _StaticToken(auth_token)}  # fmt: skip
+        app = server.streamable_http_app(host=host, transport_security=security, **auth)
         if on_listening is not None:
-            on_listening(f"http://{shown}:{bound}/mcp")
+            on_listening(url)
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         await _uvicorn_server()(config).serve(sockets=[listener])
     finally:
         listener.close()
+
+
+def read_token(*, file: Path | None = None, env: str | None = None) -> str:
+    """The bearer token in `file` (its first line) or in the environment variable `env`, for
+    `serve_http(auth_token=...)`. ValueError when neither or both are given, the file cannot be
+    read, the variable is unset, or the token is shorter than 32 characters or holds a
+    character a header cannot carry (a space, a control character, non-ASCII)."""
+    if (file is None) == (env is None):
+        raise ValueError("give the token's file or its environment variable, one of them")
+    if file is not None:
+        try:
+            with open(file, encoding="utf-8") as handle:  # the operator's file, opened as given
+                token, where = handle.readline().strip(), f"the token file {file}"
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"cannot read the token file {file}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+    else:
+        assert env is not None
+        if env not in os.environ:
+            raise ValueError(f"the environment variable {env} (the token) is not set")
+        token, where = os.environ[env].strip(), f"the environment variable {env}"
+    _check_token(token, where)
+    return token
+
+
+MIN_TOKEN_LENGTH = 32  # characters: e.g. `secrets.token_urlsafe(32)` gives 43
+
+
+def _check_token(token: str, where: str) -> None:
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValueError(
+            f"{where}: the token has {len(token)} characters; give at least {MIN_TOKEN_LENGTH} "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    if not all("!" <= char <= "~" for char in token):
+        raise ValueError(f"{where}: the token may hold only printable ASCII without spaces")
+
+
+class _StaticToken:
+    """The SDK's `TokenVerifier` for one shared token, compared in constant time."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        given = token.encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(given, self._token):
+            return None
+        return AccessToken(token="", client_id="wasmbox-token", scopes=[])  # the token is not kept
+
+
+def transport_security(
+    host: str, allowed_hosts: Sequence[str] = (), allowed_origins: Sequence[str] = ()
+) -> TransportSecuritySettings | None:
+    """The SDK's DNS-rebinding check for a server bound to `host`: on loopback, loopback names
+    and the allowed ones; off it, the allowed ones, or no check when none are given (the token
+    then guards). A bare host name allows it on any port. ValueError naming a malformed entry,
+    or origins without hosts off loopback."""
+    hosts: set[str] = set()
+    for given in allowed_hosts:
+        if not given or any(char in given for char in "/ @") or given.startswith("http"):
+            raise ValueError(f"allowed host {given!r}: give a Host header value, e.g. 'mcp.example.com:8443'")
+        hosts |= (
+            {given} if given.rsplit(":", 1)[-1].isdigit() or given.endswith(":*") else {given, f"{given}:*"}
+        )
+    origins: set[str] = set()
+    for given in allowed_origins:
+        if not given.startswith(("http://", "https://")) or given.count("/") != 2:
+            raise ValueError(
+                f"allowed origin {given!r}: give an Origin header value, e.g. 'https://app.example.com'"
+            )
+        origins.add(given)
+    if is_loopback(host):  # DNS rebinding: refuse a Host or Origin that is not this machine
+        shown = f"[{host}]" if ":" in host else host
+        local = {"127.0.0.1:*", "localhost:*", "[::1]:*", f"{shown}:*"}
+        hosts |= local
+        origins |= {f"http://{name}" for name in local}
+    elif not hosts:
+        if origins:
+            raise ValueError("allowed origins are checked with the Host: give allowed hosts too")
+        return None
+    return TransportSecuritySettings(allowed_hosts=sorted(hosts), allowed_origins=sorted(origins))
 
 
 def _uvicorn_server() -> type[Any]:

@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
 from .._capabilities.hostfuncs import HostFunction
-from .._errors import CapabilityError, ErrorKind, ManifestError, WasmboxError
+from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from .._files import read_regular_file
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
@@ -654,8 +654,10 @@ class RaySandboxPool:
         picked = self._acquire(wait=True)
         if picked is None:
             return self._failed(lost, self._no_actor())
-        slot, generation, handle = picked
-        ref = send(handle)
+        sent = self._send(send, picked, lost)
+        if isinstance(sent, CallResult):
+            return sent
+        slot, generation, ref = sent
         try:
             outcome = ray.get(ref, timeout=self._answer_s(lost))
         except RayActorError as exc:
@@ -675,8 +677,10 @@ class RaySandboxPool:
             picked = await asyncio.to_thread(self._acquire, True)
         if picked is None:
             return self._failed(lost, self._no_actor())
-        slot, generation, handle = picked
-        ref = send(handle)
+        sent = self._send(send, picked, lost)
+        if isinstance(sent, CallResult):
+            return sent
+        slot, generation, ref = sent
         try:
             outcome = await asyncio.wait_for(ref, self._answer_s(lost))
         except RayActorError as exc:
@@ -689,6 +693,24 @@ class RaySandboxPool:
         finally:
             self._release(slot)
         return self._finish(outcome)
+
+    def _send(
+        self, send: Callable[[Any], Any], picked: tuple[_Slot, int, Any], lost: _Lost
+    ) -> tuple[_Slot, int, Any] | CallResult:
+        """The call sent to the picked actor: its slot, generation and object ref. When Ray
+        cannot send it (its input does not serialize), the slot is given back and the answer
+        is the call's failed result, recorded: `invalid_arguments`, as in-process for input
+        MessagePack cannot take, or `host_error` for a failure of Ray's own."""
+        slot, generation, handle = picked
+        try:
+            return slot, generation, send(handle)
+        except RayError as exc:
+            self._release(slot)
+            return self._failed(lost, f"Ray could not send this call: {_first_line(exc)}")
+        except Exception as exc:  # noqa: BLE001 - what pickling the input raised (TypeError, PicklingError, ...)
+            self._release(slot)
+            message = f"the call's input cannot be sent to a Ray actor: {_first_line(exc)}"
+            return self._failed(lost, message, ErrorKind.INVALID_ARGUMENTS)
 
     def _answer_s(self, lost: _Lost) -> float:
         """How long a call's answer is waited for: its own deadline, and the start timeout for
@@ -712,8 +734,8 @@ class RaySandboxPool:
         assert outcome.result is not None
         return outcome.result
 
-    def _failed(self, lost: _Lost, message: str) -> CallResult:
-        result = CallResult.failed(lost.tool, ErrorKind.HOST_ERROR, message)
+    def _failed(self, lost: _Lost, message: str, kind: ErrorKind = ErrorKind.HOST_ERROR) -> CallResult:
+        result = CallResult.failed(lost.tool, kind, message)
         if self._auditor.enabled:
             self._auditor.record(result, lost.manifest_digest, lost.code_digest, lost.args, lost.limits)
         return result
@@ -735,7 +757,7 @@ class RaySandboxPool:
         try:
             return self._tools[name]
         except KeyError:
-            raise KeyError(f"no tool named {name!r} is loaded") from None
+            raise UnknownToolError(name, self._tools) from None
 
     def call(self, name: str, args: Mapping[str, Any] | None = None, **kwargs: Any) -> CallResult:
         """`Sandbox.call` on the actor with the fewest calls in flight."""

@@ -132,6 +132,7 @@ class ModuleRunner:
                     scratch.arm(store)
                 instance = self._pre.instantiate(store)
                 memory = _memory(store, instance)
+                state.ready()
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
                     if self._fail_on_exit and value["exit_code"] != 0:

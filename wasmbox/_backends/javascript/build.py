@@ -105,7 +105,7 @@ def ensure_runtime(directory: Path, engine: wasmtime.Engine, progress: Progress)
     cannot be fetched (e.g. no registry) or the build fails."""
     key = _inputs_digest()
     target = build_once(
-        directory, f"javascript-runtime-{key[:24]}", "layout.json",
+        directory, _folder(key), "layout.json",
         lambda stage: _build(stage, engine, progress), "the JavaScript runtime",
     )  # fmt: skip
     try:
@@ -113,6 +113,15 @@ def ensure_runtime(directory: Path, engine: wasmtime.Engine, progress: Progress)
     except (OSError, ValueError, TypeError) as exc:
         raise RuntimeBuildError(f"the JavaScript runtime in {target} is unreadable: {exc}") from None
     return JavaScriptRuntime(target / "runtime.wasm", layout, key)
+
+
+def built(directory: Path) -> bool:
+    """Whether the runtime for the current inputs is built under `directory` (builds nothing)."""
+    return (directory / _folder(_inputs_digest()) / "layout.json").is_file()
+
+
+def _folder(key: str) -> str:
+    return f"javascript-runtime-{key[:24]}"
 
 
 def _inputs_digest() -> str:

@@ -14,6 +14,7 @@
   const { isArray } = Array;
   const { isView } = ArrayBuffer;
   const { isSafeInteger } = Number;
+  const { trunc } = Math;
   const arrayFrom = Array.from;
   const ErrorType = Error;
   const MapType = Map;
@@ -27,15 +28,35 @@
   // setTimeout(fn, ms, ...args) on QuickJS's timers, which run while the call awaits (the
   // host's event loop, `runner._settle`). An exception thrown in `fn` ends the call, as an
   // uncaught exception ends a Node process. Timers still pending when the value is ready do
-  // not run.
-  const setTimeout = (fn, ms = 0, ...args) =>
-    osSetTimeout(() => {
+  // not run. The delay is ToNumber(ms) (a BigInt or a Symbol throws a TypeError, as in browsers
+  // and Node), in whole ms; NaN, zero and negative ones run at the next turn. A delay is what it
+  // says, however long (neither wrapped at 2^31 as browsers do nor cut to 1 ms as Node does):
+  // QuickJS's loop works out the next timer's delay in 32 bits, so a long one is armed in
+  // steps of at most MAX_STEP ms under one id, and the host sees it due when it is.
+  const MAX_STEP = 2 ** 30;
+  const timers = new Map(); // a timer's id -> the QuickJS timer now standing for it
+  const setTimeout = (fn, ms = 0, ...args) => {
+    let left = +ms;
+    left = left > 0 ? trunc(left) : 0;
+    let id;
+    const fire = () => {
+      timers.delete(id);
       try {
         fn(...args);
       } catch (error) {
         uncaught ??= { error };
       }
-    }, ms);
+    };
+    const step = () => {
+      const now = left > MAX_STEP ? MAX_STEP : left;
+      left -= now; // (Infinity stays Infinity: never due)
+      const timer = osSetTimeout(left > 0 ? step : fire, now);
+      id ??= timer;
+      timers.set(id, timer);
+    };
+    step();
+    return id;
+  };
   globalThis.setTimeout = setTimeout;
   // setInterval on the same timers: its id is its first timer's, so ids never clash, and
   // clearTimeout and clearInterval take either kind, as in browsers and Node.
@@ -54,8 +75,10 @@
     return id;
   };
   const clear = (id) => {
-    osClearTimeout(intervals.get(id) ?? id);
+    const timer = intervals.get(id) ?? id;
     intervals.delete(id);
+    osClearTimeout(timers.get(timer) ?? timer); // (an id of os.setTimeout's own, too)
+    timers.delete(timer);
   };
   globalThis.clearTimeout = clear;
   globalThis.clearInterval = clear;

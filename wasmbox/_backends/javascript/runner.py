@@ -181,6 +181,7 @@ class JavaScriptRunner:
                     scratch.arm(store)
                 instance = self._pre.instantiate(store)
                 memory = _capi.MEMORY.get(store, instance)
+                state.ready()
                 value = self._run(store, instance, memory, request, limits.output, bool(manifest.env))
         except _outcome.RUN_ENDS as exc:
             error = _outcome.ended_with(exc, limits, exit_is_an_end=True)  # std.exit(n) ends the script

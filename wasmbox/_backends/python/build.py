@@ -77,8 +77,17 @@ def ensure_runtime(
         if prepare is not None:
             prepare(PythonRuntime(stage / "runtime.wasm", stage / "stdlib", key))
 
-    target = build_once(directory, f"python-runtime-{key[:24]}", "runtime.wasm", build, "the Python runtime")
+    target = build_once(directory, _folder(key), "runtime.wasm", build, "the Python runtime")
     return PythonRuntime(target / "runtime.wasm", target / "stdlib", key)
+
+
+def built(directory: Path) -> bool:
+    """Whether the runtime for the current inputs is built under `directory` (builds nothing)."""
+    return (directory / _folder(_inputs_digest()) / "runtime.wasm").is_file()
+
+
+def _folder(key: str) -> str:
+    return f"python-runtime-{key[:24]}"
 
 
 def build_once(directory: Path, name: str, done: str, build: Callable[[Path], None], what: str) -> Path:

@@ -39,6 +39,9 @@ PIN = re.compile(
     r"==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)$"
 )
 _NOT_NAME = r"[<>=!~;@ \[]"
+# a pin's hash, as pip's requirements files give it: `--hash=sha256:<hex>` (or `--hash sha256:...`)
+HASH_OPTION = re.compile(r"(?:^|\s)--hash(?:=|\s+)(?P<value>\S*)")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 NATIVE_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
 PIP_TIMEOUT = 300.0  # seconds for one pip run, downloads included
 _RECORD = "wasmbox-packages.json"
@@ -50,36 +53,68 @@ def canonical_name(name: str) -> str:
 
 
 def check_pins(items: Iterable[str], origin: str | None = None) -> tuple[str, ...]:
-    """`items` as a sorted tuple of `name==version` pins (names in their PEP 503 form, spaces
-    removed), so one set has one spelling. Raises ValueError (its message starting `origin: `)
-    naming the first requirement that is not pinned with `==`, and a project listed twice."""
+    """`items` as a sorted tuple of pins, `name==version` or, hashed, `name==version
+    --hash=sha256:<hex>` (names in their PEP 503 form, spaces removed, hashes lower case and
+    sorted), so one set has one spelling. Raises ValueError (its message starting `origin: `)
+    naming the first requirement that is not pinned with `==`, a hash that is not a sha256, a
+    project listed twice, and a set where some pins are hashed and others not (pip checks hashes
+    for a whole set or none)."""
     pins: dict[str, str] = {}
     where = f"{origin}: " if origin else ""
     for item in items:
-        text = re.sub(r"\s+", "", item)
-        match = PIN.match(text)
+        digests = []
+        for option in HASH_OPTION.finditer(item):
+            algorithm, _, digest = option["value"].partition(":")
+            if algorithm.lower() != "sha256" or not SHA256_HEX.match(digest.lower()):
+                raise ValueError(
+                    f"{where}{item!r}: {option['value']!r} is not a sha256 hash: give "
+                    "--hash=sha256:<64 hex digits> (the wheel's `sha256sum`)"
+                )
+            digests.append(digest.lower())
+        rest = HASH_OPTION.sub(" ", item)
+        match = None if re.search(r"(?:^|\s)-", rest) else PIN.match(re.sub(r"\s+", "", rest))
         if match is None:
             name = re.split(_NOT_NAME, item.strip())[0] or "name"
             raise ValueError(
                 f"{where}{item!r} is not pinned: give an exact version, e.g. "
                 f"'{name}==1.2.3' (the set must be "
-                "reproducible; markers, URLs and pip options are not taken)"
+                "reproducible; markers, URLs and pip options other than --hash are not taken)"
             )
         name = canonical_name(match["name"])
         pin = f"{name}{(match['extras'] or '').lower()}=={match['version']}"
+        pin += "".join(f" --hash=sha256:{digest}" for digest in sorted(set(digests)))
         if name in pins and pins[name] != pin:
             raise ValueError(f"{where}{match['name']} is listed twice: {pins[name]!r} and {pin!r}")
         pins[name] = pin
+    hashed = [pin for pin in pins.values() if is_hashed(pin)]
+    if hashed and len(hashed) != len(pins):
+        bare = sorted(pin for pin in pins.values() if not is_hashed(pin))
+        raise ValueError(
+            f"{where}{', '.join(bare)} {'has' if len(bare) == 1 else 'have'} no --hash while other pins do: "
+            "hash every pin of a set (its dependencies too) or none"
+        )
     return tuple(sorted(pins.values()))
 
 
+def is_hashed(pin: str) -> bool:
+    """Whether a pin `check_pins` gave carries a sha256 hash."""
+    return " --hash=" in pin
+
+
+def pin_project(pin: str) -> str:
+    """The `name==version` part of a pin `check_pins` gave."""
+    return pin.split(" ", 1)[0]
+
+
 def read_requirements(path: Path) -> list[str]:
-    """The requirements in a requirements file: one pin a line, `#` comments and blank lines
-    ignored. Raises ValueError when the file cannot be read."""
+    """The requirements in a requirements file: one pin a line (a line ending in `\\` goes on
+    on the next, as pip reads them), `#` comments and blank lines ignored. Raises ValueError
+    when the file cannot be read."""
     try:
         text = read_regular_file(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    text = re.sub(r"\\\r?\n", " ", text)
     lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
     return [line for line in lines if line]
 
@@ -151,7 +186,7 @@ class PackageInstaller:
                     return done
                 stage = Path(tempfile.mkdtemp(dir=root, prefix=".build-packages-"))
                 try:
-                    with Step(progress, f"installing packages {', '.join(pins)}",
+                    with Step(progress, f"installing packages {', '.join(map(pin_project, pins))}",
                               f"pip from {self._source()}, once per cache"):  # fmt: skip
                         self._pip(pins, stage / "site")
                     installed = check_pure(stage / "site")
@@ -172,7 +207,7 @@ class PackageInstaller:
     def _pip(self, pins: tuple[str, ...], site: Path) -> None:
         if importlib.util.find_spec("pip") is None:
             raise ManifestError(
-                f"packages: installing {', '.join(pins)} needs pip in {sys.executable}'s environment"
+                f"packages: installing {', '.join(map(pin_project, pins))} needs pip in {sys.executable}'s environment"
             )
         command = [
             # -I: neither the working directory (a writable grant may hold it: a planted pip/
@@ -188,7 +223,11 @@ class PackageInstaller:
             command += ["--no-index"]
         if self._wheels is not None:
             command += ["--find-links", str(self._wheels)]
-        command += ["--", *pins]
+        # the pins as a requirements file (the only way pip takes their hashes), in the stage folder
+        requirements = site.parent / "requirements.txt"
+        requirements.write_text("".join(f"{pin}\n" for pin in pins))
+        command += ["--require-hashes"] if any(is_hashed(pin) for pin in pins) else []
+        command += ["-r", str(requirements)]
         try:
             done = subprocess.run(
                 command,
@@ -201,7 +240,7 @@ class PackageInstaller:
             )
         except subprocess.TimeoutExpired:
             raise ManifestError(
-                f"packages: pip did not finish installing {', '.join(pins)} in {self._timeout:.0f} s "
+                f"packages: pip did not finish installing {', '.join(map(pin_project, pins))} in {self._timeout:.0f} s "
                 f"(is {self._source()} reachable?)"
             ) from None
         if done.returncode != 0:
@@ -217,7 +256,28 @@ class PackageInstaller:
     def _describe_failure(self, pins: tuple[str, ...], log: str) -> str:
         errors = [line.removeprefix("ERROR: ") for line in log.splitlines() if line.startswith("ERROR: ")]
         missing = re.search(r"No matching distribution found for (\S+)", log)
-        message = f"packages: pip could not install {', '.join(pins)} from {self._source()}"
+        projects = ", ".join(map(pin_project, pins))
+        message = f"packages: pip could not install {projects} from {self._source()}"
+        mismatched = re.findall(
+            r"^\s*(\S+) from (\S+).*:\s*\n\s*Expected sha256 (\S+)((?:\s*\n\s*or \S+)*)\s*\n\s*Got\s+(\S+)",
+            log, re.MULTILINE,
+        )  # fmt: skip
+        if "DO NOT MATCH THE HASHES" in log and mismatched:
+            described = []
+            for project, url, first, more, got in mismatched:
+                expected = " or ".join([first, *re.findall(r"or (\S+)", more)])
+                described.append(
+                    f"{project} ({url.rsplit('/', 1)[-1]}) has sha256 {got}, the manifest pins {expected}"
+                )
+            return (f"packages: refused a download whose hash is not the pinned one: {'; '.join(described)} "
+                    f"({self._source()} served another file than the one pinned: if the pin is what you meant, "
+                    "the file was changed)")[:2000]  # fmt: skip
+        unhashed = re.findall(r"^\s+(\S+==\S+ --hash=sha256:[0-9a-f]{64})\s*$", log, re.MULTILINE)
+        if "missing from some requirements" in log and unhashed:
+            return (f"packages: {', '.join(map(pin_project, unhashed))} (a dependency) has no pin with a hash, "
+                    "and a hashed set needs every distribution it installs pinned with one: add "
+                    f"{', '.join(repr(line) for line in unhashed)} after checking that is the file you "
+                    "trust (these are the digests of what was downloaded)")[:2000]  # fmt: skip
         if missing is None:
             detail = "; ".join(errors[-3:]) or log.strip()[-600:]
             return f"{message}: {detail}"[:2000]

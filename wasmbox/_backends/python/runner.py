@@ -69,11 +69,15 @@ class PythonRuntimeRunner:
         run = compiled.get_export_index("run")
         if run is None:
             raise RuntimeError("the Python runtime component exports no `run`")
-        self._run = run
-        self._stdlib = ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),)
         self._packages: dict[tuple[str, ...], tuple[Path, bool]] = {}  # by `Manifest.packages`
+        self._instances = _Instances(
+            engine, compiled, self._linker, run, ticker, scratch,
+            ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),), self._packages,
+        )  # fmt: skip
         self._spares = _Spares(spares)
-        self._keeper = _Housekeeper(self._spares, weakref.WeakMethod(self._instantiate))
+        # The thread makes spares from `_instances`, which holds no host function: nothing it
+        # does keeps this runner (its host functions, their owners) alive.
+        self._keeper = _Housekeeper(self._spares, self._instances.make)
         # Released when closed, or when the Sandbox is dropped without closing it: nothing
         # here may keep the runner (and its engine's pool reservation) alive.
         self._release = weakref.finalize(
@@ -151,11 +155,12 @@ class PythonRuntimeRunner:
         prepared = self._spares.take(grants_digest, manifest)
         made_ahead = prepared is not None
         if prepared is None:
-            prepared = self._instantiate(manifest)  # (its WASI context opened the preopens just now)
+            prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
         else:
             prepared.renew(self._ticker)
         if prepare_next:  # the next call under these grants finds one ready
             self._keeper.request_spare(manifest, grants_digest)
+        state.ready(made_ahead)
         value: Any = None
         error = prepared.error
         scratch_over: str | None = None
@@ -185,35 +190,9 @@ class PythonRuntimeRunner:
             if prepared.scratch is not None:
                 prepared.scratch.remove()
 
-    def _instantiate(self, manifest: Manifest) -> _Prepared:
-        """A store and instance for one call under `manifest`, not yet run. Never raises:
-        a failure is kept in what it returns and becomes the call's error."""
-        limits = manifest.limits
-        stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker)
-        prepared = _Prepared(manifest, store, stdout, stderr)
-        try:
-            extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
-            if manifest.packages:
-                site = self._packages.get(manifest.packages)
-                if site is None:
-                    raise Failure(
-                        ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox"
-                    )
-                extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
-            if manifest.scratch is not None:
-                prepared.scratch = self._scratch.create(manifest.scratch)
-                extra = (*extra, prepared.scratch.preopen)
-            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
-            store.set_wasi(wasi)
-            with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
-                instance = self._linker.instantiate(store, self._component)
-            prepared.run = instance.get_func(store, self._run)
-        except _outcome.RUN_ENDS as exc:
-            prepared.error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
-        except Exception as exc:  # noqa: BLE001 - this never raises; the call reports it
-            prepared.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
-        return prepared
+    def instantiate(self, manifest: Manifest) -> _Prepared:
+        """A store and instance for one call under `manifest`, not yet run (see `_Instances.make`)."""
+        return self._instances.make(manifest)
 
     def close(self) -> None:
         """Stop the housekeeping thread, free the spare instances and the linker (which
@@ -308,6 +287,62 @@ def _release(keeper: _Housekeeper, spares: _Spares, linker: component.Linker, ha
     _component_io.forget(handle)
 
 
+class _Instances:
+    """Makes the store and instance for one call: what the runner and its housekeeping thread
+    share. It holds no host function (they are reached through the runner, held weakly by
+    the linker), so a spare being made keeps no tenant of the Sandbox alive."""
+
+    def __init__(
+        self,
+        engine: wasmtime.Engine,
+        compiled: component.Component,
+        linker: component.Linker,
+        run: component.ExportIndex,
+        ticker: EpochTicker,
+        scratch: _scratch.ScratchSpace,
+        stdlib: tuple[tuple[Path, str, bool], ...],
+        packages: dict[tuple[str, ...], tuple[Path, bool]],
+    ) -> None:
+        self._engine = engine
+        self._component = compiled
+        self._linker = linker
+        self._run = run
+        self._ticker = ticker
+        self._scratch = scratch
+        self._stdlib = stdlib
+        self._packages = packages  # the runner's, filled by `add_packages`
+
+    def make(self, manifest: Manifest) -> _Prepared:
+        """A store and instance for one call under `manifest`, not yet run. Never raises:
+        a failure is kept in what it returns and becomes the call's error."""
+        limits = manifest.limits
+        stdout, stderr = Output(limits.output), Output(limits.output)
+        store = _call.new_store(self._engine, limits, self._ticker)
+        prepared = _Prepared(manifest, store, stdout, stderr)
+        try:
+            extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
+            if manifest.packages:
+                site = self._packages.get(manifest.packages)
+                if site is None:
+                    raise Failure(
+                        ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox"
+                    )
+                extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
+            if manifest.scratch is not None:
+                prepared.scratch = self._scratch.create(manifest.scratch)
+                extra = (*extra, prepared.scratch.preopen)
+            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
+            store.set_wasi(wasi)
+            with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
+                instance = self._linker.instantiate(store, self._component)
+            prepared.run = instance.get_func(store, self._run)
+        except _outcome.RUN_ENDS as exc:
+            prepared.error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
+        except Exception as exc:  # noqa: BLE001 - this never raises; the call reports it
+            prepared.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
+        return prepared
+
+
 class _Prepared:
     """One store + instance for exactly one call: made ahead of it (a spare) or for it."""
 
@@ -376,11 +411,9 @@ class _Housekeeper:
     retired stores hold their pool slots and files only briefly; when it is full the caller
     closes its own store and skips the spare."""
 
-    def __init__(
-        self, spares: _Spares, instantiate: Callable[[], Callable[[Manifest], _Prepared] | None]
-    ) -> None:
+    def __init__(self, spares: _Spares, make: Callable[[Manifest], _Prepared]) -> None:
         self._spares = spares
-        self._make = instantiate  # a weak reference to the runner's method
+        self._make = make
         self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=4)
         self._thread = threading.Thread(target=self._run, name="wasmbox-python", daemon=True)
         self._thread.start()
@@ -410,10 +443,9 @@ class _Housekeeper:
             del task, item  # hold nothing (a store, the runner) while waiting for the next
 
     def _make_spare(self, manifest: Manifest, grants_digest: str) -> None:
-        make = self._make()  # None once the runner is gone; a local, so released on return
-        if make is None or not self._spares.wanted(grants_digest):
+        if not self._spares.wanted(grants_digest):
             return
-        spare = make(manifest)
+        spare = self._make(manifest)
         if spare.error is not None:  # e.g. the pool is full now: try again later
             spare.discard()
             return

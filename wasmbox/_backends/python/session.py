@@ -40,6 +40,7 @@ from ..._manifest import PACKAGES_GUEST_PATH, Manifest
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
+from . import descriptors as _descriptors
 from .runner import PythonRuntimeRunner, _Prepared, encode_request
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
@@ -61,6 +62,7 @@ class SessionLimits(BaseModel):
     time: Seconds = Field(600.0, description="Wall time of all runs together, seconds or '5m'.")
     idle: Seconds = Field(600.0, description="Freed this long after its last run ended.")
     lifetime: Seconds = Field(3600.0, description="Freed this long after it was opened.")
+    files: int = Field(64, gt=0, description="Files and folders its interpreter may keep open between runs.")
 
 
 class Session:
@@ -97,7 +99,7 @@ class Session:
         self._opened = self._last = table.clock()
         self._ended: str | None = None
         self._reported = False  # whether a run's result or a raised error told of the end
-        spare = runner._instantiate(manifest)
+        spare = runner.instantiate(manifest)
         if spare.error is not None:
             spare.discard()
             message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
@@ -183,6 +185,7 @@ class Session:
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         assert self._spare is not None
         finished = False
+        before = _descriptors.census()
         try:
             result, returned = run_once(self._runner, self._spare, manifest, code)
             finished = True
@@ -194,12 +197,38 @@ class Session:
         self._time += result.duration_s
         error = result.error
         if error is None or (returned and error.kind in _SURVIVABLE):
-            return result
+            over = self._files_over(before)
+            if over is None:
+                return result
+            self._end(over)
+            self._reported = True
+            message = f"{over}; the session has ended, which closed them: its variables and files are gone"
+            failed = CallError(kind=ErrorKind.HOST_ERROR, message=message)
+            return result.model_copy(update={"ok": False, "value": None, "error": failed})
         self._end(f"a run failed with {error.kind.value}")
         self._reported = True
         note = "; the session has ended (a run that fails this way may leave the interpreter half way " \
                "through an update): its variables and files are gone"  # fmt: skip
         return result.model_copy(update={"error": CallError(kind=error.kind, message=error.message + note)})
+
+    def _files_over(self, before: frozenset[_descriptors.Descriptor]) -> str | None:
+        """What the session's open files pass after a run (`before`: the census at its start):
+        its own `SessionLimits.files`, or the process's budget for all sessions; else None."""
+        holdings = _descriptors.holdings
+        count, total = holdings.settle(self.id, before, holdings.held(self.id))
+        if count > self.limits.files:
+            return (
+                f"the session keeps {count} files open between runs, more than its {self.limits.files} "
+                "(SessionLimits.files): close files when done with them (`with open(...)`), or open the "
+                "session with a higher SessionLimits.files"
+            )
+        if total > holdings.limit:
+            return (
+                f"the sessions of this process keep {total} files open between runs, more than the "
+                f"{holdings.limit} they may together (a quarter of the process's RLIMIT_NOFILE): close "
+                "files when done with them, close sessions no longer used, or raise the limit (ulimit -n)"
+            )
+        return None
 
     def _run_manifest(self) -> Manifest:
         """The manifest, its per-call fuel and deadline clipped to what is left of the totals."""
@@ -236,6 +265,7 @@ class Session:
             spare.stdout.detach()
             spare.stderr.detach()
             spare.discard()
+        _descriptors.holdings.forget(self.id)
         self._table.ended(self)
 
     def try_expire(self) -> None:

@@ -11,6 +11,7 @@ forms (`int`, `float`, `str`, `bool`, `None`, `list[T]`, `tuple[T, ...]`, `set[T
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from typing import Any
 
@@ -66,6 +67,8 @@ def signature_schema(signature: Any) -> tuple[dict[str, Any] | None, str]:
         if name in described:
             schema = {"description": described[name], **schema}
         if "default" in param:
+            if param["default"] is None and schema:  # `x: int = None` takes None too
+                schema = _schema.nullable(schema)
             schema["default"] = param["default"]
         elif not param.get("has_default"):
             required.append(name)
@@ -80,6 +83,21 @@ def signature_schema(signature: Any) -> tuple[dict[str, Any] | None, str]:
     except ValueError:
         return None, _summary(doc)
     return result, _summary(doc)
+
+
+def entry_problem(entry: str, defined: Any) -> str | None:
+    """Why a Python tool's `entry` cannot be called, from what the runtime found at the top
+    level of its source (`defined`: None when `entry` may be bound there): the functions it
+    defines and the closest to `entry`."""
+    if not isinstance(defined, dict) or not isinstance(defined.get("functions"), list):
+        return None
+    functions = [name for name in defined["functions"] if isinstance(name, str)]
+    if not functions:
+        return f"the source binds no {entry!r} at its top level, and defines no function there"
+    close = difflib.get_close_matches(entry, functions, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listed = ", ".join(map(repr, functions[:20])) + (", ..." if len(functions) > 20 else "")
+    return f"the source binds no {entry!r} at its top level; its functions: {listed}{hint}"
 
 
 def _annotation(text: Any) -> dict[str, Any]:

@@ -69,10 +69,19 @@ def ensure_runtime(
     (e.g. no registry) or the build fails."""
     key = _inputs_digest()
     target = build_once(
-        directory, f"scientific-runtime-{key[:24]}", "runtime.wasm",
+        directory, _folder(key), "runtime.wasm",
         lambda stage: _build(stage, engine, epoch_tick_s, progress), "the scientific runtime",
     )  # fmt: skip
     return ScientificRuntime(target / "runtime.wasm", target / "lib", key)
+
+
+def built(directory: Path) -> bool:
+    """Whether the runtime for the current inputs is built under `directory` (builds nothing)."""
+    return (directory / _folder(_inputs_digest()) / "runtime.wasm").is_file()
+
+
+def _folder(key: str) -> str:
+    return f"scientific-runtime-{key[:24]}"
 
 
 def _inputs_digest() -> str:

@@ -182,6 +182,7 @@ class ScientificRunner:
                 instance = self._pre.instantiate(store)
                 found = instance.exports(store)["memory"]
                 memory = found if isinstance(found, wasmtime.Memory) else None
+                state.ready()
                 build.turn(store, instance, build.SERVE)
             value = self._value(door, stderr)
         except Failure as failure:

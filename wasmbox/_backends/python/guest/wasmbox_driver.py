@@ -7,7 +7,8 @@ snapshot: nothing here survives from one call to the next.
 Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since every
 entry of a map costs fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
-      (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None}}, see `_signature`)
+      (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None, "defined": map | None}},
+       see `_signature` and `_defined`)
     {"mode": "tool", "code": bytes, "source": str, "filename": str, "entry": str, "args": map}
     {"mode": "code", "code": str}
       (+ "session": true -> run in the instance's one persistent `__main__` namespace, which
@@ -65,7 +66,7 @@ import marshal
 import math  # noqa: F401
 import numbers  # noqa: F401
 import operator  # noqa: F401
-import os  # noqa: F401
+import os
 import pathlib
 import pprint  # noqa: F401
 import random
@@ -115,7 +116,22 @@ def _stream(fd: int) -> io.TextIOWrapper:
     the rest of a write when WASI takes only part of it, 8 KiB at a time; the buffered writer
     retries short writes.) The driver flushes at the end of every call."""
     raw = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), buffer_size=8192)
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    return _SlicedWriter(raw, encoding="utf-8", errors="backslashreplace", line_buffering=True)
+
+
+class _SlicedWriter(io.TextIOWrapper):
+    """Writes a long text a slice at a time, so the host's output cap stops it (the write
+    past the cap fails) after the first slices, before encoding and copying the rest costs
+    the call its fuel."""
+
+    def write(self, text: str, _write=io.TextIOWrapper.write, _slice=64 * 1024) -> int:  # noqa: ANN001
+        # (the defaults are locals: a print pays only for this check, not for looking them up)
+        if len(text) <= _slice:
+            return _write(self, text)
+        written = 0
+        for start in range(0, len(text), _slice):
+            written += _write(self, text[start : start + _slice])
+        return written
 
 
 sys.stdout = _stream(1)
@@ -142,6 +158,7 @@ class WitWorld(wit_world.WitWorld):
             return _error("memory_limit", "MemoryError: out of memory", "")
         except BaseException as exc:  # noqa: BLE001 - everything becomes a response
             _explain_missing_module(exc)
+            _explain_ungranted_path(exc)
             return _error("guest_error", _describe(exc), _traceback(exc))
         finally:
             _flush()
@@ -157,6 +174,36 @@ def _explain_missing_module(exc: BaseException) -> None:
                 "declaring it, pinned, in the tool's or grant set's manifest: packages = [\"name==version\"] "
                 '(README: "Third-party packages")'
             )
+
+
+def _explain_ungranted_path(exc: BaseException) -> None:
+    """A file not found at a path no preopen covers says so: WASI fails such a path exactly as
+    a missing file. Decided from what the guest itself can reach (no ancestor of the path is
+    reachable), so it says nothing of the host."""
+    if not isinstance(exc, FileNotFoundError):
+        return
+    for name in (exc.filename, exc.filename2):
+        if isinstance(name, (str, bytes)) and not _reachable(os.path.abspath(os.fsdecode(name))):
+            exc.add_note(
+                f"wasmbox: no preopen covers {os.fsdecode(name)!r}: the sandbox sees only the directories "
+                "its manifest grants; grant this one in the manifest's preopens (guest = the folder "
+                "the tool opens it under)"
+            )
+            return
+
+
+def _reachable(path: str) -> bool:
+    """Whether some ancestor of `path` can be looked at (then a preopen covers it)."""
+    parent = os.path.dirname(path)
+    while True:
+        try:
+            os.stat(parent)
+            return True
+        except OSError:
+            pass
+        if parent == os.path.dirname(parent):
+            return False
+        parent = os.path.dirname(parent)
 
 
 def _raised_here(exc: BaseException) -> bool:
@@ -191,7 +238,12 @@ def _serve(request: bytes) -> tuple[object, bool]:
         code = _compile_tool(message["source"], message["filename"])
         if "entry" not in message:
             return code, True
-        return {"code": code, "signature": _signature(message["source"], message["entry"])}, True
+        source, entry = message["source"], message["entry"]
+        return {
+            "code": code,
+            "signature": _signature(source, entry),
+            "defined": _defined(source, entry),
+        }, True
     raise _Refusal("bad_response", f"driver: unknown mode {mode!r}")
 
 
@@ -228,6 +280,25 @@ def _signature(source: str, entry: str) -> dict | None:
     if spec.kwarg is not None:
         params.append(_param(spec.kwarg, "var_keyword", None))
     return {"params": params, "doc": ast.get_docstring(found)}
+
+
+def _defined(source: str, entry: str) -> dict | None:
+    """None when `entry` may be bound at the top level of `source` (a statement binds it, or
+    names may be bound out of sight: `import *`, `globals()`, `exec`); else the top-level
+    functions there are, {"functions": [names]}."""
+    tree = ast.parse(source)
+    names = set()
+    for node in tree.body:
+        names |= _bound_names(node)
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return None
+    if entry in names or any(
+        isinstance(n, ast.Name) and n.id in ("globals", "exec", "vars", "locals", "__builtins__")
+        for n in ast.walk(tree)
+    ):
+        return None
+    functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return {"functions": functions}
 
 
 def _bound_names(node: ast.stmt) -> set:
@@ -320,7 +391,10 @@ def _run_code(source: str, namespace: dict[str, object], filename: str) -> tuple
             pass
         else:
             return eval(expression, namespace), False
-    tree = ast.parse(source, filename, "exec")
+    try:
+        tree = ast.parse(source, filename, "exec")
+    except SyntaxError as exc:  # the snippet's own: its line and column, no frame of ast's
+        raise exc.with_traceback(None) from None
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)

@@ -1,0 +1,137 @@
+"""What a newcomer's first mistakes are told: each error names the thing and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wasmbox
+from wasmbox import ErrorKind
+from wasmbox._inputs import InputUnavailable
+
+from .conftest import manifest
+
+NOT_GRANTED = (
+    "host function 'secret.get' is not granted to this tool: add it to the manifest's host_functions"
+)
+
+
+@pytest.fixture
+def secret_box(box: wasmbox.Sandbox) -> wasmbox.Sandbox:
+    @box.host_function("secret.get")
+    def secret_get() -> str:
+        return "hunter2"
+
+    @box.host_function("host.fn")
+    def host_fn(**args: Any) -> Any:
+        return args
+
+    return box
+
+
+# -- an ungranted host function ------------------------------------------------------------
+
+
+def test_a_core_module_importing_an_ungranted_function_is_told_to_grant_it(
+    secret_box: wasmbox.Sandbox,
+) -> None:
+    with pytest.raises(wasmbox.CapabilityError) as refused:
+        secret_box.load({"name": "fwd", "module": manifest("forward")["module"]})  # imports host.fn
+    assert "host function 'host.fn' is not granted to this tool" in str(refused.value)
+    assert "add it to the manifest's host_functions" in str(refused.value)
+
+
+def test_python_calling_an_ungranted_function_is_told_its_name_and_the_fix(
+    secret_box: wasmbox.Sandbox,
+) -> None:
+    code = (
+        "import wasmbox_guest\ntry:\n    wasmbox_guest.call_host('secret.get')\nexcept wasmbox_guest.HostCallError as e:\n"
+        "    r = str(e)\nr"
+    )
+    result = secret_box.run_python(
+        code, {"name": "snippet", "runtime": "python", "host_functions": ["host.fn"]}
+    )
+    assert result.value == NOT_GRANTED
+    uncaught = secret_box.run_python("import wasmbox_guest\nwasmbox_guest.call_host('secret.get')")
+    assert uncaught.error is not None and uncaught.error.kind is ErrorKind.CAPABILITY_DENIED
+    assert NOT_GRANTED in uncaught.error.message
+
+
+def test_javascript_calling_an_ungranted_function_is_told_its_name_and_the_fix(
+    secret_box: wasmbox.Sandbox,
+) -> None:
+    try:
+        secret_box.prepare_javascript()
+    except InputUnavailable as exc:
+        pytest.skip(f"the JavaScript runtime's wheel cannot be fetched: {exc}")
+    code = "try { wasmbox.callHost('secret.get', {}) } catch (e) { e.message }"
+    result = secret_box.run_javascript(code, {"name": "snippet", "runtime": "javascript"})
+    assert result.value == NOT_GRANTED
+
+
+# -- tool names ----------------------------------------------------------------------------
+
+
+def test_calling_a_misspelt_tool_names_the_close_ones(box: wasmbox.Sandbox) -> None:
+    box.load({**manifest("echo"), "name": "greet"})
+    box.load({**manifest("echo"), "name": "grep"})
+    box.load({**manifest("echo"), "name": "sum"})
+    with pytest.raises(wasmbox.UnknownToolError) as unknown:
+        box.call("gret")
+    assert isinstance(unknown.value, KeyError)  # what a caller catching KeyError still catches
+    assert str(unknown.value) == "no tool named 'gret' is loaded; did you mean 'greet' or 'grep'?"
+    assert unknown.value.close == ["greet", "grep"]
+    with pytest.raises(wasmbox.UnknownToolError, match="the loaded tools are: greet, grep, sum"):
+        box.tool("zzz")
+    assert box.call("greet", {"x": 1}).ok  # the Sandbox keeps serving
+
+
+def test_loading_a_name_twice_says_how_to_replace_it(box: wasmbox.Sandbox) -> None:
+    box.load(manifest("echo"))
+    with pytest.raises(
+        wasmbox.ManifestError, match=r"already loaded; load\(\.\.\., replace=True\) replaces it"
+    ):
+        box.load(manifest("echo"))
+    box.load(manifest("echo"), replace=True)
+
+
+# -- Python snippets -----------------------------------------------------------------------
+
+
+def test_a_python_syntax_error_is_reported_at_the_snippets_own_line_and_column(box: wasmbox.Sandbox) -> None:
+    result = box.run_python("x = 1\ny = [2,\n     3 +]\n")
+    assert result.error is not None and result.error.kind is ErrorKind.GUEST_ERROR
+    message = result.error.message
+    assert message.startswith('  File "<code>", line 3\n    3 +]\n       ^\nSyntaxError:'), message
+    assert "ast.py" not in message and "Traceback" not in message  # no frame of the driver's parser
+
+
+def test_opening_a_path_no_preopen_covers_says_so_and_nothing_of_the_host(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "x.csv").write_text("secret")
+    grants = {"name": "snippet", "runtime": "python", "preopens": [{"host": str(data), "guest": "/data"}]}
+    messages = {}
+    exists, absent = str(tmp_path / "exists" / "x.csv"), str(tmp_path / "absent" / "x.csv")  # (as long)
+    for path in ("/data/missing.csv", "/work/x.csv", exists, absent):
+        result = box.run_python(f"open({path!r})", grants)
+        assert result.error is not None and result.error.kind is ErrorKind.GUEST_ERROR
+        messages[path] = result.error.message
+    assert "preopen" not in messages["/data/missing.csv"]  # inside a grant: a missing file is just that
+    assert "wasmbox: no preopen covers '/work/x.csv'" in messages["/work/x.csv"]
+    assert "the manifest's preopens" in messages["/work/x.csv"]
+    # a host path that exists and one that does not read the same, but for the name asked for
+    shown = {path: message.replace(path, "<path>") for path, message in messages.items()}
+    assert shown[exists] == shown[absent]
+    assert "secret" not in "".join(messages.values())
+
+
+def test_printing_past_the_output_cap_is_output_limit_with_what_fitted(box: wasmbox.Sandbox) -> None:
+    result = box.run_python('print("x" * 10_000_000)')  # the default limits
+    assert result.error is not None and result.error.kind is ErrorKind.OUTPUT_LIMIT, result.error
+    assert result.stdout == "x" * wasmbox.Limits().output
