@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -50,12 +51,16 @@ def _registry_or_skip(done: subprocess.CompletedProcess[str], what: str) -> None
 
 
 def _tracked() -> set[str]:
-    """The files of the package in git, or a skip outside a git checkout."""
+    """The files the distribution installs, as git tracks them: everything under wasmbox/ and
+    the top-level modules (pyproject's py-modules); a skip outside a git checkout."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: the package's files are those git tracks under wasmbox/")
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    modules = [f"{name}.py" for name in setuptools.get("py-modules", [])]
     listed = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files", "-z", "wasmbox"], capture_output=True, text=True, check=True
-    ).stdout
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--", "wasmbox", *modules],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
     # a tracked file deleted in the working tree is not part of what is built
     return {name for name in listed.split("\0") if name and (ROOT / name).is_file()}
 
@@ -76,7 +81,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(artifacts: dict[str, Path]) -> None:
     with zipfile.ZipFile(artifacts["wheel"]) as wheel:
-        shipped = {name for name in wheel.namelist() if name.startswith("wasmbox/")}
+        shipped = {name for name in wheel.namelist() if ".dist-info/" not in name}
     tracked = _tracked()
     assert sorted(tracked - shipped) == []  # e.g. the JavaScript runtime's prelude.mjs
     assert sorted(shipped - tracked) == []  # no bytecode, build output or stray files
@@ -85,11 +90,11 @@ def test_the_wheel_holds_every_file_of_the_package_and_nothing_else(artifacts: d
 def test_the_sdist_holds_every_file_of_the_package_and_nothing_else(artifacts: dict[str, Path]) -> None:
     with tarfile.open(artifacts["sdist"]) as sdist:
         top = sdist.getnames()[0].split("/")[0]
-        shipped = {
-            member.name.removeprefix(f"{top}/")
-            for member in sdist.getmembers()
-            if member.isfile() and member.name.startswith(f"{top}/wasmbox/")
-        }
+        files = [m.name.removeprefix(f"{top}/") for m in sdist.getmembers() if m.isfile()]
+    # what it installs: the package's folder and the top-level modules
+    shipped = {
+        name for name in files if name.startswith("wasmbox/") or ("/" not in name and name.endswith(".py"))
+    }
     tracked = _tracked()
     assert sorted(tracked - shipped) == []
     assert sorted(shipped - tracked) == []

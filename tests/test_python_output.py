@@ -118,9 +118,9 @@ def test_a_guest_that_lifts_the_drivers_check_gets_the_hosts_verdict(box: wasmbo
 
 def test_printing_costs_a_bounded_amount_of_fuel(box: wasmbox.Sandbox) -> None:
     """Fuel is deterministic: 1,000 line-buffered prints (each line goes to the host) stay
-    under 14k fuel a print net of the bare loop (~11.5k measured: `bench/compare.py --suite
-    output`; 4.6k of it is print's own, as to an io.StringIO)."""
+    under 21k fuel a print net of the bare loop (~18.6k measured: `bench/print_fuel.py`; 4.6k
+    of it is print's own, as to an io.StringIO, ~7k the driver's sliced stdout writer)."""
     loop = box.run_python("for i in range(1000):\n    pass\n")
     prints = box.run_python("for i in range(1000):\n    print('x')\n")
     assert prints.ok and prints.stdout == "x\n" * 1000
-    assert prints.fuel_used - loop.fuel_used < 14_000 * 1000
+    assert prints.fuel_used - loop.fuel_used < 21_000 * 1000
