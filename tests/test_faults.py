@@ -13,7 +13,6 @@ import errno
 import os
 import random
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -226,17 +225,19 @@ def test_cache_dir_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> No
 def _fail_cache_writes(monkeypatch: pytest.MonkeyPatch, error: int) -> None:
     """Cache writes fail at the OS boundary: ENOSPC for real (the temporary file's descriptor is
     /dev/full, so the kernel refuses the write), EACCES/EROFS as the kernel reports them when
-    the file cannot be created (root ignores permission bits, so chmod cannot show it here)."""
-    real_mkstemp = tempfile.mkstemp
+    the file cannot be created (root ignores permission bits, so chmod cannot show it here).
+    Only the cache's own temporary files (made relative to its descriptor) are affected."""
+    real_open = os.open
 
-    def failing_mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
+    def failing_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if dir_fd is None or not flags & os.O_EXCL or not str(path).startswith(".tmp-"):
+            return real_open(path, flags, mode, dir_fd=dir_fd)
         if error != errno.ENOSPC:
-            raise OSError(error, os.strerror(error), kwargs.get("dir"))
-        fd, path = real_mkstemp(*args, **kwargs)
-        os.close(fd)
-        return os.open("/dev/full", os.O_WRONLY), path
+            raise OSError(error, os.strerror(error), path)
+        os.close(real_open(path, flags, mode, dir_fd=dir_fd))  # made, so its removal is real too
+        return real_open("/dev/full", os.O_WRONLY)
 
-    monkeypatch.setattr(tempfile, "mkstemp", failing_mkstemp)
+    monkeypatch.setattr(os, "open", failing_open)
 
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EACCES, errno.EROFS], ids=errno.errorcode.get)
