@@ -1,7 +1,8 @@
-"""Host functions for tests/test_ray.py, importable by the Ray actors (they import them by name)."""
+"""Host functions for tests/test_ray.py and tests/security/test_ray_pool.py, importable by the Ray actors (they import them by name)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import wasmbox
@@ -21,3 +22,8 @@ def shout(text: str) -> str:
 
 def nap(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def environ(name: str) -> str | None:
+    """The actor process's own environment variable `name` (so a test can show what it holds)."""
+    return os.environ.get(name)
