@@ -313,6 +313,20 @@ class Manifest(_Strict):
         None, description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
         "in a dict manifest or `Manifest(...)`, a Pydantic model class too (its `model_json_schema()`).",
     )  # fmt: skip
+    output_schema: dict[str, Any] | None = Field(
+        None, description="The JSON Schema (Draft 2020-12) of a call's value, checked on every "
+        "call that succeeds (a value that breaks it is a bad_response); a Pydantic model class too. "
+        "A Python tool without one takes its entry's return annotation.",
+    )  # fmt: skip
+    examples: tuple[dict[str, Any], ...] = Field(
+        (), strict=False, max_length=16,
+        description="Example args, each checked against the args schema at load; sent as "
+        "Anthropic's input_examples, and in the description where a provider has no field.",
+    )  # fmt: skip
+    defer_loading: bool = Field(
+        False, description="Offer the tool through the provider's tool search instead of up front "
+        "(OpenAI Responses' and Anthropic's `defer_loading`).",
+    )  # fmt: skip
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
@@ -371,17 +385,19 @@ class Manifest(_Strict):
     def _pinned(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _packages.check_pins(value)
 
-    @field_validator("input_schema", mode="before")
+    @field_validator("input_schema", "output_schema", mode="before")
     @classmethod
-    def _model_schema(cls, value: object) -> object:
-        """A Pydantic model class given as the schema: its `model_json_schema()` is the contract."""
+    def _model_schema(cls, value: object, info: ValidationInfo) -> object:
+        """A Pydantic model class given as the schema: its `model_json_schema()` is the contract
+        (of what it validates for args, of what it serializes to for a result)."""
         if isinstance(value, type) and issubclass(value, BaseModel):
-            return value.model_json_schema()
+            mode = "validation" if info.field_name == "input_schema" else "serialization"
+            return value.model_json_schema(mode=mode)
         return value
 
-    @field_validator("input_schema")
+    @field_validator("input_schema", "output_schema")
     @classmethod
-    def _input_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _checked_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
             _schema.check_schema(value)
         return value
@@ -394,6 +410,13 @@ class Manifest(_Strict):
             raise ValueError("give either `module` or `runtime`, not both")
         if self.runtime is None and self.source is not None:
             raise ValueError('`source` needs `runtime` ("python" or "javascript")')
+        if self.runtime is not None and self.source is None:
+            given = [k for k in ("output_schema", "examples", "defer_loading") if getattr(self, k)]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: a grant set (runtime without source) describes no tool of its "
+                    "own; give them on a tool's manifest"
+                )
         guests = [p.guest for p in self.preopens]
         if len(set(guests)) != len(guests):
             raise ValueError("two preopens share a guest path")

@@ -41,7 +41,7 @@ from ._backends.python.runner import (
     PythonToolRunner,
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
-from ._backends.python.signature import entry_problem, signature_schema
+from ._backends.python.signature import entry_problem, return_schema, signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
@@ -444,7 +444,8 @@ class Sandbox:
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
-            signature_schema=schema, docstring=summary,
+            signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
+            docstring=summary,
         )  # fmt: skip
 
     def prepare_python(self, progress: Progress | None = None) -> Path:

@@ -8,12 +8,12 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _schema
+from . import _outcome, _schema
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
 from ._call import CallInput
-from ._errors import ErrorKind
+from ._errors import ErrorKind, ManifestError
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
@@ -44,9 +44,12 @@ class Tool:
         code_digest: str,
         info: ModuleInfo | None = None,
         signature_schema: dict[str, Any] | None = None,
+        return_schema: dict[str, Any] | None = None,
         args_schema: dict[str, Any] | None = None,
         docstring: str = "",
     ) -> None:
+        """ManifestError when the manifest's `examples` break the args schema, or it gives a WASI
+        command an `output_schema` (a command's value is its exit code)."""
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
         self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
@@ -59,6 +62,9 @@ class Tool:
         checked = manifest.input_schema or args_schema or signature_schema
         # compiled once: every call is checked against what `parameters` shows the model
         self._validator = _schema.compile(checked) if checked is not None else None
+        # what a successful call's value must be: the manifest's, else a Python entry's annotation
+        self.output_schema: dict[str, Any] | None = manifest.output_schema or return_schema
+        self._output_validator = _schema.compile(self.output_schema) if self.output_schema else None
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._executor = executor
@@ -70,6 +76,20 @@ class Tool:
         )  # fmt: skip
         # a command tool without a mapping takes argv/stdin, and args would go nowhere
         self._refuses_args = self._mapping is None and runner.kind is ToolKind.COMMAND
+        self._check_contract()
+
+    def _check_contract(self) -> None:
+        name = self.manifest.name
+        if self.manifest.output_schema is not None and self.kind is ToolKind.COMMAND:
+            raise ManifestError(
+                f"{name}: output_schema describes a call's value, and a WASI command's value is "
+                '{"exit_code": n} (its output is stdout): check stdout in the caller, or make the '
+                'module an ABI v1 tool or a [reactor] with result = "json"'
+            )
+        for index, example in enumerate(self.manifest.examples):
+            problem = self._validator.problem(example, "args") if self._validator is not None else None
+            if problem is not None:
+                raise ManifestError(f"{name}: examples[{index}] breaks the args schema: {problem}")
 
     @property
     def name(self) -> str:
@@ -94,14 +114,12 @@ class Tool:
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
         """The tool's definition in a provider's format: "generic" `{name, description,
-        parameters}`, "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
+        parameters}` (and `output_schema`, `examples`, `defer_loading` when the tool has them),
+        "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
         `strict=True` converts the schema to strict mode's subset (README: "Strict mode") and
         raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
         StrictSchemaWarning that says why. ValueError for an unknown format."""
-        return _formats.tool_spec(
-            self.name, self.description, self.parameters, format, strict,
-            _formats.mcp_annotations(self.manifest) if format == "mcp" else None,
-        )  # fmt: skip
+        return _formats.spec_of(self, format, strict)
 
     def call(
         self,
@@ -130,9 +148,20 @@ class Tool:
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
             result = self._runner.call(CallInput(args or {}, tuple(argv), data))
+            if result.ok and self._output_validator is not None:
+                result = self._checked_value(result, self._output_validator)
         if self._auditor.enabled:
             self._audit(result, args, argv, stdin)
         return result
+
+    @staticmethod
+    def _checked_value(result: CallResult, validator: _schema.Validator) -> CallResult:
+        """`result`, or when its value breaks the output schema, the same call failed."""
+        problem = validator.value_problem(result.value, "result")
+        if problem is None:
+            return result
+        error = _outcome.broken_output(problem)
+        return result.model_copy(update={"ok": False, "value": None, "error": error})
 
     def _audit(self, result: CallResult, args: object, argv: object, stdin: object) -> None:
         given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
