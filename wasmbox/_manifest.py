@@ -391,8 +391,9 @@ class Manifest(_Strict):
         """A Pydantic model class given as the schema: its `model_json_schema()` is the contract
         (of what it validates for args, of what it serializes to for a result)."""
         if isinstance(value, type) and issubclass(value, BaseModel):
-            mode = "validation" if info.field_name == "input_schema" else "serialization"
-            return value.model_json_schema(mode=mode)
+            if info.field_name == "input_schema":
+                return value.model_json_schema(mode="validation")
+            return value.model_json_schema(mode="serialization")
         return value
 
     @field_validator("input_schema", "output_schema")

@@ -77,7 +77,6 @@ class Validator:
             return f"{path}: holds a value that is not JSON ({found})"[:300]
         return _describe(error, path)
 
-
     def value_problem(self, value: Any, path: str = "result") -> str | None:
         """`problem` for a call's value, checked as the JSON a router forwards (`as_json`): bytes
         as base64 text, tuples as arrays, map keys as text."""

@@ -181,7 +181,9 @@ def with_examples(description: str, examples: Sequence[Mapping[str, Any]]) -> st
     return f"{description}\n\nExample args:\n{lines}" if description else f"Example args:\n{lines}"
 
 
-def filled(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None = None, depth: int = 0) -> Any:
+def filled(
+    value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None = None, depth: int = 0
+) -> Any:
     """`value` (args written for a tool's own schema) as strict mode's form of it takes them:
     each property it leaves out that `schema` (a strict one: every property required) lists is
     given as null, at any depth, as a model in strict mode would send it."""
@@ -203,7 +205,11 @@ def filled(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None
 
 
 def _is_object(schema: Mapping[str, Any]) -> bool:
-    return _types(_schema.resolve(schema, schema)) == ["object"] and "anyOf" not in schema and "oneOf" not in schema
+    return (
+        _types(_schema.resolve(schema, schema)) == ["object"]
+        and "anyOf" not in schema
+        and "oneOf" not in schema
+    )
 
 
 def mcp_output_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,8 +62,12 @@ from .._sandbox import Sandbox
 from . import _dispatch
 from ._content import Content, result_content
 from ._formats import (
-    RUN_JAVASCRIPT, RUN_PYTHON, RUN_PYTHON_SCHEMA, RUN_PYTHON_SESSION_DESCRIPTION, mcp_structured,
-)  # fmt: skip
+    RUN_JAVASCRIPT,
+    RUN_PYTHON,
+    RUN_PYTHON_SCHEMA,
+    RUN_PYTHON_SESSION_DESCRIPTION,
+    mcp_structured,
+)
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
