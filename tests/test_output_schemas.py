@@ -35,13 +35,16 @@ def main(text: str, as_bytes: bool = False) -> dict[str, int]:
         return {"words": text.encode()}  # breaks its own annotation
     return {"words": len(text.split()), "lines": text.count("\\n") + 1}
 '''
-WRONG_PY = '''
+WRONG_PY = """
 def main(n: int) -> list[int]:
     return [n, "not an int"] if n < 0 else [n, n * 2]
-'''
+"""
 BLOB_PY = """
 def main() -> dict:
     return {"raw": b"\\xff\\xfe", "n": 1}
+
+def nan() -> dict[str, float]:
+    return {"x": float("nan")}
 """
 
 
@@ -91,6 +94,11 @@ def test_a_python_tool_takes_its_output_schema_from_the_return_annotation(
     blob = _python_tool(box, tmp_path, "blob", BLOB_PY)
     assert blob.output_schema == {"type": "object"}
     assert blob.call().value == {"raw": b"\xff\xfe", "n": 1}
+    # a value JSON cannot hold as it is cannot slip past the check: it is checked as forwarded
+    nan = _python_tool(box, tmp_path, "nan", BLOB_PY, entry="nan")
+    refused = nan.call()
+    assert refused.error is not None and refused.error.kind is wasmbox.ErrorKind.BAD_RESPONSE
+    assert "result.x: expected number, got null (checked as JSON" in refused.error.message
 
 
 def test_the_manifests_output_schema_wins_over_the_annotation(box: wasmbox.Sandbox, tmp_path: Path) -> None:
@@ -111,7 +119,9 @@ def test_a_pydantic_model_is_an_output_schema(box: wasmbox.Sandbox) -> None:
 def test_bad_output_schemas_and_examples_are_refused_at_load(box: wasmbox.Sandbox, tmp_path: Path) -> None:
     with pytest.raises(wasmbox.ManifestError, match="output_schema.*nullable"):
         box.load(manifest("echo", output_schema={"type": "string", "nullable": True}))
-    with pytest.raises(wasmbox.ManifestError, match=r"examples\[1\] breaks the args schema: args.n: expected integer"):
+    with pytest.raises(
+        wasmbox.ManifestError, match=r"examples\[1\] breaks the args schema: args.n: expected integer"
+    ):
         box.load(manifest("echo", input_schema=ARGS, examples=[{"text": "a"}, {"text": "b", "n": "2"}]))
     # a Python tool's examples are checked against the schema its signature gives
     with pytest.raises(wasmbox.ManifestError, match=r"examples\[0\].*missing required property 'text'"):
@@ -167,7 +177,10 @@ def test_strict_examples_are_filled_at_any_depth() -> None:
                             "required": ["city"], "additionalProperties": False}},
     }  # fmt: skip
     converted = strict_schema(schema)
-    got = filled({"where": {"city": "Oslo"}, "stops": [{"city": "Bergen", "zip": "5003"}, {"city": "Tromsø"}]}, converted)
+    got = filled(
+        {"where": {"city": "Oslo"}, "stops": [{"city": "Bergen", "zip": "5003"}, {"city": "Tromsø"}]},
+        converted,
+    )
     assert got == {
         "where": {"city": "Oslo", "zip": None},
         "stops": [{"city": "Bergen", "zip": "5003"}, {"city": "Tromsø", "zip": None}],
@@ -185,7 +198,11 @@ def test_the_real_sdks_take_the_new_fields(box: wasmbox.Sandbox) -> None:
     from openai.types.responses import FunctionToolParam
     from pydantic import TypeAdapter
 
-    box.load(manifest("echo", input_schema=ARGS, output_schema=ECHOED, examples=[{"text": "a"}], defer_loading=True))
+    box.load(
+        manifest(
+            "echo", input_schema=ARGS, output_schema=ECHOED, examples=[{"text": "a"}], defer_loading=True
+        )
+    )
     for format, param in (("openai-responses", FunctionToolParam), ("anthropic", ToolParam)):
         for strict in (False, True):
             (spec,) = box.specs(format, strict=strict)  # type: ignore[arg-type]
@@ -215,7 +232,9 @@ def test_the_real_sdks_take_the_new_fields(box: wasmbox.Sandbox) -> None:
     assert to_openai["output_schema"] == ECHOED and to_openai["defer_loading"] is True
 
 
-def test_mcp_lists_output_schemas_and_returns_structured_content(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+def test_mcp_lists_output_schemas_and_returns_structured_content(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
     pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
     from mcp import Client
 

@@ -81,15 +81,21 @@ class Validator:
         """`problem` for a call's value, checked as the JSON a router forwards (`as_json`): bytes
         as base64 text, tuples as arrays, map keys as text."""
         try:
-            self._validator.is_valid(value)
-        except ValueError:
-            value = as_json(value)
-        return self.problem(value, path)
+            if self._validator.is_valid(value):
+                return None
+        except ValueError:  # not JSON as it is: bytes, tuples, keys that are not text
+            pass
+        data = as_json(value)
+        problem = self.problem(data, path)
+        if problem is not None and data != value:  # (NaN is never equal: it is null in JSON)
+            problem += " (checked as JSON: bytes as base64 text, NaN and infinities as null)"
+        return problem
 
 
 def as_json(value: Any) -> Any:
-    """A call's value as `CallResult`'s JSON holds it (bytes as URL-safe base64 text)."""
-    return pydantic_core.to_jsonable_python(value, bytes_mode="base64")
+    """A call's value as `CallResult`'s JSON holds it: bytes as URL-safe base64 text, NaN and
+    the infinities as null, tuples as arrays, map keys as text."""
+    return json.loads(pydantic_core.to_json(value, bytes_mode="base64"))
 
 
 def check_schema(schema: Any) -> None:
