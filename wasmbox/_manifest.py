@@ -42,6 +42,9 @@ PACKAGES_GUEST_PATH = "/packages"  # a Python manifest's third-party packages, r
 SCIENTIFIC_LIB_GUEST_PATH = "/usr/local/lib"  # the scientific runtime's stdlib zip, read-only
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 HOST_FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+# the host function through which Python and JavaScript code calls the tools its `tools` names
+# (granted by `tools`, never on its own)
+CALL_TOOL = "wasmbox.call_tool"
 
 Size = Annotated[
     int,
@@ -327,6 +330,12 @@ class Manifest(_Strict):
         False, description="Offer the tool through the provider's tool search instead of up front "
         "(OpenAI Responses' and Anthropic's `defer_loading`).",
     )  # fmt: skip
+    tools: tuple[Annotated[str, Field(pattern=_NAME, max_length=64)], ...] = Field(
+        (), strict=False,
+        description="Loaded tools this Python or JavaScript code may call as functions "
+        "(`tools.word_count(text=...)`), each call checked and run as the tool's own, under its "
+        "grants and limits, and counted as a host call.",
+    )  # fmt: skip
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
@@ -434,6 +443,7 @@ class Manifest(_Strict):
             ):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
         self._check_packages()
+        self._check_tools()
         if self.python is not None:
             self._check_python_runtime(guests)
         if self.command is not None:
@@ -452,6 +462,26 @@ class Manifest(_Strict):
             )
             merged = _packages.check_pins((*self.packages, *listed), "packages and requirements")
             object.__setattr__(self, "packages", merged)  # (frozen: set here, once, while validated)
+
+    def _check_tools(self) -> None:
+        """`tools` grants `CALL_TOOL`, which is added to `host_functions` here (and is refused
+        there without `tools`)."""
+        if not self.tools:
+            if CALL_TOOL in self.host_functions:
+                raise ValueError(
+                    f"{CALL_TOOL} is granted by `tools` (the tools the code may call), not by name"
+                )
+            return
+        if self.runtime is None or self.python == "scientific":
+            raise ValueError(
+                '`tools` are called from Python or JavaScript code (runtime = "python" or "javascript")'
+            )
+        if len(set(self.tools)) != len(self.tools):
+            raise ValueError("tools are listed more than once")
+        if self.name in self.tools and self.source is not None:
+            raise ValueError(f"tool {self.name!r} lists itself in `tools`")
+        if CALL_TOOL not in self.host_functions:
+            object.__setattr__(self, "host_functions", (*self.host_functions, CALL_TOOL))
 
     def _check_python_runtime(self, guests: list[str]) -> None:
         if self.runtime != "python":

@@ -60,6 +60,7 @@ from ._inspect import (
     read_wasm,
 )
 from ._manifest import (
+    CALL_TOOL,
     PACKAGES_GUEST_PATH,
     STDLIB_GUEST_PATH,
     Limits,
@@ -69,6 +70,7 @@ from ._manifest import (
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
 from ._tool import Tool
+from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
@@ -176,10 +178,11 @@ class Sandbox:
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
-        self._host_functions: dict[str, HostFunction] = {
-            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch)  # built in; granted by [network]
-        }
         self._tools: dict[str, Tool] = {}
+        self._host_functions: dict[str, HostFunction] = {  # built in:
+            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch),  # granted by [network]
+            CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
+        }
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
         self._scientific: ScientificRunner | None = None
@@ -396,6 +399,11 @@ class Sandbox:
         return None
 
     def _check_host_functions(self, manifest: Manifest) -> None:
+        unloaded = [name for name in manifest.tools if name not in self._tools]
+        if unloaded:
+            raise CapabilityError(
+                f"{manifest.name}: lists tools {unloaded} that this Sandbox has not loaded: load them first"
+            )
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
         if missing:
             raise CapabilityError(

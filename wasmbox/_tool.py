@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
@@ -19,6 +23,25 @@ from ._manifest import Manifest
 from ._results import CallResult
 from .integrations import _formats
 from .integrations._formats import SpecFormat, StrictMode
+
+
+_ids = itertools.count(1)
+_open = threading.local()  # the ids of the calls running on this thread, outermost first
+
+
+@contextlib.contextmanager
+def _call_ids() -> Iterator[tuple[str, str | None]]:
+    """A new call's id, and the id of the call running on this thread that it is made from (a
+    tool called by code through `tools`, on the caller's thread), if any."""
+    stack: list[str] = getattr(_open, "ids", None) or []
+    _open.ids = stack
+    call_id = f"{os.getpid()}-{next(_ids)}"
+    parent = stack[-1] if stack else None
+    stack.append(call_id)
+    try:
+        yield call_id, parent
+    finally:
+        stack.pop()
 
 
 class Runner(Protocol):
@@ -134,6 +157,18 @@ class Tool:
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
         tools take `argv` (appended to the manifest's `args`) and `stdin` instead.
         """
+        if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
+            with _call_ids() as (call_id, parent_id):
+                result = self._call(args, argv, stdin)
+            given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
+            self._auditor.record(
+                result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
+                call_id=call_id, parent_id=parent_id,
+            )  # fmt: skip
+            return result
+        return self._call(args, argv, stdin)
+
+    def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
         if problem is None and self._mapping is not None:
@@ -150,8 +185,6 @@ class Tool:
             result = self._runner.call(CallInput(args or {}, tuple(argv), data))
             if result.ok and self._output_validator is not None:
                 result = self._checked_value(result, self._output_validator)
-        if self._auditor.enabled:
-            self._audit(result, args, argv, stdin)
         return result
 
     @staticmethod
@@ -162,10 +195,6 @@ class Tool:
             return result
         error = _outcome.broken_output(problem)
         return result.model_copy(update={"ok": False, "value": None, "error": error})
-
-    def _audit(self, result: CallResult, args: object, argv: object, stdin: object) -> None:
-        given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
-        self._auditor.record(result, self.manifest_digest, self.code_digest, given, self.manifest.limits)
 
     async def acall(
         self,
