@@ -24,7 +24,6 @@ from ._results import CallResult
 from .integrations import _formats
 from .integrations._formats import SpecFormat, StrictMode
 
-
 _ids = itertools.count(1)
 _open = threading.local()  # the ids of the calls running on this thread, outermost first
 
