@@ -213,3 +213,58 @@ try { tools.scale({ x: "nope" }); } catch (e) { kind = e instanceof wasmbox.Tool
     result = tool_box.run_javascript(code, js)
     assert result.error is None, result.error
     assert result.value == {"counts": [2, 3], "scaled": 6.0, "kind": "invalid_arguments"}
+
+
+def test_the_model_is_shown_the_tools_as_stubs(tool_box: wasmbox.Sandbox) -> None:
+    from wasmbox._stubs import javascript_stubs, python_stubs
+
+    scale = tool_box.tool("scale")
+    assert python_stubs([scale]) == (
+        'def scale(*, x: float, factor: float = 2.0) -> float:\n    """Multiply x by factor.\n    """\n    ...'
+    )
+    assert javascript_stubs([scale]) == (
+        "/** Multiply x by factor. */\ntools.scale(args: { x: number; factor?: number }): number;"
+    )
+    counted = python_stubs([tool_box.tool("word_count")])
+    assert counted.startswith("def word_count(*, path: str | None = None, text: str | None = None) -> Any:")
+    assert "        text: The text to count, instead of a file" in counted
+    # the stubs are real Python: they compile, with the names they use
+    exec(
+        compile(f"from typing import Any, Literal\n{counted}\n{python_stubs([scale])}", "<stubs>", "exec"), {}
+    )
+
+    (run_python,) = [
+        s for s in tool_box.specs("openai", python=grants("scale")) if s["function"]["name"] == "run_python"
+    ]
+    description = run_python["function"]["description"]
+    assert "```python\ndef scale(*, x: float, factor: float = 2.0) -> float:" in description
+    assert "ToolCallError" in description
+    plain = [s for s in tool_box.specs("openai", python=True) if s["function"]["name"] == "run_python"]
+    assert "tools" not in plain[0]["function"]["description"]
+    (js,) = [s for s in tool_box.specs("anthropic", javascript={"name": "j", "runtime": "javascript",
+                                                                "tools": ["scale"]}) if s["name"] == "run_javascript"]  # fmt: skip
+    assert "tools.scale(args: { x: number; factor?: number }): number;" in js["description"]
+    with pytest.raises(wasmbox.CapabilityError, match="not loaded"):
+        tool_box.specs(python=grants("missing"))
+
+
+def test_mcp_serves_code_that_calls_tools(tool_box: wasmbox.Sandbox) -> None:
+    pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
+    import asyncio
+
+    from mcp import Client
+
+    from wasmbox.integrations import mcp as wasmbox_mcp
+
+    async def run() -> None:
+        server = wasmbox_mcp.build_server(tool_box, python=grants("word_count", "scale"))
+        async with Client(server) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "def word_count(" in (listed["run_python"].description or "")
+            hints = listed["run_python"].annotations
+            assert hints is not None and hints.read_only_hint is False and hints.destructive_hint is True
+            code = "sum(tools.word_count(text=t)['words'] for t in ['a b', 'c'])"
+            result = await client.call_tool("run_python", {"code": code})
+            assert result.is_error is False and result.content[0].text == "3"  # type: ignore[union-attr]
+
+    asyncio.run(asyncio.wait_for(run(), 120))

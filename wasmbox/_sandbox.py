@@ -749,6 +749,12 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_javascript, code, manifest))
 
+    def _checked_grants(self, source: ManifestSource) -> Manifest:
+        """A grant set as specs show it: read, its tools and host functions present here."""
+        grants = Manifest.load(source)
+        self._check_host_functions(grants)
+        return grants
+
     def _python_grant_set(
         self, manifest: ManifestSource | None, runtime: InterpreterName | None = None
     ) -> tuple[Manifest, str]:
@@ -834,14 +840,25 @@ class Sandbox:
         )
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
-        session: bool = False, javascript: bool = False,
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False,
+        python: bool | ManifestSource = False, session: bool = False,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:  # fmt: skip
         """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`), described as keeping its state with `session` (for dispatch's
-        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`)."""
-        return _formats.tools_specs(self._tools, format, strict, python, session, javascript)
+        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`).
+        `python` (or `javascript`) may be the grant set its calls run under, as dispatch takes
+        it: the tools it lets the code call are then shown in the description as stubs.
+        Raises ManifestError for a bad grant set, CapabilityError when it lists a tool that is
+        not loaded."""
+        grants = [
+            None if isinstance(given, bool) else self._checked_grants(given)
+            for given in (python, javascript)
+        ]  # fmt: skip
+        return _formats.tools_specs(
+            self._tools, format, strict, python is not False, session, javascript is not False, *grants
+        )
 
     def dispatch(
         self,

@@ -20,6 +20,7 @@ from .. import _schema
 from .._capabilities.allowlist import FETCH
 from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._manifest import Manifest
+from .._stubs import Stubbed, javascript_stubs, python_stubs
 
 SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"]
 StrictMode = bool | Literal["auto"]
@@ -61,6 +62,13 @@ RUN_PYTHON_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 RUN_PYTHON_ANNOTATIONS: dict[str, Any] = {"readOnlyHint": True, "openWorldHint": False}
+# what run_python's and run_javascript's descriptions add when their code may call tools
+CALLS_TOOLS = (
+    "\n\nThe code may call these tools as functions of `tools` (each call runs in the tool's own "
+    "sandbox and returns its value; a failed call raises ToolCallError, with .kind and .message), "
+    "so one run can call several tools, loop over their results and return only what is needed:"
+    "\n```{language}\n{stubs}\n```"
+)
 RUN_JAVASCRIPT = "run_javascript"  # `Sandbox.run_javascript` offered to a model as a tool
 RUN_JAVASCRIPT_DESCRIPTION = (
     "Run JavaScript (ES2023, QuickJS) in a fresh sandboxed context (no network, no files, no "
@@ -230,7 +238,7 @@ def mcp_structured(value: Any, schema: Mapping[str, Any]) -> Any:
     return data if _is_object(schema) else {"result": data}
 
 
-class Specified(Protocol):
+class Specified(Stubbed, Protocol):
     """What `tools_specs` reads: a Tool, or a pool's stand-in for one."""
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]: ...
@@ -243,26 +251,45 @@ def tools_specs(
     python: bool,
     session: bool = False,
     javascript: bool = False,
+    python_grants: Manifest | None = None,
+    javascript_grants: Manifest | None = None,
 ) -> list[dict[str, Any]]:
     """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's
-    (described as keeping its state with `session`), with `javascript` the run_javascript tool's."""
+    (described as keeping its state with `session`; under `python_grants`, with MCP hints from
+    them, and the tools they let its code call shown as stubs), with `javascript` the
+    run_javascript tool's (`javascript_grants`)."""
     specs = [tool.spec(format, strict=strict) for tool in tools.values()]
     if python:
         if RUN_PYTHON in tools:
             raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
         description = RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION
+        if python_grants is not None and python_grants.tools:
+            stubs = python_stubs(tools[name] for name in python_grants.tools)
+            description += CALLS_TOOLS.format(language="python", stubs=stubs)
         specs.append(tool_spec(
-            RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict,
-            RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+            RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict, _snippet_annotations(format, python_grants)
         ))  # fmt: skip
     if javascript:
         if RUN_JAVASCRIPT in tools:
             raise ValueError(f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be added as well")
+        description = RUN_JAVASCRIPT_DESCRIPTION
+        if javascript_grants is not None and javascript_grants.tools:
+            stubs = javascript_stubs(tools[name] for name in javascript_grants.tools)
+            description += CALLS_TOOLS.format(language="javascript", stubs=stubs)
         specs.append(tool_spec(
-            RUN_JAVASCRIPT, RUN_JAVASCRIPT_DESCRIPTION, RUN_JAVASCRIPT_SCHEMA, format, strict,
-            RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+            RUN_JAVASCRIPT, description, RUN_JAVASCRIPT_SCHEMA, format, strict,
+            _snippet_annotations(format, javascript_grants),
         ))  # fmt: skip
     return specs
+
+
+def _snippet_annotations(format: str, grants: Manifest | None) -> dict[str, Any] | None:
+    """MCP hints of run_python/run_javascript: read-only and closed without grants; under a
+    grant set, as a tool's from its grants (tools its code may call are host calls whose effects
+    are not known here: possibly destructive)."""
+    if format != "mcp":
+        return None
+    return RUN_PYTHON_ANNOTATIONS if grants is None else mcp_annotations(grants)
 
 
 def mcp_annotations(manifest: Manifest) -> dict[str, Any]:

@@ -65,7 +65,6 @@ from ._formats import (
     RUN_JAVASCRIPT,
     RUN_PYTHON,
     RUN_PYTHON_SCHEMA,
-    RUN_PYTHON_SESSION_DESCRIPTION,
     mcp_structured,
 )
 
@@ -94,7 +93,7 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        specs = box.specs("mcp", python=python is not False, javascript=javascript is not False)
+        specs = box.specs("mcp", python=python, javascript=javascript, session=issued is not None)
         if issued is not None:
             specs = [_session_spec(spec) for spec in specs]
         return types.ListToolsResult(tools=[types.Tool.model_validate(spec) for spec in specs])
@@ -190,7 +189,7 @@ _SESSION_SCHEMA = {
 def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["name"] != RUN_PYTHON:
         return spec
-    return {**spec, "description": RUN_PYTHON_SESSION_DESCRIPTION, "inputSchema": _SESSION_SCHEMA}
+    return {**spec, "inputSchema": _SESSION_SCHEMA}  # (described as a session's by `specs`)
 
 
 async def serve_stdio(
