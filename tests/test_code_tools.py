@@ -228,10 +228,8 @@ def test_the_model_is_shown_the_tools_as_stubs(tool_box: wasmbox.Sandbox) -> Non
     counted = python_stubs([tool_box.tool("word_count")])
     assert counted.startswith("def word_count(*, path: str | None = None, text: str | None = None) -> Any:")
     assert "        text: The text to count, instead of a file" in counted
-    # the stubs are real Python: they compile, with the names they use
-    exec(
-        compile(f"from typing import Any, Literal\n{counted}\n{python_stubs([scale])}", "<stubs>", "exec"), {}
-    )
+    # the stubs are real Python (a model may be shown them as code): they compile
+    compile(f"{counted}\n{python_stubs([scale])}", "<stubs>", "exec")
 
     (run_python,) = [
         s for s in tool_box.specs("openai", python=grants("scale")) if s["function"]["name"] == "run_python"
