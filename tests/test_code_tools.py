@@ -266,3 +266,22 @@ def test_mcp_serves_code_that_calls_tools(tool_box: wasmbox.Sandbox) -> None:
             assert result.is_error is False and result.content[0].text == "3"  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(run(), 120))
+
+
+def test_an_inner_call_ends_by_the_callers_deadline(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    """A tool with a long deadline, called by code with a short one, is stopped at the code's
+    deadline (the bound here is 60 times that deadline: only a missing clamp reaches it)."""
+    (tmp_path / "spin.py").write_text("def main() -> int:\n    while True:\n        pass\n")
+    box.load({"name": "spin", "runtime": "python", "source": str(tmp_path / "spin.py"),
+              "limits": {"timeout": "120s", "fuel": 10**14}})  # fmt: skip
+    code = """
+from wasmbox_guest import ToolCallError
+try:
+    tools.spin()
+except ToolCallError as e:
+    print(e.kind)
+"""
+    result = box.run_python(code, grants("spin", limits={"timeout": "1s", "fuel": 10**14}))
+    assert result.error is not None and result.error.kind is wasmbox.ErrorKind.TIMEOUT
+    assert result.duration_s < 60, result.duration_s
+    assert result.host_calls[0].name == "wasmbox.call_tool"
