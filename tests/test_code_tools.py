@@ -285,3 +285,23 @@ except ToolCallError as e:
     assert result.error is not None and result.error.kind is wasmbox.ErrorKind.TIMEOUT
     assert result.duration_s < 60, result.duration_s
     assert result.host_calls[0].name == "wasmbox.call_tool"
+
+
+def test_a_tool_may_be_for_code_only_or_for_the_model_only(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    (tmp_path / "scale.py").write_text(SCALE_PY)
+    source = str(tmp_path / "scale.py")
+    box.load({"name": "inner", "runtime": "python", "source": source, "callers": ["code"]})
+    box.load({"name": "direct", "runtime": "python", "source": source, "callers": ["model"]})
+    names = [spec["name"] for spec in box.specs(python=grants("inner"))]
+    assert names == ["direct", "run_python"]  # the code-only tool is shown only as a stub
+    assert "def inner(*, x: float" in box.specs(python=grants("inner"))[-1]["description"]
+    (refused,) = box.dispatch([{"id": "c", "type": "function", "function": {"name": "inner", "arguments": '{"x": 1}'}}],
+                              format="openai")  # fmt: skip
+    assert json.loads(refused["content"])["error"] == {
+        "kind": "invalid_arguments",
+        "message": "tool 'inner' is called from code only: call tools.inner(...) in run_python's code",
+    }
+    assert box.run_python("tools.inner(x=4)", grants("inner")).value == 8.0
+    with pytest.raises(wasmbox.CapabilityError, match=r"\['direct'\] whose callers do not include code"):
+        box.run_python("tools.direct(x=4)", grants("direct"))
+    assert box.tool("inner").call({"x": 1}).value == 2.0  # the host's own code may call any tool

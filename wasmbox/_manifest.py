@@ -336,6 +336,11 @@ class Manifest(_Strict):
         "(`tools.word_count(text=...)`), each call checked and run as the tool's own, under its "
         "grants and limits, and counted as a host call.",
     )  # fmt: skip
+    callers: tuple[Literal["model", "code"], ...] = Field(
+        ("model", "code"), strict=False, min_length=1,
+        description="Who may call the tool: the model directly (its specs list it, dispatch runs "
+        "it), code whose manifest lists it in `tools`, or both (the default).",
+    )  # fmt: skip
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
@@ -422,6 +427,7 @@ class Manifest(_Strict):
             raise ValueError('`source` needs `runtime` ("python" or "javascript")')
         if self.runtime is not None and self.source is None:
             given = [k for k in ("output_schema", "examples", "defer_loading") if getattr(self, k)]
+            given += ["callers"] if set(self.callers) != {"model", "code"} else []
             if given:
                 raise ValueError(
                     f"{', '.join(given)}: a grant set (runtime without source) describes no tool of its "

@@ -404,6 +404,9 @@ class Sandbox:
             raise CapabilityError(
                 f"{manifest.name}: lists tools {unloaded} that this Sandbox has not loaded: load them first"
             )
+        direct = [name for name in manifest.tools if "code" not in self._tools[name].manifest.callers]
+        if direct:
+            raise CapabilityError(f"{manifest.name}: lists tools {direct} whose callers do not include code")
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
         if missing:
             raise CapabilityError(
@@ -844,7 +847,8 @@ class Sandbox:
         python: bool | ManifestSource = False, session: bool = False,
         javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:  # fmt: skip
-        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
+        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order (but those whose
+        `callers` leave the model out: code reaches them through `tools`); with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`), described as keeping its state with `session` (for dispatch's
         `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`).

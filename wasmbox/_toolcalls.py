@@ -40,8 +40,8 @@ class ToolCaller:
                 f"tool {name[:64]!r} is not granted to this code: add it to the manifest's tools"
             )
         tool = self._lookup(name)
-        if tool is None:
-            raise CapabilityDeniedError(f"tool {name!r} is granted but not loaded in this Sandbox")
+        if tool is None or "code" not in tool.manifest.callers:
+            raise CapabilityDeniedError(f"tool {name!r} is listed but not loaded here for code to call")
         result = tool.call(args or {})
         if result.error is not None:
             return {"error": {"kind": result.error.kind.value, "message": result.error.message}}

@@ -241,6 +241,9 @@ def mcp_structured(value: Any, schema: Mapping[str, Any]) -> Any:
 class Specified(Stubbed, Protocol):
     """What `tools_specs` reads: a Tool, or a pool's stand-in for one."""
 
+    @property
+    def manifest(self) -> Manifest: ...
+
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]: ...
 
 
@@ -254,11 +257,11 @@ def tools_specs(
     python_grants: Manifest | None = None,
     javascript_grants: Manifest | None = None,
 ) -> list[dict[str, Any]]:
-    """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's
-    (described as keeping its state with `session`; under `python_grants`, with MCP hints from
-    them, and the tools they let its code call shown as stubs), with `javascript` the
-    run_javascript tool's (`javascript_grants`)."""
-    specs = [tool.spec(format, strict=strict) for tool in tools.values()]
+    """`Sandbox.specs`: the spec of each tool the model may call (`callers`), in order, and with
+    `python` the run_python tool's (described as keeping its state with `session`; under
+    `python_grants`, with MCP hints from them, and the tools they let its code call shown as
+    stubs), with `javascript` the run_javascript tool's (`javascript_grants`)."""
+    specs = [tool.spec(format, strict=strict) for tool in tools.values() if "model" in tool.manifest.callers]
     if python:
         if RUN_PYTHON in tools:
             raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
