@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _call, _outcome
+from . import _call, _outcome, _telemetry
 from ._audit import AuditLog, Auditor, AuditSink
 from ._backends.core import abi as _abi
 from ._backends.core import reactor
@@ -750,7 +750,9 @@ class Sandbox:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run_javascript, code, manifest))
+        return await loop.run_in_executor(
+            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest))
+        )
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
@@ -839,7 +841,7 @@ class Sandbox:
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, partial(self.run_python, code, manifest, runtime=runtime)
+            self._executor, _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime))
         )
 
     def specs(

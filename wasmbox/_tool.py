@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _outcome, _schema
+from . import _outcome, _schema, _telemetry
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
@@ -156,6 +156,15 @@ class Tool:
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
         tools take `argv` (appended to the manifest's `args`) and `stdin` instead.
         """
+        telemetry = _telemetry.active
+        if telemetry is not None:  # (off: this one check)
+            with telemetry.tool_span(self.name, self.kind.value) as ended:
+                result = self._audited(args, argv, stdin)
+                ended(result)
+            return result
+        return self._audited(args, argv, stdin)
+
+    def _audited(self, args: Any, argv: Any, stdin: Any) -> CallResult:
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
                 result = self._call(args, argv, stdin)
@@ -206,7 +215,8 @@ class Tool:
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.call, args, argv=argv, stdin=stdin))
+        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin))
+        return await loop.run_in_executor(self._executor, work)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):
