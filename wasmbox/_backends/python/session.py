@@ -148,8 +148,8 @@ class Session:
                 telemetry = _telemetry.active
                 if telemetry is None:
                     result = self._run(code)
-                else:  # a span as a tool call's, named as run_python's, with the session's name
-                    with telemetry.tool_span("run_python", "python", session=self.name) as ended:
+                else:  # a span as a tool call's, with the session's name
+                    with telemetry.tool_span(self._manifest.name, "python", session=self.name) as ended:
                         result = self._run(code)
                         ended(result)
             finally:
