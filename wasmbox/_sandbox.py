@@ -227,6 +227,14 @@ class Sandbox:
 
     # -- tools ----------------------------------------------------------------------------
 
+    async def aload(self, source: ManifestSource, *, replace: bool = False) -> Tool:
+        """`load` on the Sandbox's worker threads (a load may compile a module, install packages
+        or build a runtime: seconds to minutes), so the event loop keeps running."""
+        import asyncio  # lazily, as in Tool.acall
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.load, source, replace=replace))
+
     def load(self, source: ManifestSource, *, replace: bool = False) -> Tool:
         """Check and compile the manifest's tool; it is then callable by name.
 
@@ -949,15 +957,22 @@ class Sandbox:
     def cache_stats(self) -> CacheStats:
         return self._cache.stats
 
-    def close(self) -> None:
-        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
-        then stop the epoch ticker and the worker threads. Calls after this raise."""
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline; with
+        `timeout`, for at most that many seconds, then any still running is stopped as a
+        `timeout`), then stop the epoch ticker and the worker threads. Calls after this raise."""
         if _call.inside_call():
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         with self._python_lock, self._lock:
             self._closed = True
         self._sessions.close()
-        idle = self._ticker.close()
+        if timeout is None:
+            idle = self._ticker.close()
+        elif not (idle := self._ticker.close(wait_s=timeout)):
+            self._ticker.interrupt()  # the calls still running end now
+            idle = self._ticker.close()
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()

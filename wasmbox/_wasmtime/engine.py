@@ -103,6 +103,7 @@ class EpochTicker:
         self._stop = threading.Event()
         self._engines = [weakref.ref(engine)]
         self._calls = 0  # calls in flight: closing waits for them, or their deadlines lapse
+        self._longest = 1  # the most ticks any store was given (`ticks`): what `interrupt` passes
         self._idle = threading.Condition()
         self._accepting = True
         self._thread = threading.Thread(
@@ -118,7 +119,10 @@ class EpochTicker:
 
     def ticks(self, timeout_s: float) -> int:
         """Epoch ticks to allow for `timeout_s` (rounded up, plus one for the partial tick)."""
-        return max(1, math.ceil(timeout_s / self.tick_s)) + 1
+        ticks = max(1, math.ceil(timeout_s / self.tick_s)) + 1
+        if ticks > self._longest:  # (a racing write may keep the smaller: `interrupt` adds a margin)
+            self._longest = ticks
+        return ticks
 
     @property
     def running(self) -> bool:
@@ -151,6 +155,17 @@ class EpochTicker:
         if idle:
             self._thread.join()
         return idle
+
+
+    def interrupt(self) -> None:
+        """Pass every deadline a store was given now: each guest running wasm traps at once as
+        a timeout (a host function it is in finishes first). For a close that does not wait."""
+        for _ in range(self._longest + 2):
+            for engine_ref in list(self._engines):
+                engine = engine_ref()
+                if engine is not None:
+                    engine.increment_epoch()
+                del engine
 
 
 def _tick(engines: list[weakref.ref[wasmtime.Engine]], tick_s: float, stop: threading.Event) -> None:
