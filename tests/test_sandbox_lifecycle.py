@@ -134,3 +134,21 @@ def test_aload_loads_off_the_event_loop(cache_dir: Path) -> None:
 
     tool, value = asyncio.run(run())
     assert tool.name == "echo" and value == {"a": 1}
+
+
+def test_stats_count_calls_errors_and_what_is_live(cache_dir: Path) -> None:
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        assert box.stats().calls == 0 and box.stats().errors == {}
+        echo = box.load(manifest("echo"))
+        trap = box.load(manifest("trap"))
+        echo.call({"a": 1})
+        trap.call()
+        trap.call()
+        echo.call("not a mapping")  # type: ignore[arg-type]  # refused before running: counted too
+        box.run_python("1 + 1")
+        with box.session() as session:
+            session.run("x = 1")  # a session's run is the session's, not counted here
+            stats = box.stats()
+    assert (stats.tools, stats.calls, stats.in_flight, stats.sessions) == (2, 5, 0, 1)
+    assert stats.errors == {"trap": 2, "invalid_arguments": 1}
+    assert stats.cache.compiles + stats.cache.hits >= 2

@@ -69,7 +69,7 @@ from ._manifest import (
 )
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
-from ._tool import Tool
+from ._tool import CallCounts, SandboxStats, Tool
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
@@ -175,6 +175,7 @@ class Sandbox:
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
+        self._counts = CallCounts()  # what `stats` reports of the calls the tools finished
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
@@ -295,7 +296,7 @@ class Sandbox:
             self._cache.discard_module(code_digest)
             raise
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
 
@@ -461,7 +462,7 @@ class Sandbox:
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=digest, code_digest=_sha256(source),
             signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
             docstring=summary,
@@ -592,7 +593,7 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
             raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
         return Tool(
-            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
+            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=_sha256(source),
         )  # fmt: skip
 
@@ -725,7 +726,7 @@ class Sandbox:
             python = self._python_runtime()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
+            grants, runner, self._executor, self._auditor, counts=self._counts, manifest_digest=key, code_digest=build_digest,
             args_schema=schema, docstring=description,
         )  # fmt: skip
         if unset:
@@ -956,6 +957,16 @@ class Sandbox:
     @property
     def cache_stats(self) -> CacheStats:
         return self._cache.stats
+
+    def stats(self) -> SandboxStats:
+        """A snapshot for a server's health endpoint: tools loaded, calls finished (tool calls,
+        run_python and run_javascript; not session runs) and their errors by kind, calls in
+        flight, live sessions, what the compile cache did."""
+        calls, errors = self._counts.snapshot()
+        return SandboxStats(
+            tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
+            sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
+        )  # fmt: skip
 
     def close(self, timeout: float | None = None) -> None:
         """Refuse new calls, wait for the ones in flight (each is bounded by its deadline; with

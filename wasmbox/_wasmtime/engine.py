@@ -128,6 +128,11 @@ class EpochTicker:
     def running(self) -> bool:
         return not self._stop.is_set()
 
+    @property
+    def in_flight(self) -> int:
+        """Calls running now."""
+        return self._calls
+
     def enter(self) -> None:
         """Count a call in; refused once closing has begun (deadlines need the ticker)."""
         with self._idle:
@@ -155,7 +160,6 @@ class EpochTicker:
         if idle:
             self._thread.join()
         return idle
-
 
     def interrupt(self) -> None:
         """Pass every deadline a store was given now: each guest running wasm traps at once as
