@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from . import _outcome, _schema, _telemetry
 from ._audit import Auditor
-from ._cache import CacheStats
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
+from ._cache import CacheStats
 from ._call import CallInput
 from ._errors import ErrorKind, ManifestError
 from ._inspect import ModuleInfo, ToolKind
