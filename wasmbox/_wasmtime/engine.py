@@ -165,7 +165,7 @@ class EpochTicker:
     def interrupt(self) -> None:
         """Pass every deadline a store was given now: each guest running wasm traps at once as
         a timeout (a host function it is in finishes first). For a close that does not wait."""
-        for _ in range(self._longest + 2):
+        for _ in range(self._longest + 1):
             for engine_ref in list(self._engines):
                 engine = engine_ref()
                 if engine is not None:
