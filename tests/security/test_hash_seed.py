@@ -218,7 +218,11 @@ map.size
 def test_js_hash_flood_ends_at_its_fuel(guarded: Guarded) -> None:
     """The same in JavaScript, where the collisions need no secret at all: a Map of colliding
     keys ends `out_of_fuel` where as many distinct-hash keys fit."""
-    grants = {"name": "hash_js", "runtime": "javascript", "limits": {"fuel": 1_000_000_000, "timeout": "300s"}}
+    grants = {
+        "name": "hash_js",
+        "runtime": "javascript",
+        "limits": {"fuel": 1_000_000_000, "timeout": "300s"},
+    }
     honest = guarded.box.run_javascript(JS_MAP % (FLOOD, "'k' + i + key"), grants)
     assert honest.ok and honest.value == FLOOD, honest.error
     flood = guarded.box.run_javascript(JS_MAP % (FLOOD, "key"), grants)

@@ -31,7 +31,8 @@ from .conftest import HOSTILE_CORE, QUICK, SECRET, leaks_secret, named, snapshot
 
 pytestmark = pytest.mark.slow
 
-from wasmbox.integrations.ray import RaySandboxPool  # noqa: E402 - after test_ray set Ray's address
+# after test_ray has set Ray's node address (read when Ray is imported)
+from wasmbox.integrations.ray import RaySandboxPool
 
 TOKEN_ENV = "WASMBOX_SUITE_TOKEN"
 POOL_HOSTS = {**HOSTS, "test.environ": "tests.ray_hosts:environ"}
@@ -81,7 +82,12 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
 
 
 @pytest.fixture(scope="module")
-def hostile_pool(cluster: None, hostile_guests: Path, cache_dir: Path, tree: Tree) -> Iterator[RaySandboxPool]:  # noqa: F811
+def hostile_pool(
+    cluster: None,  # noqa: F811 - the fixture imported from test_ray
+    hostile_guests: Path,
+    cache_dir: Path,
+    tree: Tree,
+) -> Iterator[RaySandboxPool]:
     """Two actors whose processes hold a secret in their environment, with the hostile core
     guest (/data granted) and echo loaded."""
     from ..conftest import WAT
@@ -105,7 +111,13 @@ def pool(hostile_pool: RaySandboxPool, tree: Tree) -> Iterator[RaySandboxPool]:
 
 
 def python(pool: RaySandboxPool, tree: Tree, code: str, **fields: Any) -> wasmbox.CallResult:
-    grants = {"name": "hostile_py", "runtime": "python", "limits": QUICK, "preopens": tree.preopen(), **fields}
+    grants = {
+        "name": "hostile_py",
+        "runtime": "python",
+        "limits": QUICK,
+        "preopens": tree.preopen(),
+        **fields,
+    }
     return pool.run_python(code, grants)
 
 
@@ -241,7 +253,9 @@ def test_pool_state_does_not_reach_the_next_call(pool: RaySandboxPool, tree: Tre
     """What one call leaves in its interpreter is gone for the next, on either actor."""
     for _ in range(6):  # spread over both actors
         assert python(pool, tree, "import builtins\nhasattr(builtins, 'LEFT')").value is False
-        assert python(pool, tree, f"import builtins, sys\nbuiltins.LEFT = {SECRET!r}\nsys.modules['json'] = None").ok
+        assert python(
+            pool, tree, f"import builtins, sys\nbuiltins.LEFT = {SECRET!r}\nsys.modules['json'] = None"
+        ).ok
 
 
 def test_pool_host_functions_not_granted_are_refused(pool: RaySandboxPool, tree: Tree) -> None:

@@ -227,7 +227,9 @@ import builtins, json, os, random, sys, numpy, pandas
 """
 
 
-def test_scientific_state_does_not_reach_the_next_call(scientific_box: wasmbox.Sandbox, guarded: Guarded) -> None:
+def test_scientific_state_does_not_reach_the_next_call(
+    scientific_box: wasmbox.Sandbox, guarded: Guarded
+) -> None:
     """Globals, modules, the environment, numpy's and pandas' settings, a replaced stdlib
     function and the generators' state of one call are not there for the next."""
     left = run(scientific_box, guarded, LEAVE)
@@ -258,7 +260,12 @@ TAMPERED: list[tuple[str, str, dict[str, Any], ErrorKind]] = [
     ("output", "print('y' * 100_000)\n1", {"output": "8KiB"}, ErrorKind.OUTPUT_LIMIT),
 ]
 # A claimed kind (SECURITY.md, known gaps: the Python driver's error kinds), never a host verdict.
-CLAIMABLE = {ErrorKind.GUEST_ERROR, ErrorKind.INVALID_ARGUMENTS, ErrorKind.MEMORY_LIMIT, ErrorKind.BAD_RESPONSE}
+CLAIMABLE = {
+    ErrorKind.GUEST_ERROR,
+    ErrorKind.INVALID_ARGUMENTS,
+    ErrorKind.MEMORY_LIMIT,
+    ErrorKind.BAD_RESPONSE,
+}
 
 
 @pytest.mark.parametrize(("code", "limits", "kind"), named(TAMPERED))
@@ -282,9 +289,13 @@ def test_scientific_driver_tampering_gets_no_memory_past_the_cap(
     guarded.assert_untouched()
 
 
-def test_scientific_forged_reply_claims_no_host_verdict(scientific_box: wasmbox.Sandbox, guarded: Guarded) -> None:
+def test_scientific_forged_reply_claims_no_host_verdict(
+    scientific_box: wasmbox.Sandbox, guarded: Guarded
+) -> None:
     """A reply frame the guest sends itself, claiming the host's `timeout`, is not a timeout."""
     forged = "{'op': 'reply', 'error': 'forged', 'kind': 'timeout'}"
-    result = run(scientific_box, guarded, f"import _host, json\n_host.call(json.dumps({forged}).encode())\n'real'")
+    result = run(
+        scientific_box, guarded, f"import _host, json\n_host.call(json.dumps({forged}).encode())\n'real'"
+    )
     assert result.error is None or result.error.kind in CLAIMABLE, result.error
     guarded.assert_untouched()
