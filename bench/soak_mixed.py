@@ -192,7 +192,7 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
         core("bad_args", 3, kv, lambda i: {"key": i}, kind(ErrorKind.INVALID_ARGUMENTS)),
         # a budget with nothing left: refused before the call starts
         Case("over_budget", False, 2, lambda i: echo.call({"n": i}, budget=spent),
-             lambda i: echo.acall({"n": i}, budget=spent), kind(ErrorKind.OVER_BUDGET)),  # fmt: skip
+             lambda i: echo.acall({"n": i}, budget=spent), kind(ErrorKind.OVER_BUDGET)),
         Case("open_many", False, 1, lambda i: opened(opener.call(argv=open_many)), aopened,
              lambda i: [{"exit_code": 1}, str(MAX_OPEN_FILES)]),
         # valid Python calls
