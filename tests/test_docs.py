@@ -1,0 +1,61 @@
+"""The documents: ARCHITECTURE.md's module map names every module of the package."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import wasmbox
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(wasmbox.__file__).parent
+# guest programs: CPython 3.14 code compiled into or run inside a runtime, not host modules
+GUEST = {PACKAGE / "_backends" / "python" / "guest", PACKAGE / "_backends" / "python" / "programs"}
+TICKED = re.compile(r"`([^`]+)`")
+
+
+def _module_map() -> list[tuple[list[str], str]]:
+    """ARCHITECTURE.md's module map: each row's first cell's backticked names, and the row."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    section = text[text.index("## Module map") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = []
+    for line in section.splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `") and len(cells) >= 2:
+            rows.append((TICKED.findall(cells[0]), line))
+    return rows
+
+
+def _modules() -> list[Path]:
+    return sorted(p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py") if not GUEST & set(p.parents))
+
+
+def _named(module: Path, rows: list[tuple[list[str], str]]) -> bool:
+    """A top-level module is named in a first cell (`_call.py`); a subpackage's module is named
+    (`runner`, or `guest_driver.py`) in the row whose first cell is its folder (`_backends/core/`),
+    and a subpackage's `__init__.py` by a row of its folder or of a folder inside it."""
+    if len(module.parts) == 1:
+        return any(module.name in names for names, _ in rows)
+    folder = module.parent.as_posix() + "/"
+    if module.name == "__init__.py":
+        return any(name.startswith(folder) for names, _ in rows for name in names)
+    for names, row in rows:
+        if folder in names:
+            ticked = set(TICKED.findall(row))
+            return module.stem in ticked or module.name in ticked
+    return False
+
+
+def test_the_module_map_names_every_module_of_the_package() -> None:
+    rows = _module_map()
+    assert len(rows) > 10  # the table was found
+    missing = [str(m) for m in _modules() if not _named(m, rows)]
+    assert missing == [], f"add these to ARCHITECTURE.md's module map: {missing}"
+
+
+def test_the_module_map_names_no_module_that_is_gone() -> None:
+    named = [name for names, _ in _module_map() for name in names]
+    gone = [n for n in named if not (PACKAGE / n).exists() and n != "_wasmbox_pytestplugin.py"]
+    assert gone == []
+    assert (ROOT / "_wasmbox_pytestplugin.py").exists()
