@@ -59,3 +59,32 @@ def test_the_module_map_names_no_module_that_is_gone() -> None:
     gone = [n for n in named if not (PACKAGE / n).exists() and n != "_wasmbox_pytestplugin.py"]
     assert gone == []
     assert (ROOT / "_wasmbox_pytestplugin.py").exists()
+
+
+# -- SECURITY.md ----------------------------------------------------------------------------
+
+TEST_REF = re.compile(r"`((?:security/)?test_\w+)(?:::(test_\w+))?`")
+
+
+def test_every_test_security_md_names_exists() -> None:
+    """SECURITY.md lists, under each threat, the tests that try it: each names a real file of
+    tests/ and, after `::`, a test function defined in it."""
+    text = (ROOT / "SECURITY.md").read_text()
+    refs = TEST_REF.findall(text)
+    assert len(refs) > 200
+    sources = {p: p.read_text() for p in (ROOT / "tests").rglob("test_*.py")}
+    missing = []
+    for file, name in refs:
+        path = ROOT / "tests" / f"{file}.py"
+        if name:
+            if path not in sources or not re.search(rf"\bdef {name}\(", sources[path]):
+                missing.append(f"{file}::{name}")
+        elif not path.exists() and not any(re.search(rf"\bdef {file}\(", s) for s in sources.values()):
+            missing.append(file)
+    assert missing == []
+
+
+def test_security_md_rows_are_short() -> None:
+    """The threat table is a short row per threat; the detail is in the threat's section."""
+    long = [line[:60] for line in (ROOT / "SECURITY.md").read_text().splitlines() if len(line) > 200]
+    assert long == []
