@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import wasmbox
@@ -88,3 +91,23 @@ def test_security_md_rows_are_short() -> None:
     """The threat table is a short row per threat; the detail is in the threat's section."""
     long = [line[:60] for line in (ROOT / "SECURITY.md").read_text().splitlines() if len(line) > 200]
     assert long == []
+
+
+# -- the site -------------------------------------------------------------------------------
+
+
+def test_the_site_builds_with_no_broken_link(tmp_path: Path) -> None:
+    """`mkdocs build --strict`: a link to a page or an anchor that does not exist fails it."""
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    for page in ("index", "security", "architecture", "bench", "python"):
+        assert (tmp_path / "site" / ("" if page == "index" else page) / "index.html").exists()
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert pages and [p for p in pages if f": {p}" not in nav] == []

@@ -95,7 +95,7 @@ class Tool:
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
         """The tool's definition in a provider's format: "generic" `{name, description,
         parameters}`, "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
-        `strict=True` converts the schema to strict mode's subset (README: "Strict mode") and
+        `strict=True` converts the schema to strict mode's subset (docs/tool-calling.md, "Strict mode") and
         raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
         StrictSchemaWarning that says why. ValueError for an unknown format."""
         return _formats.tool_spec(
