@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 import wasmbox
 
@@ -111,3 +115,137 @@ def test_every_docs_page_is_in_the_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
     assert pages and [p for p in pages if f": {p}" not in nav] == []
+
+
+# -- every code block -----------------------------------------------------------------------
+#
+# A small runner of our own rather than pytest-examples: the blocks need only three things
+# (run the front door's Python from the repository root, parse the rest, validate manifests),
+# and a dependency for that would not earn its place. A Python block runs when it is complete
+# (every name it uses is defined by it); a block that sketches a call (`...` for the elided
+# parts, a top-level `await`, names from the prose) is compiled, so a syntax slip still fails.
+# A complete block that must not run here (it serves until its client leaves, needs a network)
+# says why in a comment before it, `<!-- docs-test: not run: why -->`, shown as the skip reason.
+# A TOML block is parsed; one that is a whole manifest (it has a `name`) is validated by
+# `wasmbox.Manifest`. A shell block is parsed by `bash -n`.
+
+FENCED = re.compile(r"(?ms)^( *)```(\w*)[^\n]*\n(.*?)^\1```")
+DOCUMENTS = ["README.md", "ARCHITECTURE.md", "SECURITY.md", "bench/README.md", *(
+    str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs").glob("*.md")))]  # fmt: skip
+
+
+NOT_RUN = re.compile(r"<!-- docs-test: not run: (.+?) -->\s*\Z")
+
+
+def _blocks(language: str) -> list[tuple[str, int, str]]:
+    found = []
+    for document in DOCUMENTS:
+        text = (ROOT / document).read_text()
+        for match in FENCED.finditer(text):
+            if match.group(2) == language:
+                code = "\n".join(line.removeprefix(match.group(1)) for line in match.group(3).splitlines())
+                found.append((document, text.count("\n", 0, match.start()) + 1, code))
+    return found
+
+
+def _complete(code: str) -> bool:
+    """Whether `code` runs as it stands: no `...` placeholder, no top-level await, and every
+    name it reads is bound in it or a builtin."""
+    import builtins
+
+    tree = ast.parse(code)
+    if any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree)):
+        return False
+    if any(isinstance(n, (ast.Await, ast.AsyncFor, ast.AsyncWith)) for n in ast.walk(tree)):
+        return False
+    bound = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return read <= bound
+
+
+PYTHON = _blocks("python")
+
+
+def _not_run(document: str, line: int) -> str | None:
+    """The reason a comment just before the block at `line` gives for not running it."""
+    before = "\n".join((ROOT / document).read_text().splitlines()[: line - 1])
+    found = NOT_RUN.search(before)
+    return found.group(1) if found else None
+
+
+RUNNABLE = [
+    pytest.param(
+        *b, id=f"{b[0]}:{b[1]}", marks=[pytest.mark.skip(reason=why)] if (why := _not_run(*b[:2])) else []
+    )
+    for b in PYTHON
+    if _complete(b[2])
+]
+
+
+@pytest.mark.parametrize(("document", "line", "code"), PYTHON, ids=[f"{d}:{n}" for d, n, _ in PYTHON])
+def test_every_python_block_compiles(document: str, line: int, code: str) -> None:
+    compile(code, f"{document}:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+@pytest.mark.parametrize(("document", "line", "code"), RUNNABLE)
+def test_every_complete_python_block_runs(
+    document: str, line: int, code: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the repository root, as the README's quick start has it (its manifests, guests, data)."""
+    monkeypatch.chdir(ROOT)
+    namespace: dict[str, object] = {"__name__": "__docs__"}
+    exec(compile(code, f"{document}:{line}", "exec"), namespace)  # noqa: S102 - the docs' own examples
+    box = namespace.get("box")
+    if isinstance(box, wasmbox.Sandbox):
+        box.close()
+
+
+def test_the_front_door_examples_all_run() -> None:
+    """The README's examples are complete programs, so none of them is only compiled."""
+    readme = [b for b in PYTHON if b[0] == "README.md"]
+    ran = {(p.values[0], p.values[1]) for p in RUNNABLE if not p.marks}
+    assert len(readme) >= 6 and all((d, n) in ran for d, n, _ in readme)
+
+
+TOML = _blocks("toml")
+
+
+@pytest.mark.parametrize(("document", "line", "code"), TOML, ids=[f"{d}:{n}" for d, n, _ in TOML])
+def test_every_toml_block_parses_and_manifests_validate(
+    document: str, line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest's files are placeholders made where it names them (in a folder of its own:
+    the checks here are of its fields, not of a module it names)."""
+    data = tomllib.loads(code)
+    if "name" not in data:
+        return
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    for field in ("module", "source", "requirements"):
+        if isinstance(data.get(field), str) and not Path(data[field]).is_absolute():
+            (here / data[field]).parent.mkdir(parents=True, exist_ok=True)
+            (here / data[field]).write_bytes(b"")
+    for preopen in data.get("preopens", []):
+        if not Path(preopen["host"]).is_absolute():
+            (here / preopen["host"]).mkdir(parents=True, exist_ok=True)
+    wasmbox.Manifest.model_validate(data)
+
+
+SHELL = _blocks("sh") + _blocks("bash") + _blocks("console")
+
+
+@pytest.mark.parametrize(("document", "line", "code"), SHELL, ids=[f"{d}:{n}" for d, n, _ in SHELL])
+def test_every_shell_block_parses(document: str, line: int, code: str) -> None:
+    script = "\n".join(ln.removeprefix("$ ") for ln in code.splitlines())
+    parsed = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr
