@@ -300,7 +300,7 @@ class Manifest(_Strict):
     source: Path | None = Field(None, description="The tool's Python or JavaScript source (with `runtime`).")
     python: Literal["standard", "scientific"] | None = Field(
         None, description="Which Python runtime (runtime = 'python'): the standard one (the default), "
-        "or 'scientific' (numpy, pandas; README: \"The scientific runtime\").",
+        "or 'scientific' (numpy, pandas; docs/scientific.md).",
     )  # fmt: skip
     entry: str = "main"
     host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field((), strict=False)
@@ -350,7 +350,7 @@ class Manifest(_Strict):
         description="Pure-Python packages a Python tool or grant set imports, pinned: "
         "[\"idna==3.10\"], or hashed as pip takes them, [\"idna==3.10 --hash=sha256:<hex>\"] (then "
         "every pin of the set, dependencies too, and pip refuses a file with another digest); "
-        "their dependencies are installed too (README: \"Third-party packages\").",
+        "their dependencies are installed too (docs/python.md, \"Third-party packages\").",
     )  # fmt: skip
     requirements: Path | None = Field(
         None,

@@ -821,7 +821,7 @@ class Sandbox:
         session of that name is returned if it has these grants (SessionError if it has
         others: a session is never shared between grant sets), else a new one is opened.
         Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
-        manifest. README: "Sessions" has the failure rule and the costs."""
+        manifest. docs/python.md, "Sessions", has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
         if grants.python == "scientific":
             raise ManifestError(
@@ -902,7 +902,7 @@ class Sandbox:
         message/response holding it, as SDK objects or dicts.
 
         Bad JSON, an unknown tool name and arguments that fail the schema become error results
-        the model can read (README: "Tool results"); so do calls past `max_calls`, and calls
+        the model can read (docs/tool-calling.md, "Tool results"); so do calls past `max_calls`, and calls
         not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
         (True: no grants; or the grant manifest for `run_python`); with `session` (a name the
         caller gives its conversation), to that `Sandbox.session`, one after another in the

@@ -176,7 +176,7 @@ class Tool:
         """The tool's definition in a provider's format: "generic" `{name, description,
         parameters}` (and `output_schema`, `examples`, `defer_loading` when the tool has them),
         "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
-        `strict=True` converts the schema to strict mode's subset (README: "Strict mode") and
+        `strict=True` converts the schema to strict mode's subset (docs/tool-calling.md, "Strict mode") and
         raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
         StrictSchemaWarning that says why. ValueError for an unknown format."""
         return _formats.spec_of(self, format, strict)
