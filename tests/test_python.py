@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import wasmbox
+from wasmbox._manifest import PYTHON_FUEL
 
 from .conftest import CAPABILITIES
 
@@ -591,6 +592,24 @@ def test_host_call_cap_applies_to_python(echo_box: wasmbox.Sandbox) -> None:
 def test_infinite_loop_runs_out_of_fuel(box: wasmbox.Sandbox) -> None:
     # the default fuel; a deadline far beyond it, so that fuel, not the machine's speed, decides
     assert kind(box.run_python("while True:\n    pass", grants(limits={"timeout": "60s"}))) == "out_of_fuel"
+
+
+def test_python_defaults_let_ordinary_code_finish_and_stay_finite(box: wasmbox.Sandbox, tmp_path: Path) -> None:
+    # fib(22): ~70M fuel and ~10 ms, over the core default of 50M fuel (a model-style program)
+    code = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(22)"
+    result = box.run_python(code)
+    assert result.ok and result.value == 17711, result.error
+    assert result.fuel_used > wasmbox.Limits().fuel
+    source = tmp_path / "fib.py"
+    source.write_text(code.replace("fib(22)", "def main(n: int) -> int:\n    return fib(n)\n"))
+    tool = box.load({"name": "fib", "runtime": "python", "source": str(source)})
+    assert tool.manifest.limits.fuel == PYTHON_FUEL
+    assert tool.call({"n": 22}).value == 17711
+    # finite, and only where nothing was set: an explicit fuel, and core modules, keep theirs
+    assert PYTHON_FUEL < 2**63 - 1
+    assert wasmbox.Manifest.load(grants(limits={"fuel": 1000})).limits.fuel == 1000
+    assert wasmbox.Manifest.load({"name": "m", "module": __file__}).limits.fuel == wasmbox.Limits().fuel == 50_000_000
+    assert kind(box.run_python(code, grants(limits={"fuel": 50_000_000}))) == "out_of_fuel"
 
 
 def test_infinite_loop_times_out(box: wasmbox.Sandbox) -> None:
