@@ -33,4 +33,6 @@ with wasmbox.Sandbox(progress=None) as box:
         fuel = runs[0][1]
         rates.append(fuel / run_s)
         print(f"{name:20} {fuel / 1e6:8.1f}M fuel  {run_s * 1000:7.1f} ms  {fuel / run_s / 1e6:7.0f}M fuel/s")
-    print(f"median rate: {statistics.median(rates) / 1e6:.0f}M fuel/s, slowest {min(rates) / 1e6:.0f}M fuel/s")
+    print(
+        f"median rate: {statistics.median(rates) / 1e6:.0f}M fuel/s, slowest {min(rates) / 1e6:.0f}M fuel/s"
+    )

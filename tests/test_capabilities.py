@@ -76,7 +76,9 @@ def test_tables_and_initial_memory_count_against_the_limits(box: wasmbox.Sandbox
     # limits.memory is refused at load too, before the compile's artifact is kept
     with pytest.raises(wasmbox.ManifestError, match="exceeds the limit"):
         box.load(manifest("big_table", limits={"memory": "64MiB"}))
-    with pytest.raises(wasmbox.ManifestError, match=r"memory minimum of 512MiB .* above limits.memory of 64MiB"):
+    with pytest.raises(
+        wasmbox.ManifestError, match=r"memory minimum of 512MiB .* above limits.memory of 64MiB"
+    ):
         box.load(manifest("big_memory", limits={"memory": "64MiB"}))
 
 

@@ -150,7 +150,19 @@ def zig_default_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("zig")
     source, wasm = folder / "hello.c", folder / "hello.wasm"
     source.write_text('#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n')
-    argv = [sys.executable, "-m", "ziglang", "cc", "-target", "wasm32-wasi", "-O2", "-s", str(source), "-o", str(wasm)]
+    argv = [
+        sys.executable,
+        "-m",
+        "ziglang",
+        "cc",
+        "-target",
+        "wasm32-wasi",
+        "-O2",
+        "-s",
+        str(source),
+        "-o",
+        str(wasm),
+    ]
     subprocess.run(argv, check=True, capture_output=True)
     return wasm
 
@@ -182,5 +194,7 @@ def test_lint_warns_of_a_module_needing_more_memory_than_the_limit(
     )
     warnings = [w for w in lint(small) if "memory minimum" in w]
     assert len(warnings) == 1 and "limits.memory of 8MiB" in warnings[0] and "refuses it" in warnings[0]
-    roomy = wasmbox.Manifest.load({"name": "hello", "module": str(zig_default_command), "limits": {"memory": "64MiB"}})
+    roomy = wasmbox.Manifest.load(
+        {"name": "hello", "module": str(zig_default_command), "limits": {"memory": "64MiB"}}
+    )
     assert not [w for w in lint(roomy) if "memory minimum" in w]

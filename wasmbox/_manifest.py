@@ -423,7 +423,11 @@ class Manifest(_Strict):
             self._check_command(self.command)
         if self.reactor is not None:
             self._check_reactor(self.reactor)
-        if self.runtime == "python" and self.python != "scientific" and "fuel" not in self.limits.model_fields_set:
+        if (
+            self.runtime == "python"
+            and self.python != "scientific"
+            and "fuel" not in self.limits.model_fields_set
+        ):
             # the interpreter's default fuel is sized to its deadline (Limits.fuel is a core module's)
             object.__setattr__(self, "limits", self.limits.model_copy(update={"fuel": PYTHON_FUEL}))
         return self

@@ -297,7 +297,11 @@ class PackageInstaller:
                 native.setdefault(_file_version(link), []).extend(skipped[1].split(", "))
             if re.search(r"No (?:binaries|sources) permitted for", line):
                 sdists = True
-        tags = native.get(pinned, []) if pinned is not None and pinned in native else [t for v in native.values() for t in v]
+        tags = (
+            native.get(pinned, [])
+            if pinned is not None and pinned in native
+            else [t for v in native.values() for t in v]
+        )
         unreachable = re.search(
             r"Could not fetch URL (\S+?):? (?:connection error: )?(.*?)(?: - skipping)?$", log, re.MULTILINE
         )
