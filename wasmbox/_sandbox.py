@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _call, _outcome
+from . import _call, _outcome, _telemetry
 from ._audit import AuditLog, Auditor, AuditSink
 from ._backends.core import abi as _abi
 from ._backends.core import reactor
@@ -41,7 +41,7 @@ from ._backends.python.runner import (
     PythonToolRunner,
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
-from ._backends.python.signature import entry_problem, signature_schema
+from ._backends.python.signature import entry_problem, return_schema, signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
@@ -61,6 +61,7 @@ from ._inspect import (
     read_wasm,
 )
 from ._manifest import (
+    CALL_TOOL,
     PACKAGES_GUEST_PATH,
     STDLIB_GUEST_PATH,
     Limits,
@@ -69,7 +70,8 @@ from ._manifest import (
 )
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
-from ._tool import Tool
+from ._tool import CallCounts, SandboxStats, Tool
+from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
@@ -174,13 +176,15 @@ class Sandbox:
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
+        self._counts = CallCounts()  # what `stats` reports of the calls the tools finished
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
-        self._host_functions: dict[str, HostFunction] = {
-            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch)  # built in; granted by [network]
-        }
         self._tools: dict[str, Tool] = {}
+        self._host_functions: dict[str, HostFunction] = {  # built in:
+            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch),  # granted by [network]
+            CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
+        }
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
         self._scientific: ScientificRunner | None = None
@@ -224,6 +228,14 @@ class Sandbox:
             self._host_functions[name] = function
 
     # -- tools ----------------------------------------------------------------------------
+
+    async def aload(self, source: ManifestSource, *, replace: bool = False) -> Tool:
+        """`load` on the Sandbox's worker threads (a load may compile a module, install packages
+        or build a runtime: seconds to minutes), so the event loop keeps running."""
+        import asyncio  # lazily, as in Tool.acall
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.load, source, replace=replace))
 
     def load(self, source: ManifestSource, *, replace: bool = False) -> Tool:
         """Check and compile the manifest's tool; it is then callable by name.
@@ -285,7 +297,7 @@ class Sandbox:
             self._cache.discard_module(code_digest)
             raise
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
 
@@ -399,6 +411,14 @@ class Sandbox:
         return None
 
     def _check_host_functions(self, manifest: Manifest) -> None:
+        unloaded = [name for name in manifest.tools if name not in self._tools]
+        if unloaded:
+            raise CapabilityError(
+                f"{manifest.name}: lists tools {unloaded} that this Sandbox has not loaded: load them first"
+            )
+        direct = [name for name in manifest.tools if "code" not in self._tools[name].manifest.callers]
+        if direct:
+            raise CapabilityError(f"{manifest.name}: lists tools {direct} whose callers do not include code")
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
         if missing:
             raise CapabilityError(
@@ -445,9 +465,10 @@ class Sandbox:
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=digest, code_digest=_sha256(source),
-            signature_schema=schema, docstring=summary,
+            signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
+            docstring=summary,
         )  # fmt: skip
 
     def prepare_python(self, progress: Progress | None = None) -> Path:
@@ -575,7 +596,7 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
             raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
         return Tool(
-            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
+            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=_sha256(source),
         )  # fmt: skip
 
@@ -708,7 +729,7 @@ class Sandbox:
             python = self._python_runtime()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
+            grants, runner, self._executor, self._auditor, counts=self._counts, manifest_digest=key, code_digest=build_digest,
             args_schema=schema, docstring=description,
         )  # fmt: skip
         if unset:
@@ -741,7 +762,15 @@ class Sandbox:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run_javascript, code, manifest))
+        return await loop.run_in_executor(
+            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest))
+        )
+
+    def _checked_grants(self, source: ManifestSource) -> Manifest:
+        """A grant set as specs show it: read, its tools and host functions present here."""
+        grants = Manifest.load(source)
+        self._check_host_functions(grants)
+        return grants
 
     def _python_grant_set(
         self, manifest: ManifestSource | None, runtime: InterpreterName | None = None
@@ -824,18 +853,30 @@ class Sandbox:
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, partial(self.run_python, code, manifest, runtime=runtime)
+            self._executor, _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime))
         )
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
-        session: bool = False, javascript: bool = False,
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False,
+        python: bool | ManifestSource = False, session: bool = False,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:  # fmt: skip
-        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
+        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order (but those whose
+        `callers` leave the model out: code reaches them through `tools`); with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`), described as keeping its state with `session` (for dispatch's
-        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`)."""
-        return _formats.tools_specs(self._tools, format, strict, python, session, javascript)
+        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`).
+        `python` (or `javascript`) may be the grant set its calls run under, as dispatch takes
+        it: the tools it lets the code call are then shown in the description as stubs.
+        Raises ManifestError for a bad grant set, CapabilityError when it lists a tool that is
+        not loaded."""
+        grants = [
+            None if isinstance(given, bool) else self._checked_grants(given)
+            for given in (python, javascript)
+        ]  # fmt: skip
+        return _formats.tools_specs(
+            self._tools, format, strict, python is not False, session, javascript is not False, *grants
+        )
 
     def dispatch(
         self,
@@ -920,15 +961,32 @@ class Sandbox:
     def cache_stats(self) -> CacheStats:
         return self._cache.stats
 
-    def close(self) -> None:
-        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
-        then stop the epoch ticker and the worker threads. Calls after this raise."""
+    def stats(self) -> SandboxStats:
+        """A snapshot for a server's health endpoint: tools loaded, calls finished (tool calls,
+        run_python and run_javascript; not session runs) and their errors by kind, calls in
+        flight, live sessions, what the compile cache did."""
+        calls, errors = self._counts.snapshot()
+        return SandboxStats(
+            tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
+            sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
+        )  # fmt: skip
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline; with
+        `timeout`, for at most that many seconds, then any still running is stopped as a
+        `timeout`), then stop the epoch ticker and the worker threads. Calls after this raise."""
         if _call.inside_call():
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         with self._python_lock, self._lock:
             self._closed = True
         self._sessions.close()
-        idle = self._ticker.close()
+        if timeout is None:
+            idle = self._ticker.close()
+        elif not (idle := self._ticker.close(wait_s=timeout)):
+            self._ticker.interrupt()  # the calls still running end now
+            idle = self._ticker.close()
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()
