@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
