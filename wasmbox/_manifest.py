@@ -84,7 +84,11 @@ class Limits(_Strict):
     """Per-call limits. Every one is finite; the defaults are the safe ones."""
 
     fuel: int = Field(
-        50_000_000, gt=0, le=2**63 - 1, description="Wasm fuel units (about one per instruction)."
+        50_000_000,
+        gt=0,
+        le=2**63 - 1,
+        description="Wasm fuel units (about one per instruction); a standard-runtime Python "
+        "manifest that does not set it gets PYTHON_FUEL (10G).",
     )
     memory: Size = Field(64 * 1024**2, le=MAX_MEMORY, description="Linear memory cap.")
     timeout: Duration = Field(2.0, description="Wall-clock deadline, seconds or '500ms'.")
