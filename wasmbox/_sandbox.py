@@ -57,6 +57,7 @@ from ._inspect import (
     abi_problem,
     check_grants,
     inspect_module,
+    memory_problem,
     read_module_info,
     read_wasm,
 )
@@ -310,6 +311,8 @@ class Sandbox:
             info = dataclasses.replace(info, kind=ToolKind.C_REACTOR)
         else:
             problem = abi_problem(info)
+        if problem is None:
+            problem = memory_problem(info, manifest.limits.memory)
         if problem is not None:
             raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))
