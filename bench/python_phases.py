@@ -46,11 +46,15 @@ REQUEST = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument(
+        "--keep-resident", type=int, default=EngineSettings.pool_keep_resident,
+        help="EngineSettings.pool_keep_resident for the timings (bytes)",
+    )  # fmt: skip
     options = parser.parse_args()
     if sys.platform == "linux":  # first: a pool whose slots were all reset to the image
         with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=0)) as box:
             written, touched, image = _dirty(box._python_runtime())
-    with wasmbox.Sandbox() as box:
+    with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=options.keep_resident)) as box:
         timings = _timings(box._python_runtime(), options.calls)
     for name, values in timings.items():
         print(f"{name:34} {statistics.median(values):8.0f}")
