@@ -79,7 +79,7 @@ import socket  # noqa: F401  (imports, but every connection is refused: no netwo
 import sqlite3  # noqa: F401
 import statistics  # noqa: F401
 import string  # noqa: F401
-import struct  # noqa: F401
+import struct
 import subprocess  # noqa: F401  (imports, but cannot start a process under WASI)
 import sys
 import textwrap  # noqa: F401
@@ -442,7 +442,7 @@ def _reply(value: object, strict: bool) -> bytes:
     A value that cannot be sent is an error for a tool (`strict`) that names what is wrong; a
     snippet's becomes its repr."""
     try:
-        reply = _pack({"ok": value})
+        reply = _pack_plain(value, _OK, 0) or _pack({"ok": value})
     except (TypeError, ValueError, OverflowError) as exc:
         if strict:
             raise _Refusal("guest_error", _unsendable(exc)) from None
@@ -450,6 +450,71 @@ def _reply(value: object, strict: bool) -> bytes:
     if len(reply) > _output_cap:  # the host would refuse it: say how big, send nothing
         return _pack({"too_big": len(reply)})
     return reply
+
+
+_OK = b"\x81\xa2ok"  # the start of {"ok": value}: a map of one entry, its key
+
+
+def _pack_plain(value: object, head: bytes, depth: int) -> bytes | None:
+    """`head` + `value` as msgpack packs it, byte for byte, when `value` is of the plain types
+    most results are (None, bool, int within 64 bits, float, str, and lists, tuples and dicts
+    of them, exactly those types, 32 levels at most); None for anything else, which msgpack's
+    pure-Python Packer then does (its set-up costs a fresh interpreter ~70k fuel a reply)."""
+    kind = type(value)
+    if value is None:
+        return head + b"\xc0"
+    if kind is bool:
+        return head + (b"\xc3" if value else b"\xc2")
+    if kind is int:
+        if -0x20 <= value < 0x80:
+            return head + (value & 0xFF).to_bytes(1, "big")
+        for marker, size in _INT_SIZES[value < 0]:
+            try:
+                return head + marker + value.to_bytes(size, "big", signed=value < 0)
+            except OverflowError:
+                continue
+        return None
+    if kind is float:
+        return head + b"\xcb" + _DOUBLE(value)
+    if kind is str:
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        n = len(data)
+        if n <= 0x1F:
+            return head + (0xA0 | n).to_bytes(1, "big") + data
+        if n <= 0xFF:
+            return head + b"\xd9" + n.to_bytes(1, "big") + data
+        if n <= 0xFFFF:
+            return head + b"\xda" + n.to_bytes(2, "big") + data
+        return head + b"\xdb" + n.to_bytes(4, "big") + data if n < 2**32 else None
+    if depth >= 32 or kind not in (list, tuple, dict):
+        return None
+    n = len(value)  # type: ignore[arg-type]  (under 2**32 in a 32-bit memory)
+    if kind is dict:
+        out = head + (bytes([0x80 | n]) if n <= 0x0F else b"\xde" + n.to_bytes(2, "big") if n <= 0xFFFF
+                      else b"\xdf" + n.to_bytes(4, "big"))  # fmt: skip
+        items = [x for pair in value.items() for x in pair]  # type: ignore[attr-defined]
+    else:
+        out = head + (bytes([0x90 | n]) if n <= 0x0F else b"\xdc" + n.to_bytes(2, "big") if n <= 0xFFFF
+                      else b"\xdd" + n.to_bytes(4, "big"))  # fmt: skip
+        items = value  # type: ignore[assignment]
+    parts = [out]
+    for item in items:
+        part = _pack_plain(item, b"", depth + 1)
+        if part is None:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+# msgpack's int markers past the fixints, smallest first: unsigned (uint 8..64), signed (int 8..64)
+_INT_SIZES = (
+    ((b"\xcc", 1), (b"\xcd", 2), (b"\xce", 4), (b"\xcf", 8)),
+    ((b"\xd0", 1), (b"\xd1", 2), (b"\xd2", 4), (b"\xd3", 8)),
+)
+_DOUBLE = struct.Struct(">d").pack
 
 
 def _unsendable(exc: BaseException) -> str:
@@ -551,6 +616,7 @@ def _warm_up() -> None:
     _signature(source, "main")
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
     marshal.loads(memoryview(marshal.dumps({"mode": "code"}))[0:])  # as `_serve` decodes a request
+    _reply({"a": [1, -200, 2.5, None, True, "x" * 40, (70000,)]}, True)
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x", "d": datetime.date(2024, 1, 1)}), raw=False)
     linecache.cache.clear()
     sys.modules["__main__"] = main  # no call meets the warm-up's modules
