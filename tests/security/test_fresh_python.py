@@ -14,6 +14,7 @@ marker's store is freed: nothing is found.
 from __future__ import annotations
 
 import hashlib
+import struct
 import sys
 import time
 import uuid
@@ -153,3 +154,40 @@ def _slot_memory() -> list[tuple[int, bytes]]:
             mem.seek(start)
             out.append((start, mem.read(end - start)))
     return out
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps and /proc/self/pagemap")
+def test_the_pool_resets_a_python_memory_by_copying_the_whole_image_back(guarded: Guarded) -> None:
+    """A freed slot's image is copied back whole (the first `pool_keep_resident` bytes), not
+    only the pages the kernel reports dirty: Wasmtime's `PAGEMAP_SCAN` reset is off, the reset
+    SECURITY.md ("Pooled memory and swapped-out pages") relies on. After a reset every page of
+    the image in the slot is the copy's (present, no longer the artifact file's); a scanning
+    reset would leave the pages no call wrote mapped from the file. Fails if a Wasmtime upgrade
+    turns that reset on by default."""
+    for _ in range(8):
+        assert guarded.python("sum(range(100))").ok
+    deadline = time.monotonic() + 30
+    copied = 0.0
+    while copied < 0.99 and time.monotonic() < deadline:  # (stores are freed on a thread)
+        copied = max(_copied_share(start, end) for start, end in _image_regions())
+        time.sleep(0.1)
+    assert copied >= 0.99, f"at most {copied:.0%} of a slot's image pages were copied back"
+    guarded.assert_untouched()
+
+
+def _image_regions() -> list[tuple[int, int]]:
+    regions = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "rw-p" and fields[5].endswith(".cwasm"):
+            regions.append(tuple(int(x, 16) for x in fields[0].split("-")))
+    return regions  # type: ignore[return-value]
+
+
+def _copied_share(start: int, end: int) -> float:
+    """The share of the pages in [start, end) present and not the file's (bits 63 and 61)."""
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(start // 4096 * 8)
+        entries = pagemap.read((end - start) // 4096 * 8)
+    flags = [entry >> 61 for (entry,) in struct.iter_unpack("<Q", entries)]
+    return sum(1 for f in flags if f & 0b100 and not f & 0b001) / max(1, len(flags))
