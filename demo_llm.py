@@ -2,7 +2,8 @@
 
 The real `openai` and `anthropic` clients talk to a fake model over httpx.MockTransport (no
 network): the model asks for parallel tool calls (one with bad JSON, one unknown tool), wasmbox
-runs them and answers, and the next request the SDK sends is printed.
+runs them and answers, and the next request the SDK sends is printed. Then the model writes one
+snippet that calls three tools itself and sends back one answer instead of three results.
 
 Run it with `./dev demo llm`.
 """
@@ -114,12 +115,72 @@ def anthropic_loop(box: wasmbox.Sandbox) -> None:
     print(f"--- the model: {final.content[0].text}")  # type: ignore[union-attr]
 
 
+# The grant set of run_python when its code may call tools, and the snippet the model writes.
+CODE_GRANTS = {"name": "analyst", "runtime": "python", "tools": ["word_count", "csv_stats", "kv_lookup"]}
+CODE = """
+words = tools.word_count(path="/data/sample.txt")["words"]
+stats = tools.csv_stats(path="/data/sales.csv", column="units", group_by="region")
+target = int(tools.kv_lookup(key="target")["value"])
+regions = stats["by_region"]
+best = max(regions, key=lambda region: regions[region]["sum"])
+{"words": words, "best_region": best, "units": stats["all"]["sum"], "met_target": stats["all"]["sum"] >= target}
+"""
+
+
+def code_loop(box: wasmbox.Sandbox) -> None:
+    print("\n======== Code that calls tools (OpenAI Chat Completions) ========")
+    call = {
+        "id": "call_code",
+        "type": "function",
+        "function": {"name": "run_python", "arguments": json.dumps({"code": CODE})},
+    }
+
+    def completion(message: dict[str, Any]) -> dict[str, Any]:
+        return {"id": "chatcmpl-demo", "object": "chat.completion", "created": 0, "model": "fake",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}]}  # fmt: skip
+
+    model = FakeModel(
+        completion({"role": "assistant", "content": None, "tool_calls": [call]}),
+        completion(
+            {
+                "role": "assistant",
+                "content": "30 words; north sold the most; 88 units, short of the 100 target.",
+            }
+        ),
+    )
+    client = openai.OpenAI(api_key="sk-demo", base_url="http://fake-model/v1",
+                           http_client=httpx.Client(transport=httpx.MockTransport(model)))  # fmt: skip
+    tools = box.specs("openai", python=CODE_GRANTS)
+    (run_python,) = [t for t in tools if t["function"]["name"] == "run_python"]
+    print("--- run_python's description shows the tools its code may call:")
+    print(run_python["function"]["description"][:1200])
+    messages: list[Any] = [
+        {"role": "user", "content": "Words in sample.txt, best region by units, target met?"}
+    ]
+    response = client.chat.completions.create(model="fake", messages=messages, tools=tools)
+    message = response.choices[0].message
+    print("--- the model writes one snippet:" + CODE.rstrip())
+    results = box.dispatch(message, format="openai", python=CODE_GRANTS)
+    show("one answer back, for three tool calls made inside the sandbox", results, 1200)
+    messages += [message.model_dump(exclude_none=True), *results]
+    final = client.chat.completions.create(model="fake", messages=messages, tools=tools)
+    print(f"--- the model: {final.choices[0].message.content}")
+
+
+def kv_get(key: str) -> str | None:
+    """The demo's key-value store, served to kv_lookup as the host function kv.get."""
+    return {"target": "100"}.get(key)
+
+
 def main() -> int:
     with wasmbox.Sandbox() as box:
+        box.register_host_function("kv.get", kv_get)
         box.load(CAPS / "word_count.toml")
         box.load(CAPS / "csv_stats.toml")
+        box.load(CAPS / "kv_lookup.toml")
         openai_loop(box)
         anthropic_loop(box)
+        code_loop(box)
     return 0
 
 

@@ -979,3 +979,13 @@ def test_a_tool_keeps_its_deadline_after_its_sandbox_is_collected(cache_dir: Pat
     del box
     gc.collect()
     assert kind(tool.call({})) == "timeout"  # (without the ticker: out of 10**15 fuel, hours later)
+
+
+def test_a_tools_declared_output_schema_is_enforced(js_box: wasmbox.Sandbox, tool_source: Path) -> None:
+    doubled = {"type": "integer", "minimum": 0}
+    tool = js_box.load(js_tool(tool_source, "later", output_schema=doubled), replace=True)
+    assert tool.spec("openai-responses")["output_schema"] == doubled
+    assert tool.call({"n": 21}).value == 42
+    broken = tool.call({"n": -1})
+    assert broken.error is not None and broken.error.kind is wasmbox.ErrorKind.BAD_RESPONSE
+    assert broken.error.message == "the value breaks the tool's output_schema: result: must be >= 0"

@@ -375,3 +375,35 @@ def test_serve_refuses_python_grants_run_python_cannot_use(
     grants.write_text(json.dumps({"name": "g", "runtime": "python", "host_functions": ["kv.get"]}))
     assert main(["mcp", "serve", "--python-grants", str(grants), "--no-cache"]) == 2
     assert "kv.get" in capsys.readouterr().err  # at start, not as every call's error
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_both_protocol_revisions_list_call_and_keep_sessions(cache_dir: Path, mode: str) -> None:
+    """The real client in the handshake-era revision and in the stateless 2026-07-28 one: the
+    same tools, typed results, and sessions reached through the name a result gave."""
+    from mcp import Client
+
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        box.load({"name": "echo", "module": wat("echo"), "input_schema": ECHO_SCHEMA,
+                  "output_schema": {"type": "object", "properties": {"text": {"type": "string"}}}})  # fmt: skip
+
+        async def run() -> None:
+            async with Client(wasmbox_mcp.build_server(box, python=True, sessions=True), mode=mode) as client:
+                assert (client.protocol_version == "2026-07-28") is (mode != "legacy")
+                listed = await client.list_tools()
+                assert [tool.name for tool in listed.tools] == ["echo", "run_python"]
+                if mode != "legacy":  # tools can be loaded at any time: never fresh for long
+                    assert listed.ttl_ms == 0 and listed.cache_scope == "private"
+                echoed = await client.call_tool("echo", {"text": "hi"})
+                assert echoed.structured_content == {"text": "hi"}
+                first = await client.call_tool("run_python", {"code": "x = 41"})
+                name = first.content[-1].text.removeprefix("session: ")  # type: ignore[union-attr]
+                second = await client.call_tool("run_python", {"code": "x + 1", "session": name})
+                assert _text_of(second) == "42"
+
+        asyncio.run(asyncio.wait_for(run(), 120))
+
+
+def _text_of(result: types.CallToolResult) -> str:
+    assert isinstance(result.content[0], types.TextContent)
+    return result.content[0].text

@@ -88,3 +88,24 @@ def test_run_python_and_retry_limit(box: wasmbox.Sandbox) -> None:
         agent.run_sync("go")
     assert type(raised.value).__name__ == "UnexpectedModelBehavior"
     assert next(calls, None) is None  # the second bad call used up the one retry
+
+
+def test_code_mode_lists_one_tool_whose_code_calls_the_others(box: wasmbox.Sandbox) -> None:
+    """pydantic-ai's code mode, in wasmbox: the model sees run_python with the tools as stubs,
+    writes one snippet that calls them, and gets one answer."""
+    box.load({"name": "echo", "description": "Echo", "module": wat("echo"), "input_schema": ECHO_SCHEMA})
+    code = "'-'.join(tools.echo(text=w)['text'].upper() for w in ['a', 'b', 'c'])"
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        (tool,) = info.function_tools
+        assert tool.name == "run_python"
+        assert "def echo(*, text: str) -> Any:" in (tool.description or "")
+        returned = [p for p in _parts(messages) if isinstance(p, ToolReturnPart)]
+        if not returned:
+            return ModelResponse(parts=[ToolCallPart("run_python", {"code": code}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart(f"got {returned[0].content}")])
+
+    agent = Agent(FunctionModel(model), toolsets=[WasmboxToolset.code_mode(box)])
+    assert agent.run_sync("shout a, b and c").output == "got A-B-C"
+    with pytest.raises(ValueError, match="language"):
+        WasmboxToolset.code_mode(box, language="ruby")

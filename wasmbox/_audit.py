@@ -70,6 +70,10 @@ class AuditRecord:
     host_calls: tuple[HostCallRecord, ...]
     session: str | None = None  # a session run's: the session's name, and its unique id
     session_id: str | None = None
+    # A tool call's id in this process, and for a call made by code through `tools`, the id of
+    # the call whose code made it (its record comes later: it ends after the calls it made).
+    call_id: str | None = None
+    parent_id: str | None = None
 
     @property
     def refused(self) -> list[HostCallRecord]:
@@ -112,6 +116,8 @@ class Auditor:
         *,
         session: str | None = None,
         session_id: str | None = None,
+        call_id: str | None = None,
+        parent_id: str | None = None,
     ) -> None:
         """Deliver the record of `result` (of a run of `session`, if given) to every sink.
         Never raises: a failing sink is logged, and the call's result stands."""
@@ -124,7 +130,7 @@ class Auditor:
             fuel_used=result.fuel_used, duration_s=result.duration_s, peak_memory=result.peak_memory,
             stdout_bytes=_utf8_size(result.stdout), stderr_bytes=_utf8_size(result.stderr),
             truncated=result.truncated, host_calls=tuple(result.host_calls),
-            session=session, session_id=session_id,
+            session=session, session_id=session_id, call_id=call_id, parent_id=parent_id,
         )  # fmt: skip
         self._send(record)
 

@@ -5,6 +5,7 @@ WASI context built from the manifest alone, and turning the outcome into a `Call
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -57,7 +58,9 @@ class CallState:
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
-        state = cls(manifest, started + manifest.limits.timeout)
+        """The state of a call starting now; one started from a host function (a tool called by
+        code) ends no later than the call that made it (`ceiling`)."""
+        state = cls(manifest, min(started + manifest.limits.timeout, ceiling() or math.inf))
         if _phases.active:
             state.phases = _phases.clock(started, getattr(_local, "depth", 0))
         return state
@@ -68,6 +71,12 @@ class CallState:
         if self.phases is not None:
             self.phases.ready = time.perf_counter()
             self.phases.made_ahead = made_ahead
+
+
+def ceiling() -> float | None:
+    """The latest a call started on this thread now may end: the deadline of the call whose host
+    function is running here (None outside one)."""
+    return getattr(_local, "ceiling", None)
 
 
 def inside_call() -> bool:
@@ -199,7 +208,11 @@ def serve_host_call(
                 name, "denied", not_granted(name), size, ErrorKind.CAPABILITY_DENIED,
             )  # fmt: skip
         else:
-            reply = function.invoke(request)
+            outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
+            try:
+                reply = function.invoke(request)
+            finally:
+                _local.ceiling = outer
             if time.perf_counter() > state.deadline:
                 abort(context, ErrorKind.TIMEOUT, f"{name} ran past the deadline")
             elif len(reply.payload) > state.manifest.limits.output:
@@ -234,8 +247,12 @@ def new_store(
 
 
 def renew(store: wasmtime.Store, limits: Limits, ticker: EpochTicker) -> None:
-    """The call's full fuel, and its deadline counted from now."""
-    _store.renew(_store.context(store), limits.fuel, ticker.ticks(limits.timeout))
+    """The call's full fuel, and its deadline counted from now (no later than `ceiling`)."""
+    timeout = limits.timeout
+    latest = ceiling()
+    if latest is not None:
+        timeout = max(0.0, min(timeout, latest - time.perf_counter()))
+    _store.renew(_store.context(store), limits.fuel, ticker.ticks(timeout))
 
 
 def build_wasi(

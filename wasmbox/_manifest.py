@@ -42,6 +42,9 @@ PACKAGES_GUEST_PATH = "/packages"  # a Python manifest's third-party packages, r
 SCIENTIFIC_LIB_GUEST_PATH = "/usr/local/lib"  # the scientific runtime's stdlib zip, read-only
 _NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 HOST_FUNCTION_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+# the host function through which Python and JavaScript code calls the tools its `tools` names
+# (granted by `tools`, never on its own)
+CALL_TOOL = "wasmbox.call_tool"
 
 Size = Annotated[
     int,
@@ -313,6 +316,31 @@ class Manifest(_Strict):
         None, description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
         "in a dict manifest or `Manifest(...)`, a Pydantic model class too (its `model_json_schema()`).",
     )  # fmt: skip
+    output_schema: dict[str, Any] | None = Field(
+        None, description="The JSON Schema (Draft 2020-12) of a call's value, checked on every "
+        "call that succeeds (a value that breaks it is a bad_response); a Pydantic model class too. "
+        "A Python tool without one takes its entry's return annotation.",
+    )  # fmt: skip
+    examples: tuple[dict[str, Any], ...] = Field(
+        (), strict=False, max_length=16,
+        description="Example args, each checked against the args schema at load; sent as "
+        "Anthropic's input_examples, and in the description where a provider has no field.",
+    )  # fmt: skip
+    defer_loading: bool = Field(
+        False, description="Offer the tool through the provider's tool search instead of up front "
+        "(OpenAI Responses' and Anthropic's `defer_loading`).",
+    )  # fmt: skip
+    tools: tuple[Annotated[str, Field(pattern=_NAME, max_length=64)], ...] = Field(
+        (), strict=False,
+        description="Loaded tools this Python or JavaScript code may call as functions "
+        "(`tools.word_count(text=...)`), each call checked and run as the tool's own, under its "
+        "grants and limits, and counted as a host call.",
+    )  # fmt: skip
+    callers: tuple[Literal["model", "code"], ...] = Field(
+        ("model", "code"), strict=False, min_length=1,
+        description="Who may call the tool: the model directly (its specs list it, dispatch runs "
+        "it), code whose manifest lists it in `tools`, or both (the default).",
+    )  # fmt: skip
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
@@ -371,17 +399,20 @@ class Manifest(_Strict):
     def _pinned(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _packages.check_pins(value)
 
-    @field_validator("input_schema", mode="before")
+    @field_validator("input_schema", "output_schema", mode="before")
     @classmethod
-    def _model_schema(cls, value: object) -> object:
-        """A Pydantic model class given as the schema: its `model_json_schema()` is the contract."""
+    def _model_schema(cls, value: object, info: ValidationInfo) -> object:
+        """A Pydantic model class given as the schema: its `model_json_schema()` is the contract
+        (of what it validates for args, of what it serializes to for a result)."""
         if isinstance(value, type) and issubclass(value, BaseModel):
-            return value.model_json_schema()
+            if info.field_name == "input_schema":
+                return value.model_json_schema(mode="validation")
+            return value.model_json_schema(mode="serialization")
         return value
 
-    @field_validator("input_schema")
+    @field_validator("input_schema", "output_schema")
     @classmethod
-    def _input_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _checked_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
             _schema.check_schema(value)
         return value
@@ -394,6 +425,14 @@ class Manifest(_Strict):
             raise ValueError("give either `module` or `runtime`, not both")
         if self.runtime is None and self.source is not None:
             raise ValueError('`source` needs `runtime` ("python" or "javascript")')
+        if self.runtime is not None and self.source is None:
+            given = [k for k in ("output_schema", "examples", "defer_loading") if getattr(self, k)]
+            given += ["callers"] if set(self.callers) != {"model", "code"} else []
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: a grant set (runtime without source) describes no tool of its "
+                    "own; give them on a tool's manifest"
+                )
         guests = [p.guest for p in self.preopens]
         if len(set(guests)) != len(guests):
             raise ValueError("two preopens share a guest path")
@@ -410,6 +449,7 @@ class Manifest(_Strict):
             ):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
         self._check_packages()
+        self._check_tools()
         if self.python is not None:
             self._check_python_runtime(guests)
         if self.command is not None:
@@ -428,6 +468,26 @@ class Manifest(_Strict):
             )
             merged = _packages.check_pins((*self.packages, *listed), "packages and requirements")
             object.__setattr__(self, "packages", merged)  # (frozen: set here, once, while validated)
+
+    def _check_tools(self) -> None:
+        """`tools` grants `CALL_TOOL`, which is added to `host_functions` here (and is refused
+        there without `tools`)."""
+        if not self.tools:
+            if CALL_TOOL in self.host_functions:
+                raise ValueError(
+                    f"{CALL_TOOL} is granted by `tools` (the tools the code may call), not by name"
+                )
+            return
+        if self.runtime is None or self.python == "scientific":
+            raise ValueError(
+                '`tools` are called from Python or JavaScript code (runtime = "python" or "javascript")'
+            )
+        if len(set(self.tools)) != len(self.tools):
+            raise ValueError("tools are listed more than once")
+        if self.name in self.tools and self.source is not None:
+            raise ValueError(f"tool {self.name!r} lists itself in `tools`")
+        if CALL_TOOL not in self.host_functions:
+            object.__setattr__(self, "host_functions", (*self.host_functions, CALL_TOOL))
 
     def _check_python_runtime(self, guests: list[str]) -> None:
         if self.runtime != "python":

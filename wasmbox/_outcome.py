@@ -199,6 +199,14 @@ def from_trap(exc: wasmtime.WasmtimeError | wasmtime.Trap, limits: Limits) -> Ca
     return CallError(kind=ErrorKind.TRAP, message=message)
 
 
+def broken_output(problem: str) -> CallError:
+    """The error of a call that succeeded with a value its tool's `output_schema` forbids: the
+    tool broke its own contract (the model cannot fix it by changing args), a `bad_response`."""
+    return CallError(
+        kind=ErrorKind.BAD_RESPONSE, message=f"the value breaks the tool's output_schema: {problem}"
+    )
+
+
 def deadline_message(limits: Limits) -> str:
     return f"exceeded the {limits.timeout:g}s deadline"
 

@@ -41,7 +41,7 @@ from ._backends.python.runner import (
     PythonToolRunner,
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
-from ._backends.python.signature import entry_problem, signature_schema
+from ._backends.python.signature import entry_problem, return_schema, signature_schema
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
@@ -60,6 +60,7 @@ from ._inspect import (
     read_wasm,
 )
 from ._manifest import (
+    CALL_TOOL,
     PACKAGES_GUEST_PATH,
     STDLIB_GUEST_PATH,
     Limits,
@@ -69,6 +70,7 @@ from ._manifest import (
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
 from ._tool import Tool
+from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from .integrations import _dispatch, _formats
@@ -176,10 +178,11 @@ class Sandbox:
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
-        self._host_functions: dict[str, HostFunction] = {
-            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch)  # built in; granted by [network]
-        }
         self._tools: dict[str, Tool] = {}
+        self._host_functions: dict[str, HostFunction] = {  # built in:
+            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch),  # granted by [network]
+            CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
+        }
         self._lock = threading.Lock()
         self._python: PythonRuntimeRunner | None = None
         self._scientific: ScientificRunner | None = None
@@ -396,6 +399,14 @@ class Sandbox:
         return None
 
     def _check_host_functions(self, manifest: Manifest) -> None:
+        unloaded = [name for name in manifest.tools if name not in self._tools]
+        if unloaded:
+            raise CapabilityError(
+                f"{manifest.name}: lists tools {unloaded} that this Sandbox has not loaded: load them first"
+            )
+        direct = [name for name in manifest.tools if "code" not in self._tools[name].manifest.callers]
+        if direct:
+            raise CapabilityError(f"{manifest.name}: lists tools {direct} whose callers do not include code")
         missing = [n for n in manifest.host_functions if n not in self._host_functions]
         if missing:
             raise CapabilityError(
@@ -444,7 +455,8 @@ class Sandbox:
         return Tool(
             manifest, runner, self._executor, self._auditor,
             manifest_digest=digest, code_digest=_sha256(source),
-            signature_schema=schema, docstring=summary,
+            signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
+            docstring=summary,
         )  # fmt: skip
 
     def prepare_python(self, progress: Progress | None = None) -> Path:
@@ -740,6 +752,12 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self.run_javascript, code, manifest))
 
+    def _checked_grants(self, source: ManifestSource) -> Manifest:
+        """A grant set as specs show it: read, its tools and host functions present here."""
+        grants = Manifest.load(source)
+        self._check_host_functions(grants)
+        return grants
+
     def _python_grant_set(
         self, manifest: ManifestSource | None, runtime: InterpreterName | None = None
     ) -> tuple[Manifest, str]:
@@ -825,14 +843,26 @@ class Sandbox:
         )
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
-        session: bool = False, javascript: bool = False,
+        self, format: SpecFormat = "generic", *, strict: StrictMode = False,
+        python: bool | ManifestSource = False, session: bool = False,
+        javascript: bool | ManifestSource = False,
     ) -> list[dict[str, Any]]:  # fmt: skip
-        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order; with `python`,
+        """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order (but those whose
+        `callers` leave the model out: code reaches them through `tools`); with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
         when given `python=`), described as keeping its state with `session` (for dispatch's
-        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`)."""
-        return _formats.tools_specs(self._tools, format, strict, python, session, javascript)
+        `session=`); with `javascript`, also "run_javascript" (dispatch's `javascript=`).
+        `python` (or `javascript`) may be the grant set its calls run under, as dispatch takes
+        it: the tools it lets the code call are then shown in the description as stubs.
+        Raises ManifestError for a bad grant set, CapabilityError when it lists a tool that is
+        not loaded."""
+        grants = [
+            None if isinstance(given, bool) else self._checked_grants(given)
+            for given in (python, javascript)
+        ]  # fmt: skip
+        return _formats.tools_specs(
+            self._tools, format, strict, python is not False, session, javascript is not False, *grants
+        )
 
     def dispatch(
         self,

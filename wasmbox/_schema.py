@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema_rs
+import pydantic_core
 
 MAX_DEPTH = 64  # schemas nested deeper are refused (a deeper one only serves to exhaust the stack)
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -75,6 +76,26 @@ class Validator:
             found = str(exc).removeprefix("Unsupported type: ")
             return f"{path}: holds a value that is not JSON ({found})"[:300]
         return _describe(error, path)
+
+    def value_problem(self, value: Any, path: str = "result") -> str | None:
+        """`problem` for a call's value, checked as the JSON a router forwards (`as_json`): bytes
+        as base64 text, tuples as arrays, map keys as text."""
+        try:
+            if self._validator.is_valid(value):
+                return None
+        except ValueError:  # not JSON as it is: bytes, tuples, keys that are not text
+            pass
+        data = as_json(value)
+        problem = self.problem(data, path)
+        if problem is not None and data != value:  # (NaN is never equal: it is null in JSON)
+            problem += " (checked as JSON: bytes as base64 text, NaN and infinities as null)"
+        return problem
+
+
+def as_json(value: Any) -> Any:
+    """A call's value as `CallResult`'s JSON holds it: bytes as URL-safe base64 text, NaN and
+    the infinities as null, tuples as arrays, map keys as text."""
+    return json.loads(pydantic_core.to_json(value, bytes_mode="base64"))
 
 
 def check_schema(schema: Any) -> None:

@@ -2,23 +2,45 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _schema
+from . import _outcome, _schema
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
 from ._call import CallInput
-from ._errors import ErrorKind
+from ._errors import ErrorKind, ManifestError
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
 from .integrations import _formats
 from .integrations._formats import SpecFormat, StrictMode
+
+_ids = itertools.count(1)
+_open = threading.local()  # the ids of the calls running on this thread, outermost first
+
+
+@contextlib.contextmanager
+def _call_ids() -> Iterator[tuple[str, str | None]]:
+    """A new call's id, and the id of the call running on this thread that it is made from (a
+    tool called by code through `tools`, on the caller's thread), if any."""
+    stack: list[str] = getattr(_open, "ids", None) or []
+    _open.ids = stack
+    call_id = f"{os.getpid()}-{next(_ids)}"
+    parent = stack[-1] if stack else None
+    stack.append(call_id)
+    try:
+        yield call_id, parent
+    finally:
+        stack.pop()
 
 
 class Runner(Protocol):
@@ -44,9 +66,12 @@ class Tool:
         code_digest: str,
         info: ModuleInfo | None = None,
         signature_schema: dict[str, Any] | None = None,
+        return_schema: dict[str, Any] | None = None,
         args_schema: dict[str, Any] | None = None,
         docstring: str = "",
     ) -> None:
+        """ManifestError when the manifest's `examples` break the args schema, or it gives a WASI
+        command an `output_schema` (a command's value is its exit code)."""
         self.manifest = manifest
         self.info = info  # the module's imports and exports; None for Python tools
         self.manifest_digest = manifest_digest  # `manifest.digest()`: names its grant set
@@ -59,6 +84,9 @@ class Tool:
         checked = manifest.input_schema or args_schema or signature_schema
         # compiled once: every call is checked against what `parameters` shows the model
         self._validator = _schema.compile(checked) if checked is not None else None
+        # what a successful call's value must be: the manifest's, else a Python entry's annotation
+        self.output_schema: dict[str, Any] | None = manifest.output_schema or return_schema
+        self._output_validator = _schema.compile(self.output_schema) if self.output_schema else None
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._executor = executor
@@ -70,6 +98,20 @@ class Tool:
         )  # fmt: skip
         # a command tool without a mapping takes argv/stdin, and args would go nowhere
         self._refuses_args = self._mapping is None and runner.kind is ToolKind.COMMAND
+        self._check_contract()
+
+    def _check_contract(self) -> None:
+        name = self.manifest.name
+        if self.manifest.output_schema is not None and self.kind is ToolKind.COMMAND:
+            raise ManifestError(
+                f"{name}: output_schema describes a call's value, and a WASI command's value is "
+                '{"exit_code": n} (its output is stdout): check stdout in the caller, or make the '
+                'module an ABI v1 tool or a [reactor] with result = "json"'
+            )
+        for index, example in enumerate(self.manifest.examples):
+            problem = self._validator.problem(example, "args") if self._validator is not None else None
+            if problem is not None:
+                raise ManifestError(f"{name}: examples[{index}] breaks the args schema: {problem}")
 
     @property
     def name(self) -> str:
@@ -94,14 +136,12 @@ class Tool:
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
         """The tool's definition in a provider's format: "generic" `{name, description,
-        parameters}`, "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
+        parameters}` (and `output_schema`, `examples`, `defer_loading` when the tool has them),
+        "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
         `strict=True` converts the schema to strict mode's subset (README: "Strict mode") and
         raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
         StrictSchemaWarning that says why. ValueError for an unknown format."""
-        return _formats.tool_spec(
-            self.name, self.description, self.parameters, format, strict,
-            _formats.mcp_annotations(self.manifest) if format == "mcp" else None,
-        )  # fmt: skip
+        return _formats.spec_of(self, format, strict)
 
     def call(
         self,
@@ -116,6 +156,18 @@ class Tool:
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
         tools take `argv` (appended to the manifest's `args`) and `stdin` instead.
         """
+        if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
+            with _call_ids() as (call_id, parent_id):
+                result = self._call(args, argv, stdin)
+            given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
+            self._auditor.record(
+                result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
+                call_id=call_id, parent_id=parent_id,
+            )  # fmt: skip
+            return result
+        return self._call(args, argv, stdin)
+
+    def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
         if problem is None and self._mapping is not None:
@@ -130,13 +182,18 @@ class Tool:
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
             result = self._runner.call(CallInput(args or {}, tuple(argv), data))
-        if self._auditor.enabled:
-            self._audit(result, args, argv, stdin)
+            if result.ok and self._output_validator is not None:
+                result = self._checked_value(result, self._output_validator)
         return result
 
-    def _audit(self, result: CallResult, args: object, argv: object, stdin: object) -> None:
-        given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
-        self._auditor.record(result, self.manifest_digest, self.code_digest, given, self.manifest.limits)
+    @staticmethod
+    def _checked_value(result: CallResult, validator: _schema.Validator) -> CallResult:
+        """`result`, or when its value breaks the output schema, the same call failed."""
+        problem = validator.value_problem(result.value, "result")
+        if problem is None:
+            return result
+        error = _outcome.broken_output(problem)
+        return result.model_copy(update={"ok": False, "value": None, "error": error})
 
     async def acall(
         self,

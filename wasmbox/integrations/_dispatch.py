@@ -272,8 +272,14 @@ def _plan(
         job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
         return
     tool = tools.get(job.name)
-    if tool is not None:
+    if tool is not None and "model" in tool.manifest.callers:
         job.run = partial(tool.call, prepare_args(args, tool.parameters))
+        return
+    if tool is not None:
+        job.result = CallResult.failed(
+            job.name, ErrorKind.INVALID_ARGUMENTS,
+            f"tool {job.name!r} is called from code only: call tools.{job.name}(...) in run_python's code",
+        )  # fmt: skip
         return
     if job.name == RUN_PYTHON and python is not False:
         args = prepare_args(args, RUN_PYTHON_SCHEMA)
@@ -295,7 +301,8 @@ def _plan(
         grants = None if javascript is True else javascript
         job.run = partial(_run_javascript, box, grants, args)
         return
-    names = sorted(tools) + ([RUN_PYTHON] if python is not False else [])
+    names = sorted(name for name, tool in tools.items() if "model" in tool.manifest.callers)
+    names += [RUN_PYTHON] if python is not False else []
     names += [RUN_JAVASCRIPT] if javascript is not False else []
     listed = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
     job.result = CallResult.failed(

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, get_args
 
 from .. import _schema
 from .._capabilities.allowlist import FETCH
 from .._errors import StrictSchemaError, StrictSchemaWarning
 from .._manifest import Manifest
+from .._stubs import Stubbed, javascript_stubs, python_stubs
 
 SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"]
 StrictMode = bool | Literal["auto"]
@@ -61,6 +62,13 @@ RUN_PYTHON_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 RUN_PYTHON_ANNOTATIONS: dict[str, Any] = {"readOnlyHint": True, "openWorldHint": False}
+# what run_python's and run_javascript's descriptions add when their code may call tools
+CALLS_TOOLS = (
+    "\n\nThe code may call these tools as functions of `tools` (each call runs in the tool's own "
+    "sandbox and returns its value; a failed call raises ToolCallError, with .kind and .message), "
+    "so one run can call several tools, loop over their results and return only what is needed:"
+    "\n```{language}\n{stubs}\n```"
+)
 RUN_JAVASCRIPT = "run_javascript"  # `Sandbox.run_javascript` offered to a model as a tool
 RUN_JAVASCRIPT_DESCRIPTION = (
     "Run JavaScript (ES2023, QuickJS) in a fresh sandboxed context (no network, no files, no "
@@ -75,6 +83,31 @@ RUN_JAVASCRIPT_SCHEMA: dict[str, Any] = {
 }
 
 
+class Described(Protocol):
+    """What `spec_of` reads: a Tool, or a pool's stand-in for one."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+    @property
+    def output_schema(self) -> dict[str, Any] | None: ...
+    @property
+    def manifest(self) -> Manifest: ...
+
+
+def spec_of(tool: Described, format: str, strict: StrictMode) -> dict[str, Any]:
+    """`tool`'s definition in `format` (see `Tool.spec`)."""
+    manifest = tool.manifest
+    return tool_spec(
+        tool.name, tool.description, tool.parameters, format, strict,
+        mcp_annotations(manifest) if format == "mcp" else None,
+        output_schema=tool.output_schema, examples=manifest.examples, defer_loading=manifest.defer_loading,
+    )  # fmt: skip
+
+
 def tool_spec(
     name: str,
     description: str,
@@ -82,8 +115,16 @@ def tool_spec(
     format: str,
     strict: StrictMode,
     annotations: Mapping[str, Any] | None = None,
+    *,
+    output_schema: Mapping[str, Any] | None = None,
+    examples: Sequence[Mapping[str, Any]] = (),
+    defer_loading: bool = False,
 ) -> dict[str, Any]:
-    """The definition of one tool in `format` (see `Tool.spec`)."""
+    """The definition of one tool in `format` (see `Tool.spec`). `output_schema` goes where the
+    format has a field for it (generic, OpenAI Responses, MCP's `outputSchema`), `examples` into
+    Anthropic's `input_examples` (filled for a strict schema) and generic's `examples`, else into
+    the description; `defer_loading` where the format has it (generic, OpenAI Responses,
+    Anthropic)."""
     if format not in FORMATS:
         raise ValueError(f"unknown spec format {format!r}; one of {', '.join(FORMATS)}")
     if strict not in (True, False, "auto"):
@@ -99,29 +140,109 @@ def tool_spec(
             if strict is True:
                 raise StrictSchemaError(f"{name}: {exc}") from None
             warnings.warn(f"{name}: sent without strict mode: {exc}", StrictSchemaWarning, stacklevel=3)
-    if format == "openai":
+    if examples and format not in ("generic", "anthropic"):
+        description = with_examples(description, examples)
+    spec: dict[str, Any]
+    if format == "openai":  # (Chat Completions has no field for a result schema or tool search)
         function = {"name": name, "description": description, "parameters": parameters, "strict": is_strict}
         return {"type": "function", "function": function}
     if format == "openai-responses":  # (its `strict` defaults to true: always say which)
-        return {
+        spec = {
             "type": "function", "name": name, "description": description,
             "parameters": parameters, "strict": is_strict,
         }  # fmt: skip
-    if format == "anthropic":
-        spec: dict[str, Any] = {"name": name, "description": description, "input_schema": parameters}
+        if output_schema is not None:
+            spec["output_schema"] = dict(output_schema)
+        if defer_loading:
+            spec["defer_loading"] = True
+        return spec
+    if format == "anthropic":  # (no field for a result schema)
+        spec = {"name": name, "description": description, "input_schema": parameters}
         if is_strict:
             spec["strict"] = True
+        if examples:
+            spec["input_examples"] = [filled(dict(e), parameters) if is_strict else dict(e) for e in examples]
+        if defer_loading:
+            spec["defer_loading"] = True
         return spec
     if format == "mcp":
-        return {
+        spec = {
             "name": name, "description": description, "inputSchema": parameters,
             "annotations": dict(annotations or {}),
         }  # fmt: skip
-    return {"name": name, "description": description, "parameters": parameters}
+        if output_schema is not None:
+            spec["outputSchema"] = mcp_output_schema(output_schema)
+        return spec
+    spec = {"name": name, "description": description, "parameters": parameters}
+    if output_schema is not None:
+        spec["output_schema"] = dict(output_schema)
+    if examples:
+        spec["examples"] = [dict(e) for e in examples]
+    if defer_loading:
+        spec["defer_loading"] = True
+    return spec
 
 
-class Specified(Protocol):
+def with_examples(description: str, examples: Sequence[Mapping[str, Any]]) -> str:
+    """`description` followed by the example args, one compact JSON object a line."""
+    lines = "\n".join(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in examples)
+    return f"{description}\n\nExample args:\n{lines}" if description else f"Example args:\n{lines}"
+
+
+def filled(
+    value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None = None, depth: int = 0
+) -> Any:
+    """`value` (args written for a tool's own schema) as strict mode's form of it takes them:
+    each property it leaves out that `schema` (a strict one: every property required) lists is
+    given as null, at any depth, as a model in strict mode would send it."""
+    root = schema if root is None else root
+    if depth > _schema.MAX_DEPTH or not isinstance(schema, Mapping):
+        return value
+    schema = _schema.resolve(schema, root)
+    if isinstance(value, dict) and isinstance(schema.get("properties"), Mapping):
+        properties = schema["properties"]
+        value = {key: filled(item, properties.get(key, {}), root, depth + 1) for key, item in value.items()}
+        value.update({key: None for key in properties if key not in value})
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        value = [filled(item, schema["items"], root, depth + 1) for item in value]
+    for branch in schema.get("anyOf", ()):
+        candidate = filled(value, branch, root, depth + 1)
+        if candidate != value and _schema.accepts(candidate, _schema.resolve(branch, root), root):
+            return candidate
+    return value
+
+
+def _is_object(schema: Mapping[str, Any]) -> bool:
+    return (
+        _types(_schema.resolve(schema, schema)) == ["object"]
+        and "anyOf" not in schema
+        and "oneOf" not in schema
+    )
+
+
+def mcp_output_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """MCP's `outputSchema` for a tool's `output_schema`: the same when its root is an object;
+    else (before the 2026-07-28 revision MCP takes only objects) the value wrapped as the one
+    property `result`, as `mcp_structured` wraps it."""
+    if _is_object(schema):
+        return dict(schema)
+    defs = {key: schema[key] for key in ("$defs", "definitions") if key in schema}
+    inner = {key: item for key, item in schema.items() if key not in defs}
+    return {"type": "object", "properties": {"result": inner}, "required": ["result"], **defs}
+
+
+def mcp_structured(value: Any, schema: Mapping[str, Any]) -> Any:
+    """A call's value as MCP's `structuredContent` of a tool whose `output_schema` is `schema`:
+    its JSON form, wrapped as `{"result": value}` when `mcp_output_schema` wraps the schema."""
+    data = _schema.as_json(value)
+    return data if _is_object(schema) else {"result": data}
+
+
+class Specified(Stubbed, Protocol):
     """What `tools_specs` reads: a Tool, or a pool's stand-in for one."""
+
+    @property
+    def manifest(self) -> Manifest: ...
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]: ...
 
@@ -133,26 +254,45 @@ def tools_specs(
     python: bool,
     session: bool = False,
     javascript: bool = False,
+    python_grants: Manifest | None = None,
+    javascript_grants: Manifest | None = None,
 ) -> list[dict[str, Any]]:
-    """`Sandbox.specs`: each tool's spec in order, and with `python` the run_python tool's
-    (described as keeping its state with `session`), with `javascript` the run_javascript tool's."""
-    specs = [tool.spec(format, strict=strict) for tool in tools.values()]
+    """`Sandbox.specs`: the spec of each tool the model may call (`callers`), in order, and with
+    `python` the run_python tool's (described as keeping its state with `session`; under
+    `python_grants`, with MCP hints from them, and the tools they let its code call shown as
+    stubs), with `javascript` the run_javascript tool's (`javascript_grants`)."""
+    specs = [tool.spec(format, strict=strict) for tool in tools.values() if "model" in tool.manifest.callers]
     if python:
         if RUN_PYTHON in tools:
             raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
         description = RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION
+        if python_grants is not None and python_grants.tools:
+            stubs = python_stubs(tools[name] for name in python_grants.tools)
+            description += CALLS_TOOLS.format(language="python", stubs=stubs)
         specs.append(tool_spec(
-            RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict,
-            RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+            RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict, _snippet_annotations(format, python_grants)
         ))  # fmt: skip
     if javascript:
         if RUN_JAVASCRIPT in tools:
             raise ValueError(f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be added as well")
+        description = RUN_JAVASCRIPT_DESCRIPTION
+        if javascript_grants is not None and javascript_grants.tools:
+            stubs = javascript_stubs(tools[name] for name in javascript_grants.tools)
+            description += CALLS_TOOLS.format(language="javascript", stubs=stubs)
         specs.append(tool_spec(
-            RUN_JAVASCRIPT, RUN_JAVASCRIPT_DESCRIPTION, RUN_JAVASCRIPT_SCHEMA, format, strict,
-            RUN_PYTHON_ANNOTATIONS if format == "mcp" else None,
+            RUN_JAVASCRIPT, description, RUN_JAVASCRIPT_SCHEMA, format, strict,
+            _snippet_annotations(format, javascript_grants),
         ))  # fmt: skip
     return specs
+
+
+def _snippet_annotations(format: str, grants: Manifest | None) -> dict[str, Any] | None:
+    """MCP hints of run_python/run_javascript: read-only and closed without grants; under a
+    grant set, as a tool's from its grants (tools its code may call are host calls whose effects
+    are not known here: possibly destructive)."""
+    if format != "mcp":
+        return None
+    return RUN_PYTHON_ANNOTATIONS if grants is None else mcp_annotations(grants)
 
 
 def mcp_annotations(manifest: Manifest) -> dict[str, Any]:

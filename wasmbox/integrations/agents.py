@@ -41,8 +41,7 @@ def tools(
     (True, or the grants manifest `Sandbox.run_python` takes), `run_javascript` with
     `javascript` (the same)."""
     made = []
-    offered = {"python": python is not False, "javascript": javascript is not False}
-    for spec in box.specs("openai-responses", strict=strict, **offered):
+    for spec in box.specs("openai-responses", strict=strict, python=python, javascript=javascript):
         invoke = _invoker(box, spec["name"], python, javascript)
         made.append(FunctionTool(
             name=spec["name"], description=spec["description"], params_json_schema=spec["parameters"],

@@ -48,7 +48,7 @@ def tools(
     `javascript` (the same)."""
     return [
         _tool(box, spec["name"], spec["description"], spec["parameters"], python, javascript)
-        for spec in box.specs("generic", python=python is not False, javascript=javascript is not False)
+        for spec in box.specs("generic", python=python, javascript=javascript)
     ]
 
 

@@ -10,7 +10,9 @@ name that is no tool is a protocol error (`-32602`). Each call is run as `Sandbo
 runs one (the same argument handling, `run_python` routing, limits and audit records) on the
 Sandbox's worker threads, so calls are served concurrently, up to its `max_workers`.
 Results are `result_content`'s text, then its binary parts: an `ImageContent` per PNG, JPEG,
-GIF or WebP, an `EmbeddedResource` blob per other binary output.
+GIF or WebP, an `EmbeddedResource` blob per other binary output. A tool with an `output_schema`
+lists it as `outputSchema` and returns its value as `structuredContent` too (a value that is not
+an object wrapped as `{"result": value}`, as MCP before 2026-07-28 takes only objects).
 
 With `sessions=True`, `run_python` takes an optional `session`: a call without one opens a
 `Sandbox.session` and its result ends with a text block `session: <name>`; calls that pass that
@@ -59,7 +61,12 @@ from .._results import CallResult
 from .._sandbox import Sandbox
 from . import _dispatch
 from ._content import Content, result_content
-from ._formats import RUN_JAVASCRIPT, RUN_PYTHON, RUN_PYTHON_SCHEMA, RUN_PYTHON_SESSION_DESCRIPTION
+from ._formats import (
+    RUN_JAVASCRIPT,
+    RUN_PYTHON,
+    RUN_PYTHON_SCHEMA,
+    mcp_structured,
+)
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -86,7 +93,7 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        specs = box.specs("mcp", python=python is not False, javascript=javascript is not False)
+        specs = box.specs("mcp", python=python, javascript=javascript, session=issued is not None)
         if issued is not None:
             specs = [_session_spec(spec) for spec in specs]
         return types.ListToolsResult(tools=[types.Tool.model_validate(spec) for spec in specs])
@@ -105,6 +112,11 @@ def build_server(
         blocks = _blocks(content)
         if session is not None:
             blocks.append(types.TextContent(text=f"session: {session}"))
+        tool = box.tools.get(params.name)
+        if result.ok and tool is not None and tool.output_schema is not None:
+            # the value, checked against the tool's output_schema already, as `outputSchema` lists it
+            structured = mcp_structured(result.value, tool.output_schema)
+            return types.CallToolResult(content=blocks, structured_content=structured, is_error=False)
         return types.CallToolResult(content=blocks, is_error=content.is_error)
 
     return Server(name, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool)
@@ -177,7 +189,7 @@ _SESSION_SCHEMA = {
 def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["name"] != RUN_PYTHON:
         return spec
-    return {**spec, "description": RUN_PYTHON_SESSION_DESCRIPTION, "inputSchema": _SESSION_SCHEMA}
+    return {**spec, "inputSchema": _SESSION_SCHEMA}  # (described as a session's by `specs`)
 
 
 async def serve_stdio(

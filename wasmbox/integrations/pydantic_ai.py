@@ -7,6 +7,11 @@ Each call runs as `Sandbox.dispatch` runs one. The model gets `result_content`'s
 refused for its arguments (`invalid_arguments`) raises `ModelRetry`, so the model is asked to
 correct them (within the toolset's `max_retries`); any other failed call raises `ToolFailed`,
 which the model sees as a failed result without being asked to retry it.
+
+Code mode (as pydantic-ai's `CodeMode` capability, with wasmbox's interpreter in place of
+monty): `WasmboxToolset.code_mode(box)` lists only `run_python`, whose code calls the loaded
+tools as functions (`tools.word_count(text=...)`, each in its own sandbox; the description
+shows them as typed stubs), so one model step can make many tool calls.
 """
 
 from __future__ import annotations
@@ -46,12 +51,31 @@ class WasmboxToolset(AbstractToolset[Any]):
         max_retries: int = 1,
         id: str | None = None,
         javascript: bool | ManifestSource = False,
+        code_only: bool = False,
     ) -> None:
+        """`code_only` lists only run_python and run_javascript (their grant sets' `tools` are
+        what the model reaches, from code), not the loaded tools themselves."""
         self._box = box
         self._python = python
         self._javascript = javascript
+        self._code_only = code_only
         self._max_retries = max_retries
         self._id = id
+
+    @classmethod
+    def code_mode(
+        cls, box: Sandbox, tools: list[str] | None = None, *, language: str = "python", max_retries: int = 1,
+        id: str | None = None,
+    ) -> WasmboxToolset:  # fmt: skip
+        """A toolset of one tool, `run_python` (or `run_javascript` with `language`), whose code
+        may call `tools` (default: every tool loaded now) as functions. ValueError for another
+        `language`; CapabilityError (when listed) for a tool that is not loaded."""
+        if language not in ("python", "javascript"):
+            raise ValueError(f"language must be 'python' or 'javascript', got {language!r}")
+        names = list(box.tools) if tools is None else list(tools)
+        grants = {"name": "code_mode", "runtime": language, "tools": names}
+        chosen = {"python": grants} if language == "python" else {"javascript": grants}
+        return cls(box, max_retries=max_retries, id=id, code_only=True, **chosen)
 
     @property
     def id(self) -> str | None:
@@ -59,8 +83,10 @@ class WasmboxToolset(AbstractToolset[Any]):
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         tools = {}
-        offered = {"python": self._python is not False, "javascript": self._javascript is not False}
-        for spec in self._box.specs("generic", **offered):
+        hidden = set(self._box.tools) if self._code_only else set()
+        for spec in self._box.specs("generic", python=self._python, javascript=self._javascript):
+            if spec["name"] in hidden:
+                continue
             definition = ToolDefinition(
                 name=spec["name"], description=spec["description"], parameters_json_schema=spec["parameters"]
             )

@@ -111,6 +111,7 @@ class _ToolInfo:
     kind: ToolKind
     description: str
     parameters: dict[str, Any]
+    output_schema: dict[str, Any] | None
     code_digest: str
 
 
@@ -232,7 +233,9 @@ class _SandboxActor:
                 data[file.field] = str(self._write(shipment.name, file, next(blob)))
             tool = box.load(self._manifest(shipment.name, data))
             self._digests[tool.manifest_digest] = shipment.digest
-            tools.append(_ToolInfo(tool.name, tool.kind, tool.description, tool.parameters, tool.code_digest))
+            tools.append(_ToolInfo(
+                tool.name, tool.kind, tool.description, tool.parameters, tool.output_schema, tool.code_digest
+            ))  # fmt: skip
         return _Started(self._node, tuple(tools))
 
     def _write(self, manifest: str, file: _File, data: bytes) -> Path:
@@ -401,6 +404,7 @@ class RemoteTool:
         self.kind = info.kind
         self.description = info.description
         self.parameters = info.parameters
+        self.output_schema = info.output_schema
         self.manifest_digest = manifest.digest()
         self.code_digest = info.code_digest
 
@@ -410,10 +414,7 @@ class RemoteTool:
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
         """As `Tool.spec`."""
-        return _formats.tool_spec(
-            self.name, self.description, self.parameters, format, strict,
-            _formats.mcp_annotations(self.manifest) if format == "mcp" else None,
-        )  # fmt: skip
+        return _formats.spec_of(self, format, strict)
 
     def call(
         self,

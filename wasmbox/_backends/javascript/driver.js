@@ -21,6 +21,7 @@
   const SetType = Set;
   const DataViewType = DataView;
   const StringOf = String;
+  const ProxyType = Proxy;
   const globalEval = eval; // called by another name: an indirect eval, in the global scope
   const { setTimeout: osSetTimeout, clearTimeout: osClearTimeout } = os;
   let uncaught = null; // the first exception a timer's callback threw: the call fails with it
@@ -103,11 +104,39 @@
     throw new HostCallError(reply && typeof reply.error === "string" ? reply.error : "malformed reply");
   }
 
+  class ToolCallError extends HostCallError {
+    constructor(tool, kind, message) {
+      super(`${tool}: ${kind}: ${message}`);
+      this.name = "ToolCallError";
+      this.tool = tool;
+      this.kind = kind;
+      this.detail = message;
+    }
+  }
+
+  // wasmbox.callTool(name, {arg: value}): a loaded tool the manifest's `tools` lists, run in its
+  // own sandbox; its value, or a ToolCallError with the error's kind (a HostCallError when the
+  // host refuses the call). `tools.name(args)` and `tools["name"](args)` are the same.
+  function callTool(name, args = {}) {
+    const reply = callHost("wasmbox.call_tool", { name, args });
+    if (reply !== null && typeof reply === "object" && "ok" in reply) return reply.ok;
+    const error = reply && typeof reply.error === "object" && reply.error !== null ? reply.error : {};
+    throw new ToolCallError(StringOf(name), StringOf(error.kind), StringOf(error.message));
+  }
+
   defineProperty(globalThis, "wasmbox", {
-    value: freeze({ callHost, HostCallError }),
+    value: freeze({ callHost, callTool, HostCallError, ToolCallError }),
     enumerable: false,
     writable: false,
     configurable: false,
+  });
+  defineProperty(globalThis, "tools", {
+    value: new ProxyType(freeze({}), {
+      get: (_, name) => (typeof name === "string" ? (args = {}) => callTool(name, args) : undefined),
+    }),
+    enumerable: false,
+    writable: true,
+    configurable: true,
   });
 
   // What JSON.stringify cannot write by itself: BigInt (a number when exact, else its

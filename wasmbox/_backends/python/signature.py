@@ -1,4 +1,5 @@
-"""A Python tool's args schema, from its entry's signature as the runtime's CPython read it.
+"""A Python tool's args and result schemas, from its entry's signature as the runtime's CPython
+read it.
 
 The guest driver reports the parameters of a plain top-level `def` (names, kinds, annotations
 as source text, literal defaults, docstring; `_signature` in the driver); this maps them to the
@@ -83,6 +84,21 @@ def signature_schema(signature: Any) -> tuple[dict[str, Any] | None, str]:
     except ValueError:
         return None, _summary(doc)
     return result, _summary(doc)
+
+
+def return_schema(signature: Any) -> dict[str, Any] | None:
+    """The schema of the entry's result, from its return annotation (as parameters' are read);
+    None when it has none or the annotation constrains nothing (`Any`, a class)."""
+    if not isinstance(signature, dict):
+        return None
+    schema = _annotation(signature.get("returns"))
+    if not schema or set(schema) == {"description"}:
+        return None
+    try:
+        _schema.check_schema(schema)
+    except ValueError:
+        return None
+    return schema
 
 
 def entry_problem(entry: str, defined: Any) -> str | None:

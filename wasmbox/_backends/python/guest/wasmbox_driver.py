@@ -261,8 +261,9 @@ def _compile_tool(source: str, filename: str) -> bytes:
 def _signature(source: str, entry: str) -> dict | None:
     """`entry`'s parameters as written, read from the syntax tree, so none of the tool's code
     runs: {"params": [{"name", "kind", "annotation": source text | None, "default"?: JSON-able
-    literal, "has_default": bool}], "doc": docstring | None}. None unless `entry` is a plain
-    top-level `def` (not decorated, not rebound later), whose signature is then the real one."""
+    literal, "has_default": bool}], "doc": docstring | None, "returns": the return annotation as
+    source text | None}. None unless `entry` is a plain top-level `def` (not decorated, not
+    rebound later), whose signature is then the real one."""
     found = None
     for node in ast.parse(source).body:
         names = _bound_names(node)
@@ -284,7 +285,8 @@ def _signature(source: str, entry: str) -> dict | None:
     params += [_param(arg, "keyword_only", d) for arg, d in zip(spec.kwonlyargs, spec.kw_defaults)]
     if spec.kwarg is not None:
         params.append(_param(spec.kwarg, "var_keyword", None))
-    return {"params": params, "doc": ast.get_docstring(found)}
+    returns = ast.unparse(found.returns) if found.returns is not None else None
+    return {"params": params, "doc": ast.get_docstring(found), "returns": returns}
 
 
 def _defined(source: str, entry: str) -> dict | None:
