@@ -45,7 +45,7 @@ from ._manifest import (
 )
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
-from ._tool import Tool
+from ._tool import SandboxStats, Tool
 from ._wasmtime.engine import EngineSettings
 
 __version__ = "0.1.0"
@@ -82,6 +82,7 @@ __all__ = [
     "ReactorParam",
     "RuntimeBuildError",
     "Sandbox",
+    "SandboxStats",
     "Session",
     "SessionEndedError",
     "SessionError",

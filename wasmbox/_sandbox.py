@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 import wasmtime
 from wasmtime.component import Component
 
-from . import _call, _outcome
+from . import _call, _outcome, _telemetry
 from ._audit import AuditLog, Auditor, AuditSink
 from ._backends.core import abi as _abi
 from ._backends.core import reactor
@@ -69,7 +69,7 @@ from ._manifest import (
 )
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
-from ._tool import Tool
+from ._tool import CallCounts, SandboxStats, Tool
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
@@ -175,6 +175,7 @@ class Sandbox:
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
+        self._counts = CallCounts()  # what `stats` reports of the calls the tools finished
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
@@ -226,6 +227,14 @@ class Sandbox:
             self._host_functions[name] = function
 
     # -- tools ----------------------------------------------------------------------------
+
+    async def aload(self, source: ManifestSource, *, replace: bool = False) -> Tool:
+        """`load` on the Sandbox's worker threads (a load may compile a module, install packages
+        or build a runtime: seconds to minutes), so the event loop keeps running."""
+        import asyncio  # lazily, as in Tool.acall
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.load, source, replace=replace))
 
     def load(self, source: ManifestSource, *, replace: bool = False) -> Tool:
         """Check and compile the manifest's tool; it is then callable by name.
@@ -287,7 +296,7 @@ class Sandbox:
             self._cache.discard_module(code_digest)
             raise
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
 
@@ -453,7 +462,7 @@ class Sandbox:
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=digest, code_digest=_sha256(source),
             signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
             docstring=summary,
@@ -584,7 +593,7 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
             raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
         return Tool(
-            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
+            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=_sha256(source),
         )  # fmt: skip
 
@@ -717,7 +726,7 @@ class Sandbox:
             python = self._python_runtime()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
+            grants, runner, self._executor, self._auditor, counts=self._counts, manifest_digest=key, code_digest=build_digest,
             args_schema=schema, docstring=description,
         )  # fmt: skip
         if unset:
@@ -750,7 +759,9 @@ class Sandbox:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self.run_javascript, code, manifest))
+        return await loop.run_in_executor(
+            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest))
+        )
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
@@ -839,7 +850,7 @@ class Sandbox:
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, partial(self.run_python, code, manifest, runtime=runtime)
+            self._executor, _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime))
         )
 
     def specs(
@@ -947,15 +958,32 @@ class Sandbox:
     def cache_stats(self) -> CacheStats:
         return self._cache.stats
 
-    def close(self) -> None:
-        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
-        then stop the epoch ticker and the worker threads. Calls after this raise."""
+    def stats(self) -> SandboxStats:
+        """A snapshot for a server's health endpoint: tools loaded, calls finished (tool calls,
+        run_python and run_javascript; not session runs) and their errors by kind, calls in
+        flight, live sessions, what the compile cache did."""
+        calls, errors = self._counts.snapshot()
+        return SandboxStats(
+            tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
+            sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
+        )  # fmt: skip
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline; with
+        `timeout`, for at most that many seconds, then any still running is stopped as a
+        `timeout`), then stop the epoch ticker and the worker threads. Calls after this raise."""
         if _call.inside_call():
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         with self._python_lock, self._lock:
             self._closed = True
         self._sessions.close()
-        idle = self._ticker.close()
+        if timeout is None:
+            idle = self._ticker.close()
+        elif not (idle := self._ticker.close(wait_s=timeout)):
+            self._ticker.interrupt()  # the calls still running end now
+            idle = self._ticker.close()
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pydantic
 
+from .. import _telemetry
 from .._backends.core import abi as _abi
 from .._errors import ErrorKind, ToolError
 from .._manifest import HOST_FUNCTION_NAME
@@ -118,6 +119,8 @@ def refusal(
         name=name, verdict=verdict, duration_s=0.0, bytes_in=request_size,
         bytes_out=len(payload), detail=message,
     )  # fmt: skip
+    if _telemetry.active is not None:  # (a host function that ran has a span of its own)
+        _telemetry.active.refused(record)
     return HostReply(payload, record, kind)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from .. import _call, _schema
+from .. import _call, _schema, _telemetry
 from .._errors import ErrorKind, SessionEndedError, SessionError
 from .._manifest import ManifestSource
 from .._results import CallResult
@@ -76,7 +76,9 @@ def dispatch(
         for job in runnable:
             job.result = _run(job, deadline)
     elif runnable:
-        futures = [(job, box._executor.submit(_run, job, deadline)) for job in runnable]
+        futures = [
+            (job, box._executor.submit(_telemetry.carried(partial(_run, job, deadline)))) for job in runnable
+        ]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         wait([future for _, future in futures], timeout=timeout)
         for job, future in futures:
@@ -108,7 +110,10 @@ async def adispatch(
     if not runnable:
         return [_reply(job, format, deadline_s) for job in jobs]
     loop = asyncio.get_running_loop()
-    tasks = [loop.run_in_executor(box._executor, _run, job, deadline) for job in runnable]
+    tasks = [
+        loop.run_in_executor(box._executor, _telemetry.carried(partial(_run, job, deadline)))
+        for job in runnable
+    ]
     if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
         results = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
         for job, result in zip(runnable, results, strict=True):
@@ -150,7 +155,7 @@ async def acall_one(
 
     loop = asyncio.get_running_loop()
     call = partial(call_one, box, name, args, python=python, session=session, javascript=javascript)
-    return await loop.run_in_executor(box._executor, call)
+    return await loop.run_in_executor(box._executor, _telemetry.carried(call))
 
 
 def _deadline(deadline_s: float | None) -> float | None:
@@ -166,6 +171,12 @@ def _run(job: _Job, deadline: float | None) -> CallResult:
         return _not_started(job)
     job.started = True
     assert job.run is not None
+    if _telemetry.active is not None and job.call_id:  # the model's id, for the call's span
+        token = _telemetry.model_call_id.set(job.call_id)
+        try:
+            return job.run()
+        finally:
+            _telemetry.model_call_id.reset(token)
     return job.run()
 
 

@@ -28,12 +28,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 from typing import Annotated, Any, Self
 
 import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ... import _call, _outcome
+from ... import _call, _outcome, _telemetry
 from ..._audit import Auditor, args_digest
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
@@ -144,7 +145,13 @@ class Session:
             self._check_open()
             self._running = True
             try:
-                result = self._run(code)
+                telemetry = _telemetry.active
+                if telemetry is None:
+                    result = self._run(code)
+                else:  # a span as a tool call's, with the session's name
+                    with telemetry.tool_span(self._manifest.name, "python", session=self.name) as ended:
+                        result = self._run(code)
+                        ended(result)
             finally:
                 self._running = False
                 self._last = self._table.clock()
@@ -160,7 +167,9 @@ class Session:
         """`run` on the Sandbox's worker threads."""
         import asyncio  # lazily, as in Tool.acall
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run, code)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, _telemetry.carried(partial(self.run, code))
+        )
 
     def _check_open(self) -> None:
         if self._ended is None:
