@@ -3,7 +3,7 @@
 pytest loads this module in every run of every project where wasmbox is installed, so it is a
 top-level module that imports nothing of wasmbox (nor wasmtime) until a test uses one of its
 fixtures or markers: an unrelated run is unchanged. What the fixtures hand out is documented
-in `wasmbox.testing`; README.md, "Testing and benchmarking your tools", shows them.
+in `wasmbox.testing`; docs/testing.md shows them.
 
 Fixtures: `wasmbox_cache_dir` and `wasmbox_sandbox` (one per run), `wasmbox_tool`,
 `wasmbox_run`, `wasmbox_bench` (defined once the run's plugins are known: it needs the

@@ -33,6 +33,7 @@ import wasmtime
 import wasmbox
 from wasmbox import _bench
 from wasmbox._backends.core import abi as _abi
+from wasmbox._backends.python.runner import encode_request
 from wasmbox._wasmtime.engine import WASMTIME_VERSION
 
 try:
@@ -72,7 +73,7 @@ def native_python(box: wasmbox.Sandbox, engine: object, spare: bool) -> tuple[An
         str(compiled),
         spare=spare,
     )
-    request = _abi.pack({"mode": "code", "code": SNIPPET})
+    request = encode_request({"mode": "code", "code": SNIPPET}, 64 * 1024)
 
     def call() -> object:
         response, _stdout, _stderr, _fuel = runtime.call(request)
@@ -88,7 +89,7 @@ def print_phases(engine: object, count: int) -> int:
     """Medians of the parts of a fresh native Python call, made, run and dropped in turn."""
     with wasmbox.Sandbox() as box:
         runtime, _ = native_python(box, engine, spare=False)
-        request = _abi.pack({"mode": "code", "code": SNIPPET})
+        request = encode_request({"mode": "code", "code": SNIPPET}, 64 * 1024)
         for _ in range(20):
             runtime.phases(request)
         started = time.process_time()

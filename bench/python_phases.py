@@ -46,11 +46,15 @@ REQUEST = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument(
+        "--keep-resident", type=int, default=EngineSettings.pool_keep_resident,
+        help="EngineSettings.pool_keep_resident for the timings (bytes)",
+    )  # fmt: skip
     options = parser.parse_args()
     if sys.platform == "linux":  # first: a pool whose slots were all reset to the image
         with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=0)) as box:
             written, touched, image = _dirty(box._python_runtime())
-    with wasmbox.Sandbox() as box:
+    with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=options.keep_resident)) as box:
         timings = _timings(box._python_runtime(), options.calls)
     for name, values in timings.items():
         print(f"{name:34} {statistics.median(values):8.0f}")
@@ -69,12 +73,12 @@ def _timings(runner: PythonRuntimeRunner, calls: int) -> dict[str, list[float]]:
         "free after a run (µs)": [], "free an unused instance (µs)": [],
     }  # fmt: skip
     for i in range(calls + 20):
-        spare, prepare_s = _timed(lambda: runner._instantiate(_INSTANTIATING))
+        spare, prepare_s = _timed(lambda: runner.instantiate(_INSTANTIATING))
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         _, run_s = _timed(partial(_run, spare))
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         _, free_s = _timed(spare.discard)
-        unused = runner._instantiate(_INSTANTIATING)
+        unused = runner.instantiate(_INSTANTIATING)
         _, unused_s = _timed(unused.discard)
         if i >= 20:  # warmed up
             for name, value in zip(
@@ -100,8 +104,8 @@ def _run(spare: _Prepared) -> None:
 def _dirty(runner: PythonRuntimeRunner) -> tuple[int, int, int]:
     """Pages of the component's memory image written and mapped by one run, and its size."""
     for _ in range(20):
-        runner._instantiate(_INSTANTIATING).discard()
-    spare = runner._instantiate(_INSTANTIATING)
+        runner.instantiate(_INSTANTIATING).discard()
+    spare = runner.instantiate(_INSTANTIATING)
     _run(spare)
     written = touched = image = 0
     for line in Path("/proc/self/maps").read_text().splitlines():

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 (see tests/test_ray.py)
-import wasmbox  # noqa: I001 - the integration before Ray (README: "Running on a Ray cluster")
+import wasmbox  # noqa: I001 - the integration before Ray (docs/ray.md)
 from wasmbox.integrations import ray as ray_pool
 from wasmbox.integrations.ray import RaySandboxPool
 import ray

@@ -38,6 +38,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
+def outlast_the_deadline() -> None:
+    """In a host function: return only once the calling guest's deadline has passed (a
+    condition, not a guess at how long the machine takes to get there)."""
+    import time
+
+    from wasmbox import _call
+
+    deadline = _call.current().deadline
+    while time.perf_counter() <= deadline:
+        time.sleep(max(deadline - time.perf_counter(), 0.001))
+
+
 def wat(name: str) -> str:
     return str(WAT / f"{name}.wat")
 

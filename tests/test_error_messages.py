@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +137,64 @@ def test_printing_past_the_output_cap_is_output_limit_with_what_fitted(box: wasm
     result = box.run_python('print("x" * 10_000_000)')  # the default limits
     assert result.error is not None and result.error.kind is ErrorKind.OUTPUT_LIMIT, result.error
     assert result.stdout == "x" * wasmbox.Limits().output
+
+
+# -- a module's memory minimum over limits.memory --------------------------------------------
+
+ZIG_DEFAULT_STACK = 16 * 1024**2  # zig cc's stack for wasm32-wasi without -z stack-size
+
+
+@pytest.fixture(scope="module")
+def zig_default_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A C command compiled with zig cc's defaults (its 16 MiB stack in the memory minimum)."""
+    folder = tmp_path_factory.mktemp("zig")
+    source, wasm = folder / "hello.c", folder / "hello.wasm"
+    source.write_text('#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n')
+    argv = [
+        sys.executable,
+        "-m",
+        "ziglang",
+        "cc",
+        "-target",
+        "wasm32-wasi",
+        "-O2",
+        "-s",
+        str(source),
+        "-o",
+        str(wasm),
+    ]
+    subprocess.run(argv, check=True, capture_output=True)
+    return wasm
+
+
+def test_a_module_needing_more_memory_than_the_limit_is_refused_at_load_with_both_numbers(
+    box: wasmbox.Sandbox, zig_default_command: Path
+) -> None:
+    tool = {"name": "hello", "module": str(zig_default_command), "limits": {"memory": "8MiB"}}
+    with pytest.raises(wasmbox.ManifestError) as refused:
+        box.load(tool)
+    message = str(refused.value)
+    assert message.startswith(f"{zig_default_command}: module: declares a memory minimum of "), message
+    assert "above limits.memory of 8MiB (8,388,608 bytes)" in message
+    assert "raise limits.memory to at least" in message and "stack-size" in message
+    found = int(message.split(" (")[1].split(" bytes")[0].replace(",", ""))
+    assert found > ZIG_DEFAULT_STACK  # the stack and the data above it
+    # under a limit that holds it, the same module loads and runs
+    result = box.load({**tool, "limits": {"memory": "64MiB"}}).call()
+    assert result.ok and result.stdout == "hello\n", result
+
+
+def test_lint_warns_of_a_module_needing_more_memory_than_the_limit(
+    zig_default_command: Path, tmp_path: Path
+) -> None:
+    from wasmbox._lint import lint
+
+    small = wasmbox.Manifest.load(
+        {"name": "hello", "module": str(zig_default_command), "limits": {"memory": "8MiB"}}
+    )
+    warnings = [w for w in lint(small) if "memory minimum" in w]
+    assert len(warnings) == 1 and "limits.memory of 8MiB" in warnings[0] and "refuses it" in warnings[0]
+    roomy = wasmbox.Manifest.load(
+        {"name": "hello", "module": str(zig_default_command), "limits": {"memory": "64MiB"}}
+    )
+    assert not [w for w in lint(roomy) if "memory minimum" in w]

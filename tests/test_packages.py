@@ -125,11 +125,53 @@ def test_packages_are_bytecode_compiled_by_the_runtime(
 
 
 def test_a_wheel_with_native_code_is_refused_naming_it(pbox: wasmbox.Sandbox, tmp_path: Path) -> None:
-    with pytest.raises(ManifestError, match=r"nativepkg==1\.0.*native code.*cp314-cp314-manylinux"):
+    with pytest.raises(
+        ManifestError, match=r"nativepkg==1\.0: only native \(platform\) wheels exist \(cp314-cp314-manylinux"
+    ):
         pbox.load(tool(tmp_path, "native", "def main():\n    return 1\n", packages=["nativepkg==1.0"]))
     with pytest.raises(ManifestError, match=r"sneaky==1\.0 is not pure Python.*native code.*_core\.so"):
         pbox.load(tool(tmp_path, "sneaky", "def main():\n    return 1\n", packages=["sneaky==1.0"]))
     assert "native" not in pbox.tools and pbox.run_python("1 + 1").value == 2  # still serving
+
+
+NATIVE_ONLY = r"no pure-Python wheel of {pin}: only native \(platform\) wheels exist \({tags}"
+
+
+def test_a_project_with_only_native_wheels_on_an_index_says_so(
+    cache_dir: Path, wheels: Path, tmp_path: Path
+) -> None:
+    # a PEP 503 index in a folder: pip names each file with "(from <index page>)" after it
+    page = tmp_path / "simple" / "nativepkg"
+    page.mkdir(parents=True)
+    page.joinpath("index.html").write_text(
+        f'<a href="{(wheels / "nativepkg-1.0-cp314-cp314-manylinux_2_17_x86_64.whl").as_uri()}">wheel</a>\n'
+    )
+    refused = NATIVE_ONLY.format(pin=r"nativepkg==1\.0", tags="cp314-cp314-manylinux")
+    with (
+        wasmbox.Sandbox(cache_dir=cache_dir, package_index=(tmp_path / "simple").as_uri()) as box,
+        pytest.raises(ManifestError, match=refused),
+    ):
+        box.load(tool(tmp_path, "native", "def main():\n    return 1\n", packages=["nativepkg==1.0"]))
+
+
+PYPI_OFFLINE = re.compile(
+    r"could not be reached|timed out|NewConnectionError|Temporary failure in name resolution|Network is unreachable"
+)
+
+
+def test_a_pypi_project_with_only_native_wheels_says_so(cache_dir: Path, tmp_path: Path) -> None:
+    # pyyaml 6.0.3 ships wheels for CPython on each platform and an sdist, no py3-none-any
+    # (pip's cache keeps the index page; skipped when PyPI cannot be reached)
+    uses_yaml = tool(
+        tmp_path, "yaml", "import yaml\n\ndef main():\n    return 1\n", packages=["pyyaml==6.0.3"]
+    )
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box, pytest.raises(ManifestError) as refused:
+        box.load(uses_yaml)
+    message = str(refused.value)
+    if PYPI_OFFLINE.search(message) and "only native" not in message:
+        pytest.skip(f"PyPI cannot be reached: {message[:300]}")
+    assert re.search(NATIVE_ONLY.format(pin=r"pyyaml==6\.0\.3", tags="cp3"), message), message
+    assert "not in PyPI" not in message
 
 
 @pytest.mark.parametrize("requirement", ["tinypkg", "tinypkg>=1.0", "tinypkg~=1.0", "tinypkg==1.*; python_version>'3'",

@@ -326,13 +326,12 @@ def test_network_marker(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--wasmbox-network").assert_outcomes(passed=1)
 
 
-# -- the README's example -----------------------------------------------------------------
+# -- the documented example ---------------------------------------------------------------
 
 
 def test_the_readme_example_runs(pytester: pytest.Pytester) -> None:
-    """The README's test and benchmark of a tool, as written there, beside the tool's manifest."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Testing and benchmarking your tools") :]
+    """docs/testing.md's test and benchmark of a tool, as written there, beside the tool's manifest."""
+    section = (ROOT / "docs" / "testing.md").read_text()
     block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block is not None
     shipped = (ROOT / "capabilities" / "word_count.toml").read_text()

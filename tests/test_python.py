@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 import wasmbox
+from wasmbox._manifest import PYTHON_FUEL
 
-from .conftest import CAPABILITIES
+from .conftest import CAPABILITIES, outlast_the_deadline
 
 SALES = CAPABILITIES / "data" / "sales.csv"
 
@@ -593,6 +594,30 @@ def test_infinite_loop_runs_out_of_fuel(box: wasmbox.Sandbox) -> None:
     assert kind(box.run_python("while True:\n    pass", grants(limits={"timeout": "60s"}))) == "out_of_fuel"
 
 
+def test_python_defaults_let_ordinary_code_finish_and_stay_finite(
+    box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    # fib(22): ~70M fuel and ~10 ms, over the core default of 50M fuel (a model-style program)
+    code = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(22)"
+    result = box.run_python(code)
+    assert result.ok and result.value == 17711, result.error
+    assert result.fuel_used > wasmbox.Limits().fuel
+    source = tmp_path / "fib.py"
+    source.write_text(code.replace("fib(22)", "def main(n: int) -> int:\n    return fib(n)\n"))
+    tool = box.load({"name": "fib", "runtime": "python", "source": str(source)})
+    assert tool.manifest.limits.fuel == PYTHON_FUEL
+    assert tool.call({"n": 22}).value == 17711
+    # finite, and only where nothing was set: an explicit fuel, and core modules, keep theirs
+    assert PYTHON_FUEL < 2**63 - 1
+    assert wasmbox.Manifest.load(grants(limits={"fuel": 1000})).limits.fuel == 1000
+    assert (
+        wasmbox.Manifest.load({"name": "m", "module": __file__}).limits.fuel
+        == wasmbox.Limits().fuel
+        == 50_000_000
+    )
+    assert kind(box.run_python(code, grants(limits={"fuel": 50_000_000}))) == "out_of_fuel"
+
+
 def test_infinite_loop_times_out(box: wasmbox.Sandbox) -> None:
     result = box.run_python("while True:\n    pass", grants(limits={"fuel": 10**15, "timeout": "300ms"}))
     assert kind(result) == "timeout"
@@ -671,7 +696,6 @@ def _runtime_built_once(cache_dir: Path) -> Iterator[None]:
 
 
 def test_python_host_function_interrupt_and_slow_host(box: wasmbox.Sandbox) -> None:
-    import time
 
     @box.host_function("stop.now")
     def stop_now() -> None:
@@ -682,14 +706,14 @@ def test_python_host_function_interrupt_and_slow_host(box: wasmbox.Sandbox) -> N
     @box.host_function("slow.fn")
     def slow_fn() -> int:
         calls.append(1)
-        time.sleep(0.3)
+        outlast_the_deadline()
         return 1
 
     with pytest.raises(KeyboardInterrupt):
         box.run_python("import wasmbox_guest\nwasmbox_guest.call_host('stop.now')",
                        grants(host_functions=["stop.now"]))  # fmt: skip
     code = "import wasmbox_guest\nfor i in range(3):\n    wasmbox_guest.call_host('slow.fn')"
-    result = box.run_python(code, grants(host_functions=["slow.fn"], limits={"timeout": "100ms"}))
+    result = box.run_python(code, grants(host_functions=["slow.fn"], limits={"timeout": "1s"}))
     assert kind(result) == "timeout"
     assert len(calls) == 1
 

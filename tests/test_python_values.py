@@ -95,3 +95,37 @@ def test_a_snippets_last_value_converts_too_else_is_its_repr(box: wasmbox.Sandbo
     assert box.run_python("import datetime\ndatetime.date(2024, 1, 1)").value == "2024-01-01"
     assert box.run_python("{'b', 'a'}").value == ["a", "b"]
     assert box.run_python("1j").value == "1j"  # cannot be sent: its repr
+
+
+PLAIN_REPLIES = r"""
+import msgpack, wasmbox_driver as driver
+nest = 1
+for _ in range(34):
+    nest = [nest]
+values = [
+    None, True, False, 0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1, 2**64,
+    -1, -32, -33, -128, -129, -32768, -32769, -2**31, -2**31 - 1, -2**63, -2**63 - 1,
+    0.0, -1.5, float("inf"), 1e300, "", "a", "x" * 31, "x" * 32, "x" * 255, "x" * 256, "é" * 40000,
+    "\ud800", [], (), [1, [2, (3,)]], {}, {"a": 1}, {1: 2, "b": [None]}, {str(i): i for i in range(20)},
+    list(range(20)), b"x", {1, 2}, [1, b"x"], nest, 3 + 4j,
+]
+mismatched, fast = [], 0
+for value in values:
+    packed = driver._pack_plain(value, driver._OK, 0)
+    if packed is None:
+        continue
+    fast += 1
+    if packed != msgpack.packb({"ok": value}, use_bin_type=True, default=driver._encode):
+        mismatched.append(repr(value)[:40])
+[mismatched, fast]
+"""
+
+
+def test_plain_replies_are_packed_as_msgpack_packs_them(box: wasmbox.Sandbox) -> None:
+    """The driver's own encoder of plain results (the common case, without msgpack's
+    pure-Python Packer) gives msgpack's bytes exactly, at every size boundary; the values it
+    leaves to msgpack (bytes, sets, ints past 64 bits, lone surrogates, past 32 levels) are the rest."""
+    grants = {"name": "plain", "runtime": "python", "limits": {"fuel": 500_000_000}}
+    result = box.run_python(PLAIN_REPLIES, grants)
+    assert result.ok, result.error
+    assert result.value == [[], 43]

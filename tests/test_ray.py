@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 if not os.environ.get("CI"):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'wasmbox[ray]'); CI installs it")
-from wasmbox.integrations import ray as ray_pool  # noqa: I001 - before Ray, as the README says
+from wasmbox.integrations import ray as ray_pool  # noqa: I001 - before Ray, as docs/ray.md says
 from wasmbox.integrations.ray import RaySandboxPool, _File, _remote_actor, _Shipment
 import ray
 

@@ -33,9 +33,16 @@ def test_close_waits_for_calls_in_flight(cache_dir: Path) -> None:
     box = wasmbox.Sandbox(cache_dir=cache_dir)
     spin = box.load(manifest("spin", limits={"fuel": 10**15, "timeout": "500ms"}))
     results: list[wasmbox.CallResult] = []
+    entered, enter = threading.Event(), box._ticker.enter
+
+    def counted_in() -> None:  # the call is in flight once the ticker has counted it in
+        enter()
+        entered.set()
+
+    box._ticker.enter = counted_in  # type: ignore[method-assign]
     thread = threading.Thread(target=lambda: results.append(spin.call({})))
     thread.start()
-    time.sleep(0.1)
+    assert entered.wait(60)  # (a busy machine may start the thread late: close must come after)
     box.close()  # must not strand the running call without a deadline
     thread.join(timeout=10)
     assert not thread.is_alive()

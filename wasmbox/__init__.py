@@ -8,6 +8,7 @@ tool.call({"text": "a b c"}).unwrap()
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._backends.python.build import RuntimeBuildError
 from ._backends.python.session import Session, SessionLimits
+from ._budget import Budget
 from ._cache import CacheStats
 from ._errors import (
     BadResponseError,
@@ -21,6 +22,7 @@ from ._errors import (
     MemoryLimitError,
     OutOfFuelError,
     OutputLimitError,
+    OverBudgetError,
     SessionEndedError,
     SessionError,
     StrictSchemaError,
@@ -55,6 +57,7 @@ __all__ = [
     "AuditLog",
     "AuditRecord",
     "BadResponseError",
+    "Budget",
     "CacheStats",
     "CallError",
     "CallResult",
@@ -77,6 +80,7 @@ __all__ = [
     "OutOfFuelError",
     "OutputFile",
     "OutputLimitError",
+    "OverBudgetError",
     "Preopen",
     "Reactor",
     "ReactorParam",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
@@ -13,10 +14,13 @@ from ._backends.core import abi as _abi
 from ._capabilities.hostfuncs import not_granted
 from ._errors import CapabilityError, ManifestError
 from ._files import read_regular_file
+from ._units import format_size
 from ._wasmparse import MAGIC, read_surface
 
 _HOST_CALL_TYPE = "(i32, i32) -> i64"
 _VOID = "() -> ()"
+_MEMORY_TYPE = re.compile(r"memory(\d+)\.\.(\d*)")
+_WASM_PAGE = 64 * 1024
 
 
 class ToolKind(str, Enum):
@@ -60,6 +64,14 @@ class ModuleInfo:
     @property
     def has_initialize(self) -> bool:
         return any(name == _abi.EXPORT_INITIALIZE for name, _ in self.exports)
+
+    @property
+    def memory_minimum(self) -> int:
+        """The largest declared minimum, in bytes, of the memories it imports or exports (0:
+        none): what an instance needs before its first instruction runs."""
+        types = [i.type for i in self.imports] + [t for _, t in self.exports]
+        pages = [int(m.group(1)) for t in types if (m := _MEMORY_TYPE.fullmatch(t))]
+        return max(pages, default=0) * _WASM_PAGE
 
 
 def read_wasm(path: Path) -> bytes:
@@ -139,6 +151,20 @@ def _has_allocator(types: dict[str, str]) -> bool:
 
 def _has_reactor_exports(types: dict[str, str]) -> bool:
     return _has_allocator(types) and types.get(_abi.EXPORT_CALL) == _HOST_CALL_TYPE
+
+
+def memory_problem(info: ModuleInfo, limit: int) -> str | None:
+    """Why no instance of the module fits under a memory cap of `limit` bytes, or None: its
+    declared memory minimum is above it (a C guest's stack is part of that minimum)."""
+    minimum = info.memory_minimum
+    if minimum <= limit:
+        return None
+    return (
+        f"declares a memory minimum of {format_size(minimum)} ({minimum:,} bytes), above "
+        f"limits.memory of {format_size(limit)} ({limit:,} bytes): no call could start; raise "
+        f"limits.memory to at least {format_size(minimum)}, or build the module with a smaller "
+        "memory (for zig/clang, a smaller stack: -Wl,-z,stack-size=N; -Wl,--initial-memory=N)"
+    )
 
 
 def check_grants(info: ModuleInfo, granted: Collection[str], origin: str) -> None:

@@ -18,7 +18,7 @@ from ._backends.python.packages import is_hashed, pin_project
 from ._cache import default_cache_dir
 from ._capabilities.allowlist import AddressRule, forbidden_reason, parse_rules
 from ._files import read_regular_file
-from ._inspect import inspect_file
+from ._inspect import inspect_file, memory_problem
 from ._manifest import Manifest
 from ._units import format_size
 
@@ -34,7 +34,15 @@ def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
     warnings += _unused_grant_warnings(manifest) + _package_warnings(manifest)
-    return warnings + _command_warnings(manifest) + _entry_warnings(manifest)
+    return warnings + _command_warnings(manifest) + _entry_warnings(manifest) + _memory_warnings(manifest)
+
+
+def _memory_warnings(manifest: Manifest) -> list[str]:
+    """A module whose declared memory minimum is above limits.memory: `Sandbox.load` refuses it."""
+    if manifest.module is None:
+        return []
+    problem = memory_problem(inspect_file(manifest.module), manifest.limits.memory)
+    return [f"{manifest.module.name} {problem} (Sandbox.load refuses it)"] if problem else []
 
 
 def _package_warnings(manifest: Manifest) -> list[str]:

@@ -73,11 +73,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+# The default fuel of a standard-runtime Python tool or run_python grant set (one that does not
+# set limits.fuel): about what the CPython runtime burns in its 2 s default deadline on a
+# typical machine (7-10G fuel/s: bench/python_fuel_rate.py), so ordinary model-written code is
+# stopped by the deadline or finishes, rather than running out of fuel in a few milliseconds.
+PYTHON_FUEL = 10_000_000_000
+
+
 class Limits(_Strict):
     """Per-call limits. Every one is finite; the defaults are the safe ones."""
 
     fuel: int = Field(
-        50_000_000, gt=0, le=2**63 - 1, description="Wasm fuel units (about one per instruction)."
+        50_000_000,
+        gt=0,
+        le=2**63 - 1,
+        description="Wasm fuel units (about one per instruction); a standard-runtime Python "
+        "manifest that does not set it gets PYTHON_FUEL (10G).",
     )
     memory: Size = Field(64 * 1024**2, le=MAX_MEMORY, description="Linear memory cap.")
     timeout: Duration = Field(2.0, description="Wall-clock deadline, seconds or '500ms'.")
@@ -300,7 +311,7 @@ class Manifest(_Strict):
     source: Path | None = Field(None, description="The tool's Python or JavaScript source (with `runtime`).")
     python: Literal["standard", "scientific"] | None = Field(
         None, description="Which Python runtime (runtime = 'python'): the standard one (the default), "
-        "or 'scientific' (numpy, pandas; README: \"The scientific runtime\").",
+        "or 'scientific' (numpy, pandas; docs/scientific.md).",
     )  # fmt: skip
     entry: str = "main"
     host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field((), strict=False)
@@ -350,7 +361,7 @@ class Manifest(_Strict):
         description="Pure-Python packages a Python tool or grant set imports, pinned: "
         "[\"idna==3.10\"], or hashed as pip takes them, [\"idna==3.10 --hash=sha256:<hex>\"] (then "
         "every pin of the set, dependencies too, and pip refuses a file with another digest); "
-        "their dependencies are installed too (README: \"Third-party packages\").",
+        "their dependencies are installed too (docs/python.md, \"Third-party packages\").",
     )  # fmt: skip
     requirements: Path | None = Field(
         None,
@@ -456,6 +467,13 @@ class Manifest(_Strict):
             self._check_command(self.command)
         if self.reactor is not None:
             self._check_reactor(self.reactor)
+        if (
+            self.runtime == "python"
+            and self.python != "scientific"
+            and "fuel" not in self.limits.model_fields_set
+        ):
+            # the interpreter's default fuel is sized to its deadline (Limits.fuel is a core module's)
+            object.__setattr__(self, "limits", self.limits.model_copy(update={"fuel": PYTHON_FUEL}))
         return self
 
     def _check_packages(self) -> None:

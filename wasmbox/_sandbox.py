@@ -42,6 +42,7 @@ from ._backends.python.runner import (
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
 from ._backends.python.signature import entry_problem, return_schema, signature_schema
+from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
@@ -56,6 +57,7 @@ from ._inspect import (
     abi_problem,
     check_grants,
     inspect_module,
+    memory_problem,
     read_module_info,
     read_wasm,
 )
@@ -309,6 +311,8 @@ class Sandbox:
             info = dataclasses.replace(info, kind=ToolKind.C_REACTOR)
         else:
             problem = abi_problem(info)
+        if problem is None:
+            problem = memory_problem(info, manifest.limits.memory)
         if problem is not None:
             raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))
@@ -735,32 +739,37 @@ class Sandbox:
         return tool
 
     def run_python(
-        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
+        budget: Budget | None = None,
+    ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
         `runtime="scientific"` runs it in the scientific runtime. The call of
-        `interpreter(manifest, runtime=runtime)` with `{"code": code}`.
+        `interpreter(manifest, runtime=runtime)` with `{"code": code}` (and `budget`).
         """
-        return self.interpreter(manifest, runtime=runtime).call({"code": code})
+        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget)
 
-    def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    def run_javascript(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}`. Raises what `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call({"code": code})
+        with `{"code": code}` (and `budget`). Raises what `interpreter` does."""
+        return self.interpreter(manifest, runtime="javascript").call({"code": code}, budget=budget)
 
-    async def arun_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    async def arun_javascript(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest))
+            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest, budget=budget))
         )
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
@@ -815,7 +824,7 @@ class Sandbox:
         session of that name is returned if it has these grants (SessionError if it has
         others: a session is never shared between grant sets), else a new one is opened.
         Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
-        manifest. README: "Sessions" has the failure rule and the costs."""
+        manifest. docs/python.md, "Sessions", has the failure rule and the costs."""
         grants, key = self._python_grant_set(manifest)
         if grants.python == "scientific":
             raise ManifestError(
@@ -843,14 +852,16 @@ class Sandbox:
         return await loop.run_in_executor(self._executor, opening)
 
     async def arun_python(
-        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
+        budget: Budget | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime))
+            self._executor,
+            _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime, budget=budget)),
         )
 
     def specs(
@@ -885,6 +896,7 @@ class Sandbox:
         deadline_s: float | None = None,
         session: str | None = None,
         javascript: bool | ManifestSource = False,
+        budget: Budget | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -893,12 +905,13 @@ class Sandbox:
         message/response holding it, as SDK objects or dicts.
 
         Bad JSON, an unknown tool name and arguments that fail the schema become error results
-        the model can read (README: "Tool results"); so do calls past `max_calls`, and calls
+        the model can read (docs/tool-calling.md, "Tool results"); so do calls past `max_calls`, and calls
         not finished `deadline_s` seconds after dispatch began. `python` routes "run_python"
         (True: no grants; or the grant manifest for `run_python`); with `session` (a name the
         caller gives its conversation), to that `Sandbox.session`, one after another in the
         order sent (a session that ended is said so once, then replaced). `javascript` routes
-        "run_javascript" the same way (True: no grants; or its grant manifest). Raises TypeError when
+        "run_javascript" the same way (True: no grants; or its grant manifest). With `budget`, a
+        call it does not admit is not run (`over_budget`). Raises TypeError when
         `calls` holds something that is not a call of `format` at all, ValueError for a bad
         format or budget.
         """
@@ -911,6 +924,7 @@ class Sandbox:
             deadline_s=deadline_s,
             session=session,
             javascript=javascript,
+            budget=budget,
         )
 
     async def adispatch(
@@ -923,6 +937,7 @@ class Sandbox:
         deadline_s: float | None = None,
         session: str | None = None,
         javascript: bool | ManifestSource = False,
+        budget: Budget | None = None,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
@@ -934,6 +949,7 @@ class Sandbox:
             deadline_s=deadline_s,
             session=session,
             javascript=javascript,
+            budget=budget,
         )
 
     @property

@@ -17,6 +17,7 @@ from . import _outcome, _schema, _telemetry
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
+from ._budget import Budget
 from ._cache import CacheStats
 from ._call import CallInput
 from ._errors import ErrorKind, ManifestError
@@ -175,7 +176,7 @@ class Tool:
         """The tool's definition in a provider's format: "generic" `{name, description,
         parameters}` (and `output_schema`, `examples`, `defer_loading` when the tool has them),
         "openai" (Chat Completions), "openai-responses", "anthropic", "mcp".
-        `strict=True` converts the schema to strict mode's subset (README: "Strict mode") and
+        `strict=True` converts the schema to strict mode's subset (docs/tool-calling.md, "Strict mode") and
         raises StrictSchemaError when it has none; "auto" then sends it non-strict with a
         StrictSchemaWarning that says why. ValueError for an unknown format."""
         return _formats.spec_of(self, format, strict)
@@ -186,38 +187,46 @@ class Tool:
         *,
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
+        budget: Budget | None = None,
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
         `args` go to ABI v1 and Python tools, and to command tools whose manifest maps them to
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
-        tools take `argv` (appended to the manifest's `args`) and `stdin` instead.
+        tools take `argv` (appended to the manifest's `args`) and `stdin` instead. With
+        `budget`, the call starts only if the budget admits it (else `over_budget`), and is
+        charged to it.
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
             with telemetry.tool_span(self.name, self.kind.value) as ended:
-                result = self._audited(args, argv, stdin)
+                result = self._audited(args, argv, stdin, budget)
                 ended(result)
             return result
-        return self._audited(args, argv, stdin)
+        return self._audited(args, argv, stdin, budget)
 
-    def _audited(self, args: Any, argv: Any, stdin: Any) -> CallResult:
-        result = self._recorded(args, argv, stdin)
+    def _audited(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+        result = self._recorded(args, argv, stdin, budget)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
-    def _recorded(self, args: Any, argv: Any, stdin: Any) -> CallResult:
+    def _recorded(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._call(args, argv, stdin)
+                result = self._budgeted(args, argv, stdin, budget)
             given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
             self._auditor.record(
                 result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
             return result
-        return self._call(args, argv, stdin)
+        return self._budgeted(args, argv, stdin, budget)
+
+    def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+        if budget is None:
+            return self._call(args, argv, stdin)
+        return budget.run(self.name, partial(self._call, args, argv, stdin))
 
     def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
         start = time.perf_counter()
@@ -253,12 +262,13 @@ class Tool:
         *,
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
+        budget: Budget | None = None,
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin))
+        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget))
         return await loop.run_in_executor(self._executor, work)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:

@@ -473,7 +473,7 @@ def _inspect(options: argparse.Namespace) -> int:
                 if i.module not in (_abi.WASI_MODULE, _abi.ABI_MODULE)
             ],
         },
-        # a command that also exports a C API: its _start may be a stub (README: "Reactor modules")
+        # a command that also exports a C API: its _start may be a stub (docs/commands-and-reactors.md)
         "command_exports_c_api": list(command_c_api(info)),
     }
     if options.json:

@@ -2,8 +2,8 @@
 
 The plugin (installed with wasmbox; `-p no:wasmbox` turns it off) does nothing until a test
 asks for one of its fixtures: `wasmbox_sandbox`, `wasmbox_tool` (a `ToolLoader`), `wasmbox_run`
-(a `SnippetRunner`), `wasmbox_bench` (a `ToolBench`, whose calls return a `BenchRun`). README.md,
-"Testing and benchmarking your tools", shows them; `record_phases` works anywhere, with or
+(a `SnippetRunner`), `wasmbox_bench` (a `ToolBench`, whose calls return a `BenchRun`). docs/testing.md
+shows them; `record_phases` works anywhere, with or
 without pytest.
 """
 

@@ -1,4 +1,4 @@
-"""A Sandbox's API over a Ray cluster (`pip install wasmbox[ray]`; README: "Running on a Ray cluster").
+"""A Sandbox's API over a Ray cluster (`pip install wasmbox[ray]`; docs/ray.md).
 
     pool = RaySandboxPool(["capabilities/word_count.toml"], actors=4)
     pool.call("word_count", {"text": "a b c"}).unwrap()

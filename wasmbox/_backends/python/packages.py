@@ -283,25 +283,36 @@ class PackageInstaller:
             return f"{message}: {detail}"[:2000]
         wanted = missing[1]
         name = canonical_name(re.split(r"[<>=!~\[;]", wanted)[0])
-        native, sdists, other_python = [], False, False
+        pinned = wanted.split("==", 1)[1] if "==" in wanted else None
+        native: dict[str, list[str]] = {}  # version -> the tags of its wheels
+        sdists, other_python = False, False
         for line in log.splitlines():
-            if "Link requires a different Python" in line and _file_project(line.rsplit(" ", 1)[-1]) == name:
+            link = _link(line)
+            if link is None or _file_project(link) != name:
+                continue
+            if "Link requires a different Python" in line:
                 other_python = True
-            skipped = re.match(
-                r"\s*Skipping link: none of the wheel's tags \((.*?)\) are compatible.*?(\S+)$", line
-            )
-            if skipped and _file_project(skipped[2]) == name:
-                native.append(skipped[1])
-            if re.search(rf"No binaries permitted for {re.escape(name)}\b", line, re.IGNORECASE):
+            skipped = re.match(r"\s*Skipping link: none of the wheel's tags \((.*?)\) are compatible", line)
+            if skipped:
+                native.setdefault(_file_version(link), []).extend(skipped[1].split(", "))
+            if re.search(r"No (?:binaries|sources) permitted for", line):
                 sdists = True
+        tags = (
+            native.get(pinned, [])
+            if pinned is not None and pinned in native
+            else [t for v in native.values() for t in v]
+        )
         unreachable = re.search(
             r"Could not fetch URL (\S+?):? (?:connection error: )?(.*?)(?: - skipping)?$", log, re.MULTILINE
         )
         if unreachable:
             why = f"{self._source()} could not be reached ({unreachable[1]}: {unreachable[2]})"
-        elif native:
-            why = (f"only wheels with native code were found ({', '.join(sorted(set(native))[:4])}): "
-                   "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any)")  # fmt: skip
+        elif tags:
+            shown = ", ".join(sorted(set(tags))[:4]) + (", ..." if len(set(tags)) > 4 else "")
+            why = (f"only native (platform) wheels exist ({shown}), built for CPython on an operating system: "
+                   "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any); "
+                   "use a pure-Python alternative or an older version that ships one, or run the native "
+                   "code as a module tool of its own")  # fmt: skip
         elif other_python:
             why = f"its wheels require another Python than the runtime's {GUEST_PYTHON} (Requires-Python)"
         elif sdists:
@@ -310,6 +321,19 @@ class PackageInstaller:
             why = f"it is not in {self._source()}"
         return (f"{message}: no pure-Python wheel of {wanted}: {why} "
                 "(give wheels with Sandbox(package_wheels=...) or an index with package_index=...)")  # fmt: skip
+
+
+def _link(line: str) -> str | None:
+    """The distribution file a line of pip's log names (the URL or path after ": "), if any:
+    pip may follow it with "(from <index page>)" and "(requires-python:...)"."""
+    found = re.search(r": (\S+?\.(?:whl|tar\.gz|tar\.bz2|zip))(?:#\S*)?(?:\s|$)", line)
+    return found[1] if found else None
+
+
+def _file_version(url: str) -> str:
+    """The version in a wheel or sdist's file name ("" when there is none)."""
+    parts = url.rsplit("/", 1)[-1].split("#", 1)[0].split("-")
+    return parts[1].removesuffix(".tar.gz").removesuffix(".zip") if len(parts) > 1 else ""
 
 
 def _file_project(url: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import marshal
 import queue
 import threading
 import time
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import wasmtime
 from wasmtime import component
 
@@ -238,8 +240,12 @@ class PythonRuntimeRunner:
 
 def encode_request(request: dict[str, Any], output_cap: int) -> bytes:
     """What the driver's `run` takes: the output cap (8 bytes, little-endian; the driver sends
-    no result over it) and the MessagePack request. Raises what `_abi.pack` raises."""
-    return min(output_cap, _component_io.REPLY_MAX).to_bytes(8, "little") + _abi.pack(request)
+    no result over it) and the request in `marshal`'s format, which the guest decodes in C.
+    The request is what MessagePack makes of `request` (lists for tuples, str keys only), so
+    the guest sees the values the ABI carries. Raises what `_abi.pack` raises, and ValueError
+    for a map key that is not a string."""
+    carried = msgpack.unpackb(_abi.pack(request), raw=False)
+    return min(output_cap, _component_io.REPLY_MAX).to_bytes(8, "little") + marshal.dumps(carried, 4)
 
 
 def _replace_monotonic_clock(

@@ -4,8 +4,10 @@ componentize-py imports this module at build time and snapshots the interpreter,
 import below is already done when a call starts. Each call is a fresh instance of that
 snapshot: nothing here survives from one call to the next.
 
-Request: the call's output cap in bytes (8 bytes, little-endian; outside the map, since every
-entry of a map costs fuel to decode with msgpack's pure-Python codec), then a MessagePack map:
+Request: the call's output cap in bytes (8 bytes, little-endian), then a map in `marshal`'s
+format (decoded in C: msgpack's pure-Python codec cost a fresh interpreter ~30 times the fuel;
+the host makes it, from the values MessagePack gives it, so a guest sees what MessagePack
+carries: lists, not tuples; str keys):
     {"mode": "compile", "source": str, "filename": str}   -> {"ok": bytes}, the tool compiled
       (+ "entry": str -> {"ok": {"code": bytes, "signature": map | None, "defined": map | None}},
        see `_signature` and `_defined`)
@@ -54,6 +56,7 @@ import difflib  # noqa: F401
 import enum
 import fractions
 import functools
+import gc
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import html  # noqa: F401
@@ -76,7 +79,7 @@ import socket  # noqa: F401  (imports, but every connection is refused: no netwo
 import sqlite3  # noqa: F401
 import statistics  # noqa: F401
 import string  # noqa: F401
-import struct  # noqa: F401
+import struct
 import subprocess  # noqa: F401  (imports, but cannot start a process under WASI)
 import sys
 import textwrap  # noqa: F401
@@ -221,9 +224,11 @@ def _serve(request: bytes) -> tuple[object, bool]:
     random.seed()  # the snapshot's seed was fixed at build time; each call gets a fresh one
     _output_cap = min(int.from_bytes(request[:8], "little"), REPLY_MAX)
     try:
-        message = msgpack.unpackb(memoryview(request)[8:], raw=False)
+        message = marshal.loads(memoryview(request)[8:])
     except Exception as exc:
         raise _Refusal("bad_response", f"driver: bad request: {exc}") from None
+    if not isinstance(message, dict):
+        raise _Refusal("bad_response", "driver: bad request: not a map")
     path = message.get("path")
     if isinstance(path, str) and path not in sys.path:
         sys.path.append(path)  # after the stdlib: a package cannot shadow it
@@ -439,7 +444,7 @@ def _reply(value: object, strict: bool) -> bytes:
     A value that cannot be sent is an error for a tool (`strict`) that names what is wrong; a
     snippet's becomes its repr."""
     try:
-        reply = _pack({"ok": value})
+        reply = _pack_plain(value, _OK, 0) or _pack({"ok": value})
     except (TypeError, ValueError, OverflowError) as exc:
         if strict:
             raise _Refusal("guest_error", _unsendable(exc)) from None
@@ -447,6 +452,71 @@ def _reply(value: object, strict: bool) -> bytes:
     if len(reply) > _output_cap:  # the host would refuse it: say how big, send nothing
         return _pack({"too_big": len(reply)})
     return reply
+
+
+_OK = b"\x81\xa2ok"  # the start of {"ok": value}: a map of one entry, its key
+
+
+def _pack_plain(value: object, head: bytes, depth: int) -> bytes | None:
+    """`head` + `value` as msgpack packs it, byte for byte, when `value` is of the plain types
+    most results are (None, bool, int within 64 bits, float, str, and lists, tuples and dicts
+    of them, exactly those types, 32 levels at most); None for anything else, which msgpack's
+    pure-Python Packer then does (its set-up costs a fresh interpreter ~70k fuel a reply)."""
+    kind = type(value)
+    if value is None:
+        return head + b"\xc0"
+    if kind is bool:
+        return head + (b"\xc3" if value else b"\xc2")
+    if kind is int:
+        if -0x20 <= value < 0x80:
+            return head + (value & 0xFF).to_bytes(1, "big")
+        for marker, size in _INT_SIZES[value < 0]:
+            try:
+                return head + marker + value.to_bytes(size, "big", signed=value < 0)
+            except OverflowError:
+                continue
+        return None
+    if kind is float:
+        return head + b"\xcb" + _DOUBLE(value)
+    if kind is str:
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        n = len(data)
+        if n <= 0x1F:
+            return head + (0xA0 | n).to_bytes(1, "big") + data
+        if n <= 0xFF:
+            return head + b"\xd9" + n.to_bytes(1, "big") + data
+        if n <= 0xFFFF:
+            return head + b"\xda" + n.to_bytes(2, "big") + data
+        return head + b"\xdb" + n.to_bytes(4, "big") + data if n < 2**32 else None
+    if depth >= 32 or kind not in (list, tuple, dict):
+        return None
+    n = len(value)  # type: ignore[arg-type]  (under 2**32 in a 32-bit memory)
+    if kind is dict:
+        out = head + (bytes([0x80 | n]) if n <= 0x0F else b"\xde" + n.to_bytes(2, "big") if n <= 0xFFFF
+                      else b"\xdf" + n.to_bytes(4, "big"))  # fmt: skip
+        items = [x for pair in value.items() for x in pair]  # type: ignore[attr-defined]
+    else:
+        out = head + (bytes([0x90 | n]) if n <= 0x0F else b"\xdc" + n.to_bytes(2, "big") if n <= 0xFFFF
+                      else b"\xdd" + n.to_bytes(4, "big"))  # fmt: skip
+        items = value  # type: ignore[assignment]
+    parts = [out]
+    for item in items:
+        part = _pack_plain(item, b"", depth + 1)
+        if part is None:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+# msgpack's int markers past the fixints, smallest first: unsigned (uint 8..64), signed (int 8..64)
+_INT_SIZES = (
+    ((b"\xcc", 1), (b"\xcd", 2), (b"\xce", 4), (b"\xcf", 8)),
+    ((b"\xd0", 1), (b"\xd1", 2), (b"\xd2", 4), (b"\xd3", 8)),
+)
+_DOUBLE = struct.Struct(">d").pack
 
 
 def _unsendable(exc: BaseException) -> str:
@@ -547,9 +617,8 @@ def _warm_up() -> None:
     code = _compile_tool(source, "warm_up.py")
     _signature(source, "main")
     _run_tool({"code": code, "source": source, "filename": "warm_up.py", "entry": "main", "args": {"x": 1}})
-    # as `_serve` decodes a request, from a memoryview, so that path is warm in the snapshot
-    # (bench/README.md has what it saves a call)
-    msgpack.unpackb(memoryview(_pack({"mode": "code"}))[0:], raw=False)
+    marshal.loads(memoryview(marshal.dumps({"mode": "code"}))[0:])  # as `_serve` decodes a request
+    _reply({"a": [1, -200, 2.5, None, True, "x" * 40, (70000,)]}, True)
     msgpack.unpackb(_pack({"ok": {1, 2}, "b": b"x", "d": datetime.date(2024, 1, 1)}), raw=False)
     linecache.cache.clear()
     sys.modules["__main__"] = main  # no call meets the warm-up's modules
@@ -557,3 +626,6 @@ def _warm_up() -> None:
 
 
 _warm_up()
+# Everything the snapshot holds goes to the collector's permanent generation: a call's
+# collections then never walk (nor touch the pages of) the ~18,000 objects of the imports.
+gc.freeze()
