@@ -158,10 +158,7 @@ class Tool:
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            with telemetry.tool_span(self.name, self.kind.value) as ended:
-                result = self._audited(args, argv, stdin)
-                ended(result)
-            return result
+            return telemetry.tool_call(self.name, self.kind.value, partial(self._audited, args, argv, stdin))
         return self._audited(args, argv, stdin)
 
     def _audited(self, args: Any, argv: Any, stdin: Any) -> CallResult:
