@@ -74,7 +74,7 @@ def test_a_name_that_is_not_a_string_is_a_bad_request(tool_box: wasmbox.Sandbox)
     code = """
 from wasmbox_guest import HostCallError, call_host
 seen = []
-for name in (["scale"], {"scale": 1}, 7, None, b"scale"):
+for name in (["scale"], {"scale": 1}, 7, None, b"hidden", b"\\xff"):
     try:
         call_host("wasmbox.call_tool", name=name, args={"x": 1})
         seen.append("reached")
@@ -84,22 +84,22 @@ seen
 """
     result = tool_box.run_python(code, grants("scale"))
     assert result.error is None, result.error
-    assert result.value == ["refused"] * 5
+    assert result.value == ["refused"] * 6
 
 
 @pytest.mark.parametrize("listed", [[], ["scale"]])
-def test_call_tool_cannot_be_granted_by_name(box: wasmbox.Sandbox, tmp_path: Path, listed: list[str]) -> None:
+def test_call_tool_cannot_be_granted_by_name(tool_box: wasmbox.Sandbox, tmp_path: Path, listed: list[str]) -> None:
     path = tmp_path / "m.json"
     fields = {"name": "snippet", "runtime": "python", "host_functions": ["wasmbox.call_tool"], "tools": listed}
     import json
 
     path.write_text(json.dumps(fields))
     if listed:  # with tools listed, naming it too is harmless: it grants exactly `tools`
-        result = box.run_python("tools.hidden()", str(path))
+        result = tool_box.run_python("tools.hidden()", str(path))
         assert result.error is not None and result.error.kind.value == "capability_denied"
     else:
         with pytest.raises(ManifestError, match="granted by `tools`"):
-            box.run_python("1", str(path))
+            tool_box.run_python("1", str(path))
 
 
 def test_an_inner_call_that_spins_ends_by_the_outer_deadline(tool_box: wasmbox.Sandbox) -> None:
