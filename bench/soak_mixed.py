@@ -149,6 +149,9 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
     adder.write_text("def main(a: int, b: int):\n    return {'sum': a + b, 'args': [a, b]}\n")
     add = box.load({"name": "adder", "runtime": "python", "source": str(adder)})
 
+    spent = wasmbox.Budget(calls=1, name="spent")
+    assert spent.run("echo", lambda: echo.call({"n": 0})).ok  # its one call, used up here
+
     def core(
         name: str, weight: int, tool: wasmbox.Tool, args: Callable[[int], Any], expect: Callable[[int], Any]
     ) -> Case:
@@ -187,6 +190,9 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
         core("host_denied", 3, tools["deny"], lambda i: {"deny": True}, kind(ErrorKind.CAPABILITY_DENIED)),
         core("host_call_cap", 2, tools["host_cap"], lambda i: {"x": 1}, kind(ErrorKind.HOST_ERROR)),
         core("bad_args", 3, kv, lambda i: {"key": i}, kind(ErrorKind.INVALID_ARGUMENTS)),
+        # a budget with nothing left: refused before the call starts
+        Case("over_budget", False, 2, lambda i: echo.call({"n": i}, budget=spent),
+             lambda i: echo.acall({"n": i}, budget=spent), kind(ErrorKind.OVER_BUDGET)),  # fmt: skip
         Case("open_many", False, 1, lambda i: opened(opener.call(argv=open_many)), aopened,
              lambda i: [{"exit_code": 1}, str(MAX_OPEN_FILES)]),
         # valid Python calls

@@ -97,3 +97,58 @@ def test_failed_calls_release_their_instance_at_once(box: wasmbox.Sandbox, built
         result = tool.call(argv=["exit", "126"])  # Wasmtime refuses the status: a trap
         assert result.error is not None and result.error.kind is ErrorKind.TRAP
     assert len(os.listdir("/proc/self/fd")) <= before + 2  # no preopen fds held by garbage
+
+
+def test_close_with_a_timeout_stops_the_calls_still_running(cache_dir: Path) -> None:
+    """A call with a 120 s deadline is stopped by `close(timeout=...)` instead of holding the
+    close for its deadline (the bound here is half that deadline: only a close that waited
+    for it reaches it)."""
+    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    started = threading.Event()
+    box.register_host_function("test.started", started.set)
+    grants = {"name": "spinner", "runtime": "python", "host_functions": ["test.started"],
+              "limits": {"fuel": 10**15, "timeout": "120s"}}  # fmt: skip
+    code = "import wasmbox_guest\nwasmbox_guest.call_host('test.started')\nwhile True:\n    pass"
+    results: list[wasmbox.CallResult] = []
+    thread = threading.Thread(target=lambda: results.append(box.run_python(code, grants)))
+    begun = time.monotonic()
+    thread.start()
+    assert started.wait(60)
+    box.close(timeout=0.1)
+    thread.join(timeout=60)
+    assert not thread.is_alive() and time.monotonic() - begun < 60
+    assert results[0].error is not None and results[0].error.kind is ErrorKind.TIMEOUT
+    with pytest.raises(wasmbox.WasmboxError, match="closed"):
+        box.run_python("1")
+    with wasmbox.Sandbox(cache_dir=None) as other, pytest.raises(ValueError, match="timeout"):
+        other.close(timeout=-1)
+
+
+def test_aload_loads_off_the_event_loop(cache_dir: Path) -> None:
+    import asyncio
+
+    async def run() -> tuple[wasmbox.Tool, Any]:
+        with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+            tool = await box.aload(manifest("echo"))
+            return tool, (await tool.acall({"a": 1})).value
+
+    tool, value = asyncio.run(run())
+    assert tool.name == "echo" and value == {"a": 1}
+
+
+def test_stats_count_calls_errors_and_what_is_live(cache_dir: Path) -> None:
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        assert box.stats().calls == 0 and box.stats().errors == {}
+        echo = box.load(manifest("echo"))
+        trap = box.load(manifest("trap"))
+        echo.call({"a": 1})
+        trap.call()
+        trap.call()
+        echo.call("not a mapping")  # type: ignore[arg-type]  # refused before running: counted too
+        box.run_python("1 + 1")
+        with box.session() as session:
+            session.run("x = 1")  # a session's run is the session's, not counted here
+            stats = box.stats()
+    assert (stats.tools, stats.calls, stats.in_flight, stats.sessions) == (2, 5, 0, 1)
+    assert stats.errors == {"trap": 2, "invalid_arguments": 1}
+    assert stats.cache.compiles + stats.cache.hits >= 2

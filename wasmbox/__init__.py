@@ -8,6 +8,7 @@ tool.call({"text": "a b c"}).unwrap()
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._backends.python.build import RuntimeBuildError
 from ._backends.python.session import Session, SessionLimits
+from ._budget import Budget
 from ._cache import CacheStats
 from ._errors import (
     BadResponseError,
@@ -21,6 +22,7 @@ from ._errors import (
     MemoryLimitError,
     OutOfFuelError,
     OutputLimitError,
+    OverBudgetError,
     SessionEndedError,
     SessionError,
     StrictSchemaError,
@@ -45,7 +47,7 @@ from ._manifest import (
 )
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
-from ._tool import Tool
+from ._tool import SandboxStats, Tool
 from ._wasmtime.engine import EngineSettings
 
 __version__ = "0.1.0"
@@ -55,6 +57,7 @@ __all__ = [
     "AuditLog",
     "AuditRecord",
     "BadResponseError",
+    "Budget",
     "CacheStats",
     "CallError",
     "CallResult",
@@ -77,11 +80,13 @@ __all__ = [
     "OutOfFuelError",
     "OutputFile",
     "OutputLimitError",
+    "OverBudgetError",
     "Preopen",
     "Reactor",
     "ReactorParam",
     "RuntimeBuildError",
     "Sandbox",
+    "SandboxStats",
     "Session",
     "SessionEndedError",
     "SessionError",

@@ -20,6 +20,7 @@ class ErrorKind(str, Enum):
     OUTPUT_LIMIT = "output_limit"
     BAD_RESPONSE = "bad_response"
     HOST_ERROR = "host_error"
+    OVER_BUDGET = "over_budget"
 
     def __str__(self) -> str:
         return self.value
@@ -104,6 +105,13 @@ class OutOfFuelError(ToolError):
     kind = ErrorKind.OUT_OF_FUEL
 
 
+class OverBudgetError(ToolError):
+    """The call's `Budget` could not admit it: it was not started (the message says which cap
+    and when the budget frees up)."""
+
+    kind = ErrorKind.OVER_BUDGET
+
+
 class ToolTimeoutError(ToolError):
     """The call's wall-clock deadline (`limits.timeout`) passed."""
 
@@ -171,6 +179,7 @@ _BY_KIND: dict[ErrorKind, type[ToolError]] = {
         OutputLimitError,
         BadResponseError,
         HostError,
+        OverBudgetError,
     )
 }
 assert set(_BY_KIND) == set(ErrorKind)

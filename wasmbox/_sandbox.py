@@ -42,6 +42,7 @@ from ._backends.python.runner import (
 )
 from ._backends.python.session import Session, SessionLimits, SessionTable
 from ._backends.python.signature import entry_problem, return_schema, signature_schema
+from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
@@ -69,7 +70,7 @@ from ._manifest import (
 )
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
-from ._tool import Tool
+from ._tool import CallCounts, SandboxStats, Tool
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
@@ -175,6 +176,7 @@ class Sandbox:
         self._ticker = EpochTicker(self.engine, self.settings.epoch_tick_s)
         self._scratch_space = ScratchSpace(scratch_dir)
         self._auditor = Auditor(audit)
+        self._counts = CallCounts()  # what `stats` reports of the calls the tools finished
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
@@ -226,6 +228,14 @@ class Sandbox:
             self._host_functions[name] = function
 
     # -- tools ----------------------------------------------------------------------------
+
+    async def aload(self, source: ManifestSource, *, replace: bool = False) -> Tool:
+        """`load` on the Sandbox's worker threads (a load may compile a module, install packages
+        or build a runtime: seconds to minutes), so the event loop keeps running."""
+        import asyncio  # lazily, as in Tool.acall
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(self.load, source, replace=replace))
 
     def load(self, source: ManifestSource, *, replace: bool = False) -> Tool:
         """Check and compile the manifest's tool; it is then callable by name.
@@ -287,7 +297,7 @@ class Sandbox:
             self._cache.discard_module(code_digest)
             raise
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
 
@@ -453,7 +463,7 @@ class Sandbox:
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
-            manifest, runner, self._executor, self._auditor,
+            manifest, runner, self._executor, self._auditor, counts=self._counts,
             manifest_digest=digest, code_digest=_sha256(source),
             signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
             docstring=summary,
@@ -584,7 +594,7 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
             raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
         return Tool(
-            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
+            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=_sha256(source),
         )  # fmt: skip
 
@@ -717,7 +727,7 @@ class Sandbox:
             python = self._python_runtime()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, runner, self._executor, self._auditor, manifest_digest=key, code_digest=build_digest,
+            grants, runner, self._executor, self._auditor, counts=self._counts, manifest_digest=key, code_digest=build_digest,
             args_schema=schema, docstring=description,
         )  # fmt: skip
         if unset:
@@ -726,32 +736,37 @@ class Sandbox:
         return tool
 
     def run_python(
-        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
+        budget: Budget | None = None,
+    ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
         `runtime="scientific"` runs it in the scientific runtime. The call of
-        `interpreter(manifest, runtime=runtime)` with `{"code": code}`.
+        `interpreter(manifest, runtime=runtime)` with `{"code": code}` (and `budget`).
         """
-        return self.interpreter(manifest, runtime=runtime).call({"code": code})
+        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget)
 
-    def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    def run_javascript(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}`. Raises what `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call({"code": code})
+        with `{"code": code}` (and `budget`). Raises what `interpreter` does."""
+        return self.interpreter(manifest, runtime="javascript").call({"code": code}, budget=budget)
 
-    async def arun_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    async def arun_javascript(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest))
+            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest, budget=budget))
         )
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
@@ -834,14 +849,16 @@ class Sandbox:
         return await loop.run_in_executor(self._executor, opening)
 
     async def arun_python(
-        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
+        budget: Budget | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime))
+            self._executor,
+            _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime, budget=budget)),
         )
 
     def specs(
@@ -876,6 +893,7 @@ class Sandbox:
         deadline_s: float | None = None,
         session: str | None = None,
         javascript: bool | ManifestSource = False,
+        budget: Budget | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -889,7 +907,8 @@ class Sandbox:
         (True: no grants; or the grant manifest for `run_python`); with `session` (a name the
         caller gives its conversation), to that `Sandbox.session`, one after another in the
         order sent (a session that ended is said so once, then replaced). `javascript` routes
-        "run_javascript" the same way (True: no grants; or its grant manifest). Raises TypeError when
+        "run_javascript" the same way (True: no grants; or its grant manifest). With `budget`, a
+        call it does not admit is not run (`over_budget`). Raises TypeError when
         `calls` holds something that is not a call of `format` at all, ValueError for a bad
         format or budget.
         """
@@ -902,6 +921,7 @@ class Sandbox:
             deadline_s=deadline_s,
             session=session,
             javascript=javascript,
+            budget=budget,
         )
 
     async def adispatch(
@@ -914,6 +934,7 @@ class Sandbox:
         deadline_s: float | None = None,
         session: str | None = None,
         javascript: bool | ManifestSource = False,
+        budget: Budget | None = None,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
@@ -925,6 +946,7 @@ class Sandbox:
             deadline_s=deadline_s,
             session=session,
             javascript=javascript,
+            budget=budget,
         )
 
     @property
@@ -949,15 +971,32 @@ class Sandbox:
     def cache_stats(self) -> CacheStats:
         return self._cache.stats
 
-    def close(self) -> None:
-        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline),
-        then stop the epoch ticker and the worker threads. Calls after this raise."""
+    def stats(self) -> SandboxStats:
+        """A snapshot for a server's health endpoint: tools loaded, calls finished (tool calls,
+        run_python and run_javascript; not session runs) and their errors by kind, calls in
+        flight, live sessions, what the compile cache did."""
+        calls, errors = self._counts.snapshot()
+        return SandboxStats(
+            tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
+            sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
+        )  # fmt: skip
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new calls, wait for the ones in flight (each is bounded by its deadline; with
+        `timeout`, for at most that many seconds, then any still running is stopped as a
+        `timeout`), then stop the epoch ticker and the worker threads. Calls after this raise."""
         if _call.inside_call():
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         with self._python_lock, self._lock:
             self._closed = True
         self._sessions.close()
-        idle = self._ticker.close()
+        if timeout is None:
+            idle = self._ticker.close()
+        elif not (idle := self._ticker.close(wait_s=timeout)):
+            self._ticker.interrupt()  # the calls still running end now
+            idle = self._ticker.close()
         self._executor.shutdown(wait=True)
         if idle and self._python is not None:  # else a call still uses it: the GC frees it
             self._python.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import threading
@@ -16,6 +17,8 @@ from . import _outcome, _schema, _telemetry
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
+from ._budget import Budget
+from ._cache import CacheStats
 from ._call import CallInput
 from ._errors import ErrorKind, ManifestError
 from ._inspect import ModuleInfo, ToolKind
@@ -41,6 +44,39 @@ def _call_ids() -> Iterator[tuple[str, str | None]]:
         yield call_id, parent
     finally:
         stack.pop()
+
+
+class CallCounts:
+    """The calls a Sandbox's tools finished, and their errors by kind (`Sandbox.stats`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._errors: dict[str, int] = {}
+
+    def add(self, result: CallResult) -> None:
+        with self._lock:
+            self._calls += 1
+            if result.error is not None:
+                kind = result.error.kind.value
+                self._errors[kind] = self._errors.get(kind, 0) + 1
+
+    def snapshot(self) -> tuple[int, dict[str, int]]:
+        with self._lock:
+            return self._calls, dict(self._errors)
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxStats:
+    """`Sandbox.stats()`: tools loaded, calls finished and their errors by kind, calls in
+    flight, live sessions, and the compile cache's counters."""
+
+    tools: int
+    calls: int
+    errors: dict[str, int]
+    in_flight: int
+    sessions: int
+    cache: CacheStats
 
 
 class Runner(Protocol):
@@ -69,6 +105,7 @@ class Tool:
         return_schema: dict[str, Any] | None = None,
         args_schema: dict[str, Any] | None = None,
         docstring: str = "",
+        counts: CallCounts | None = None,
     ) -> None:
         """ManifestError when the manifest's `examples` break the args schema, or it gives a WASI
         command an `output_schema` (a command's value is its exit code)."""
@@ -89,6 +126,7 @@ class Tool:
         self._output_validator = _schema.compile(self.output_schema) if self.output_schema else None
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
+        self._counts = counts
         self._executor = executor
         self._auditor = auditor
         command = manifest.command
@@ -149,29 +187,44 @@ class Tool:
         *,
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
+        budget: Budget | None = None,
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
         `args` go to ABI v1 and Python tools, and to command tools whose manifest maps them to
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
-        tools take `argv` (appended to the manifest's `args`) and `stdin` instead.
+        tools take `argv` (appended to the manifest's `args`) and `stdin` instead. With
+        `budget`, the call starts only if the budget admits it (else `over_budget`), and is
+        charged to it.
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            return telemetry.tool_call(self.name, self.kind.value, partial(self._audited, args, argv, stdin))
-        return self._audited(args, argv, stdin)
+            work = partial(self._audited, args, argv, stdin, budget)
+            return telemetry.tool_call(self.name, self.kind.value, work)
+        return self._audited(args, argv, stdin, budget)
 
-    def _audited(self, args: Any, argv: Any, stdin: Any) -> CallResult:
+    def _audited(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+        result = self._recorded(args, argv, stdin, budget)
+        if self._counts is not None:
+            self._counts.add(result)
+        return result
+
+    def _recorded(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._call(args, argv, stdin)
+                result = self._budgeted(args, argv, stdin, budget)
             given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
             self._auditor.record(
                 result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
             return result
-        return self._call(args, argv, stdin)
+        return self._budgeted(args, argv, stdin, budget)
+
+    def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+        if budget is None:
+            return self._call(args, argv, stdin)
+        return budget.run(self.name, partial(self._call, args, argv, stdin))
 
     def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
         start = time.perf_counter()
@@ -207,12 +260,13 @@ class Tool:
         *,
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
+        budget: Budget | None = None,
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin))
+        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget))
         return await loop.run_in_executor(self._executor, work)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:

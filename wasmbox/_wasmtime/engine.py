@@ -103,6 +103,7 @@ class EpochTicker:
         self._stop = threading.Event()
         self._engines = [weakref.ref(engine)]
         self._calls = 0  # calls in flight: closing waits for them, or their deadlines lapse
+        self._longest = 1  # the most ticks any store was given (`ticks`): what `interrupt` passes
         self._idle = threading.Condition()
         self._accepting = True
         self._thread = threading.Thread(
@@ -118,11 +119,20 @@ class EpochTicker:
 
     def ticks(self, timeout_s: float) -> int:
         """Epoch ticks to allow for `timeout_s` (rounded up, plus one for the partial tick)."""
-        return max(1, math.ceil(timeout_s / self.tick_s)) + 1
+        ticks = max(1, math.ceil(timeout_s / self.tick_s)) + 1
+        self._longest = max(
+            self._longest, ticks
+        )  # (a racing write may keep the smaller: `interrupt` adds a margin)
+        return ticks
 
     @property
     def running(self) -> bool:
         return not self._stop.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls running now."""
+        return self._calls
 
     def enter(self) -> None:
         """Count a call in; refused once closing has begun (deadlines need the ticker)."""
@@ -151,6 +161,16 @@ class EpochTicker:
         if idle:
             self._thread.join()
         return idle
+
+    def interrupt(self) -> None:
+        """Pass every deadline a store was given now: each guest running wasm traps at once as
+        a timeout (a host function it is in finishes first). For a close that does not wait."""
+        for _ in range(self._longest + 1):
+            for engine_ref in list(self._engines):
+                engine = engine_ref()
+                if engine is not None:
+                    engine.increment_epoch()
+                del engine
 
 
 def _tick(engines: list[weakref.ref[wasmtime.Engine]], tick_s: float, stop: threading.Event) -> None:

@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from .. import _call, _schema, _telemetry
+from .._budget import Budget
 from .._errors import ErrorKind, SessionEndedError, SessionError
 from .._manifest import ManifestSource
 from .._results import CallResult
@@ -65,6 +66,7 @@ def dispatch(
     deadline_s: float | None = None,
     session: str | None = None,
     javascript: bool | ManifestSource = False,
+    budget: Budget | None = None,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.dispatch`."""
     deadline = _deadline(deadline_s)
@@ -74,10 +76,11 @@ def dispatch(
         # no thread hop for the common single call; and from inside a call (a host function),
         # one by one on this thread: waiting on the workers from one of them could deadlock
         for job in runnable:
-            job.result = _run(job, deadline)
+            job.result = _run(job, deadline, budget)
     elif runnable:
         futures = [
-            (job, box._executor.submit(_telemetry.carried(partial(_run, job, deadline)))) for job in runnable
+            (job, box._executor.submit(_telemetry.carried(partial(_run, job, deadline, budget))))
+            for job in runnable
         ]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         wait([future for _, future in futures], timeout=timeout)
@@ -100,6 +103,7 @@ async def adispatch(
     deadline_s: float | None = None,
     session: str | None = None,
     javascript: bool | ManifestSource = False,
+    budget: Budget | None = None,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.adispatch`."""
     import asyncio  # lazily, as in Tool.acall
@@ -111,7 +115,7 @@ async def adispatch(
         return [_reply(job, format, deadline_s) for job in jobs]
     loop = asyncio.get_running_loop()
     tasks = [
-        loop.run_in_executor(box._executor, _telemetry.carried(partial(_run, job, deadline)))
+        loop.run_in_executor(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
         for job in runnable
     ]
     if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
@@ -131,7 +135,7 @@ async def adispatch(
 
 def call_one(
     box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
-    javascript: bool | ManifestSource = False,
+    javascript: bool | ManifestSource = False, budget: Budget | None = None,
 ) -> CallResult:  # fmt: skip
     """One model tool call by name, with `dispatch`'s rules (the adapters' path: MCP,
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
@@ -142,19 +146,20 @@ def call_one(
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
         return job.result
-    assert job.run is not None
-    return job.run()
+    return _run(job, None, budget)
 
 
 async def acall_one(
     box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
-    javascript: bool | ManifestSource = False,
+    javascript: bool | ManifestSource = False, budget: Budget | None = None,
 ) -> CallResult:  # fmt: skip
     """`call_one` on the Sandbox's worker threads."""
     import asyncio  # lazily, as in Tool.acall
 
     loop = asyncio.get_running_loop()
-    call = partial(call_one, box, name, args, python=python, session=session, javascript=javascript)
+    call = partial(
+        call_one, box, name, args, python=python, session=session, javascript=javascript, budget=budget
+    )
     return await loop.run_in_executor(box._executor, _telemetry.carried(call))
 
 
@@ -166,9 +171,16 @@ def _deadline(deadline_s: float | None) -> float | None:
     return time.monotonic() + deadline_s
 
 
-def _run(job: _Job, deadline: float | None) -> CallResult:
+def _run(job: _Job, deadline: float | None, budget: Budget | None = None) -> CallResult:
+    """`job`'s call, unless the dispatch deadline has passed or `budget` does not admit it."""
     if deadline is not None and time.monotonic() >= deadline:
         return _not_started(job)
+    if budget is None:
+        return _started(job)
+    return budget.run(job.name, partial(_started, job))
+
+
+def _started(job: _Job) -> CallResult:
     job.started = True
     assert job.run is not None
     if _telemetry.active is not None and job.call_id:  # the model's id, for the call's span

@@ -56,6 +56,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.mcp needs the mcp SDK: pip install 'wasmbox[mcp]'") from exc
 
+from .._budget import Budget
 from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
@@ -73,12 +74,13 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def build_server(
     box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox", sessions: bool = False,
-    javascript: bool | ManifestSource = False,
+    javascript: bool | ManifestSource = False, budget: Budget | None = None,
 ) -> Server[Any]:  # fmt: skip
     """An MCP `Server` that lists `box`'s loaded tools and calls them; `python` (True, or a
     grants manifest as `Sandbox.run_python` takes) adds `run_python`, and `sessions` lets its
     calls keep state in sessions (see the module docstring); `javascript` (the same) adds
-    `run_javascript`. Tools loaded later are listed from then on. ValueError when `python` or
+    `run_javascript`. Tools loaded later are listed from then on. With `budget`, every call
+    the server takes is charged to it (one not admitted is an `over_budget` result). ValueError when `python` or
     `javascript` is given and a loaded tool has the name it adds, or `sessions` without `python`."""
     if python is not False and RUN_PYTHON in box.tools:
         raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be served beside run_python")
@@ -107,7 +109,7 @@ def build_server(
             session, problem = issued.resolve(arguments.pop("session", None))
             if problem is not None:
                 return types.CallToolResult(content=[types.TextContent(text=problem)], is_error=True)
-        result = await _call(box, params.name, arguments, python, session, javascript)
+        result = await _call(box, params.name, arguments, python, session, javascript, budget)
         content = result_content(result)
         blocks = _blocks(content)
         if session is not None:
@@ -138,14 +140,14 @@ def _blocks(content: Content) -> list[types.ContentBlock]:
 
 async def _call(
     box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None,
-    javascript: bool | ManifestSource,
+    javascript: bool | ManifestSource, budget: Budget | None,
 ) -> CallResult:  # fmt: skip
     listed = name in box.tools or (python is not False and name == RUN_PYTHON)
     if not listed and not (javascript is not False and name == RUN_JAVASCRIPT):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
     return await _dispatch.acall_one(
-        box, name, arguments, python=python, session=session, javascript=javascript
+        box, name, arguments, python=python, session=session, javascript=javascript, budget=budget
     )
 
 

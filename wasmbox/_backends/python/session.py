@@ -36,6 +36,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ... import _call, _outcome, _telemetry
 from ..._audit import Auditor, args_digest
+from ..._budget import Budget
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
 from ..._results import CallError, CallResult
@@ -134,10 +135,13 @@ class Session:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def run(self, code: str) -> CallResult:
+    def run(self, code: str, *, budget: Budget | None = None) -> CallResult:
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
-        expression, as `Sandbox.run_python` returns them. Raises `SessionEndedError` when the
-        session has ended (or ends now: idle, too old, a total spent)."""
+        expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
+        run (else `over_budget`, and the session stays as it was). Raises `SessionEndedError`
+        when the session has ended (or ends now: idle, too old, a total spent)."""
+        if budget is not None:
+            return budget.run(self._manifest.name, partial(self.run, code))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -163,12 +167,12 @@ class Session:
             )  # fmt: skip
         return result
 
-    async def arun(self, code: str) -> CallResult:
+    async def arun(self, code: str, *, budget: Budget | None = None) -> CallResult:
         """`run` on the Sandbox's worker threads."""
         import asyncio  # lazily, as in Tool.acall
 
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run, code))
+            self._executor, _telemetry.carried(partial(self.run, code, budget=budget))
         )
 
     def _check_open(self) -> None:
