@@ -17,10 +17,10 @@ from wasmbox import ManifestError
 
 from ..conftest import manifest
 
-SCALE_PY = '''
+SCALE_PY = """
 def main(x: float) -> float:
     return x * 2
-'''
+"""
 SPIN_PY = """
 def main() -> int:
     while True:
@@ -88,9 +88,16 @@ seen
 
 
 @pytest.mark.parametrize("listed", [[], ["scale"]])
-def test_call_tool_cannot_be_granted_by_name(tool_box: wasmbox.Sandbox, tmp_path: Path, listed: list[str]) -> None:
+def test_call_tool_cannot_be_granted_by_name(
+    tool_box: wasmbox.Sandbox, tmp_path: Path, listed: list[str]
+) -> None:
     path = tmp_path / "m.json"
-    fields = {"name": "snippet", "runtime": "python", "host_functions": ["wasmbox.call_tool"], "tools": listed}
+    fields = {
+        "name": "snippet",
+        "runtime": "python",
+        "host_functions": ["wasmbox.call_tool"],
+        "tools": listed,
+    }
     import json
 
     path.write_text(json.dumps(fields))
@@ -188,7 +195,9 @@ def test_hostile_values_do_not_pass_output_schema(
     box: wasmbox.Sandbox, tmp_path: Path, schema: dict[str, Any], body: str
 ) -> None:
     (tmp_path / "t.py").write_text(f"def main():\n    return {body}\n")
-    tool = box.load({"name": "t", "runtime": "python", "source": str(tmp_path / "t.py"), "output_schema": schema})
+    tool = box.load(
+        {"name": "t", "runtime": "python", "source": str(tmp_path / "t.py"), "output_schema": schema}
+    )
     result = tool.call({})
     assert result.error is not None, result.value
     assert result.value is None
@@ -204,7 +213,9 @@ def test_a_recursive_output_schema_checks_deep_values(box: wasmbox.Sandbox, tmp_
         "def main(bad: bool):\n    n = {'v': 'x' if bad else 1}\n"
         "    for _ in range(50):\n        n = {'v': 1, 'next': n}\n    return n\n"
     )
-    tool = box.load({"name": "t", "runtime": "python", "source": str(tmp_path / "t.py"), "output_schema": schema})
+    tool = box.load(
+        {"name": "t", "runtime": "python", "source": str(tmp_path / "t.py"), "output_schema": schema}
+    )
     assert tool.call({"bad": False}).error is None
     assert tool.call({"bad": True}).error is not None
 
@@ -215,7 +226,7 @@ def test_a_recursive_output_schema_checks_deep_values(box: wasmbox.Sandbox, tmp_
 otel = pytest.importorskip("opentelemetry.sdk.trace")
 
 
-class _Broken(otel.SpanProcessor):  # type: ignore[misc,name-defined]
+class _Broken(otel.SpanProcessor):  # type: ignore[name-defined]
     def __init__(self, where: str) -> None:
         self.where = where
 
