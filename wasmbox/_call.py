@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -230,10 +231,11 @@ def _invoke(function: HostFunction, request: bytes) -> HostReply:
     telemetry = _telemetry.active
     if telemetry is None:
         return function.invoke(request)
-    with telemetry.host_span(function.name) as ended:
-        reply = function.invoke(request)
-        ended(reply.record)
-    return reply
+    return telemetry.host_call(function.name, partial(function.invoke, request), _record_of)
+
+
+def _record_of(reply: HostReply) -> HostCallRecord:
+    return reply.record
 
 
 def new_store(

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import logging
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     from ._results import CallResult, HostCallRecord
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+_log = logging.getLogger(__name__)
 
 _NAME = "wasmbox"
 # the id a model gave the tool call being run on this thread (dispatch sets it), for the span
@@ -51,6 +56,16 @@ class Instruments:
         self.host_calls = meter.create_counter(
             "wasmbox.host_calls", unit="{call}", description="Host-function calls, refused ones too"
         )
+
+    def tool_call(
+        self, name: str, kind: str, run: Callable[[], CallResult], session: str | None = None
+    ) -> CallResult:
+        """`run()` (a tool call, or a session's run) inside its span; see `guarded`."""
+        return guarded(self.tool_span(name, kind, session), run)
+
+    def host_call(self, name: str, run: Callable[[], R], record: Callable[[R], HostCallRecord]) -> R:
+        """`run()` (a host function) inside its span, its verdict from `record(reply)`."""
+        return guarded(self.host_span(name), run, record)
 
     @contextlib.contextmanager
     def tool_span(
@@ -111,11 +126,41 @@ class Instruments:
             "wasmbox.host_function.name": record.name[:128],
             "wasmbox.host_call.verdict": record.verdict,
         }
-        self._trace.get_current_span().add_event("host_call refused", attributes)
-        self.host_calls.add(1, attributes)
+        try:  # (a broken exporter or provider never changes what the guest is told)
+            self._trace.get_current_span().add_event("host_call refused", attributes)
+            self.host_calls.add(1, attributes)
+        except Exception:  # noqa: BLE001 - telemetry failing must not fail the call
+            _log.exception("wasmbox telemetry failed; the call goes on without it")
 
 
 active: Instruments | None = None
+
+
+def guarded(
+    span: contextlib.AbstractContextManager[Callable[[Any], None]],
+    run: Callable[[], R],
+    record: Callable[[R], Any] = lambda result: result,
+) -> R:
+    """`run()` once, inside `span` (whose yielded function is given `record(result)`), where
+    telemetry failing (a provider, processor or exporter raising) never fails the call nor
+    runs it twice: the failure is logged and the call goes on without its span."""
+    try:
+        ended = span.__enter__()
+    except Exception:  # noqa: BLE001 - telemetry failing must not fail the call
+        _log.exception("wasmbox telemetry failed; the call goes on without it")
+        return run()
+    try:
+        result = run()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the call's own exception is the one raised
+            span.__exit__(*sys.exc_info())
+        raise
+    try:
+        ended(record(result))
+        span.__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - telemetry failing must not fail the call
+        _log.exception("wasmbox telemetry failed; the call goes on without it")
+    return result
 
 
 def carried(function: Callable[[], T]) -> Callable[[], T]:

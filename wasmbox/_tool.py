@@ -199,10 +199,8 @@ class Tool:
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            with telemetry.tool_span(self.name, self.kind.value) as ended:
-                result = self._audited(args, argv, stdin, budget)
-                ended(result)
-            return result
+            work = partial(self._audited, args, argv, stdin, budget)
+            return telemetry.tool_call(self.name, self.kind.value, work)
         return self._audited(args, argv, stdin, budget)
 
     def _audited(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:

@@ -153,9 +153,9 @@ class Session:
                 if telemetry is None:
                     result = self._run(code)
                 else:  # a span as a tool call's, with the session's name
-                    with telemetry.tool_span(self._manifest.name, "python", session=self.name) as ended:
-                        result = self._run(code)
-                        ended(result)
+                    result = telemetry.tool_call(
+                        self._manifest.name, "python", partial(self._run, code), session=self.name
+                    )
             finally:
                 self._running = False
                 self._last = self._table.clock()
