@@ -10,7 +10,8 @@ still checked at each call.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import _schema
@@ -89,30 +90,7 @@ def _python_stub(tool: Stubbed) -> str:
 
 
 def _python_type(schema: Any, root: Mapping[str, Any], depth: int) -> str:
-    if not isinstance(schema, Mapping) or depth > _DEPTH:
-        return "Any"
-    schema = _schema.resolve(schema, root)
-    if "const" in schema:
-        return f"Literal[{schema['const']!r}]" if _literal(schema["const"]) else "Any"
-    if isinstance(schema.get("enum"), list):
-        values = schema["enum"]
-        return f"Literal[{', '.join(map(repr, values))}]" if all(map(_literal, values)) else "Any"
-    branches = schema.get("anyOf") or schema.get("oneOf")
-    if isinstance(branches, list):
-        return _join([_python_type(b, root, depth + 1) for b in branches], "Any")
-    types = schema.get("type")
-    names = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
-    shown = []
-    for name in names:
-        if name in _PY_SCALARS:
-            shown.append(_PY_SCALARS[name])
-        elif name == "array":
-            shown.append(f"list[{_python_type(schema.get('items'), root, depth + 1)}]")
-        elif name == "object":
-            extra = schema.get("additionalProperties")
-            value = _python_type(extra, root, depth + 1) if isinstance(extra, Mapping) else "Any"
-            shown.append(f"dict[str, {value}]")
-    return _join(shown, "Any")
+    return _type(_PYTHON, schema, root, depth)
 
 
 def _javascript_stub(tool: Stubbed) -> str:
@@ -126,37 +104,71 @@ def _javascript_stub(tool: Stubbed) -> str:
 
 
 def _javascript_type(schema: Any, root: Mapping[str, Any], depth: int) -> str:
+    return _type(_JAVASCRIPT, schema, root, depth)
+
+
+@dataclass(frozen=True)
+class _Language:
+    """How a language writes the types a schema says: anything, its scalars, a union of literal
+    values, an array of a type, an object (from its schema, with `typed` for its members)."""
+
+    anything: str
+    scalars: Mapping[str, str]
+    literals: Callable[[list[Any]], str]
+    array: Callable[[str], str]
+    object: Callable[[Mapping[str, Any], Callable[[Any], str]], str]
+
+
+def _type(language: _Language, schema: Any, root: Mapping[str, Any], depth: int) -> str:
+    """`schema` (a part of `root`) as a type of `language`; its `anything` where it has none."""
     if not isinstance(schema, Mapping) or depth > _DEPTH:
-        return "any"
+        return language.anything
     schema = _schema.resolve(schema, root)
-    if "const" in schema:
-        return json.dumps(schema["const"]) if _literal(schema["const"]) else "any"
-    if isinstance(schema.get("enum"), list):
-        values = schema["enum"]
-        return " | ".join(json.dumps(v) for v in values) if all(map(_literal, values)) else "any"
+
+    def typed(sub: Any) -> str:
+        return _type(language, sub, root, depth + 1)
+
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(values, list):
+        return language.literals(values) if all(map(_literal, values)) else language.anything
     branches = schema.get("anyOf") or schema.get("oneOf")
     if isinstance(branches, list):
-        return _join([_javascript_type(b, root, depth + 1) for b in branches], "any")
+        return _join([typed(branch) for branch in branches], language.anything)
     types = schema.get("type")
     names = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
     shown = []
     for name in names:
-        if name in _JS_SCALARS:
-            shown.append(_JS_SCALARS[name])
+        if name in language.scalars:
+            shown.append(language.scalars[name])
         elif name == "array":
-            shown.append(f"{_javascript_type(schema.get('items'), root, depth + 1)}[]")
+            shown.append(language.array(typed(schema.get("items"))))
         elif name == "object":
-            properties = schema.get("properties")
-            if isinstance(properties, Mapping) and properties:
-                required = set(schema.get("required", ()))
-                fields = [
-                    f"{key}{'' if key in required else '?'}: {_javascript_type(sub, root, depth + 1)}"
-                    for key, sub in properties.items()
-                ]
-                shown.append("{ " + "; ".join(fields) + " }")
-            else:
-                shown.append("object")
-    return _join(list(dict.fromkeys(shown)), "any")
+            shown.append(language.object(schema, typed))
+    return _join(shown, language.anything)
+
+
+def _python_object(schema: Mapping[str, Any], typed: Callable[[Any], str]) -> str:
+    extra = schema.get("additionalProperties")
+    return f"dict[str, {typed(extra) if isinstance(extra, Mapping) else 'Any'}]"
+
+
+def _javascript_object(schema: Mapping[str, Any], typed: Callable[[Any], str]) -> str:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return "object"
+    required = set(schema.get("required", ()))
+    fields = [f"{key}{'' if key in required else '?'}: {typed(sub)}" for key, sub in properties.items()]
+    return "{ " + "; ".join(fields) + " }"
+
+
+_PYTHON = _Language(
+    "Any", _PY_SCALARS, lambda values: f"Literal[{', '.join(map(repr, values))}]", lambda inner: f"list[{inner}]",
+    _python_object,
+)  # fmt: skip
+_JAVASCRIPT = _Language(
+    "any", _JS_SCALARS, lambda values: " | ".join(json.dumps(v) for v in values), lambda inner: f"{inner}[]",
+    _javascript_object,
+)  # fmt: skip
 
 
 def _join(shown: list[str], anything: str) -> str:

@@ -83,17 +83,10 @@ RUN_JAVASCRIPT_SCHEMA: dict[str, Any] = {
 }
 
 
-class Described(Protocol):
-    """What `spec_of` reads: a Tool, or a pool's stand-in for one."""
+class Described(Stubbed, Protocol):
+    """What `spec_of` reads: a Tool, or a pool's stand-in for one (its name, description and
+    schemas, as a stub shows them, and its manifest)."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def description(self) -> str: ...
-    @property
-    def parameters(self) -> dict[str, Any]: ...
-    @property
-    def output_schema(self) -> dict[str, Any] | None: ...
     @property
     def manifest(self) -> Manifest: ...
 
@@ -238,11 +231,8 @@ def mcp_structured(value: Any, schema: Mapping[str, Any]) -> Any:
     return data if _is_object(schema) else {"result": data}
 
 
-class Specified(Stubbed, Protocol):
+class Specified(Described, Protocol):
     """What `tools_specs` reads: a Tool, or a pool's stand-in for one."""
-
-    @property
-    def manifest(self) -> Manifest: ...
 
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]: ...
 
