@@ -159,7 +159,7 @@ def test_all_is_exactly_the_public_names_the_package_binds(module: types.ModuleT
 INTERNAL_PARAMETERS = {
     "Tool.__init__: runner: wasmbox._tool.Runner",
     "Tool.__init__: auditor: wasmbox._audit.Auditor",
-    "Tool.__init__: counts: wasmbox._tool.CallCounts",
+    "Tool.__init__: counts: wasmbox._stats.CallCounts",
     # a Session is made by Sandbox.session
     "Session.__init__: auditor: wasmbox._audit.Auditor",
     "Session.__init__: runner: wasmbox._backends.python.runner.PythonRuntimeRunner",

@@ -47,7 +47,8 @@ from ._manifest import (
 )
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
-from ._tool import SandboxStats, Tool
+from ._stats import SandboxStats
+from ._tool import Tool
 from ._wasmtime.engine import EngineSettings
 
 __version__ = "0.1.0"

@@ -71,7 +71,8 @@ from ._manifest import (
 )
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
-from ._tool import CallCounts, SandboxStats, Tool
+from ._stats import CallCounts, SandboxStats
+from ._tool import Tool
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine

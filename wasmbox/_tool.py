@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import os
 import threading
@@ -18,12 +17,12 @@ from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
 from ._budget import Budget
-from ._cache import CacheStats
 from ._call import CallInput
 from ._errors import ErrorKind, ManifestError
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
+from ._stats import CallCounts
 from .integrations import _formats
 from .integrations._formats import SpecFormat, StrictMode
 
@@ -44,39 +43,6 @@ def _call_ids() -> Iterator[tuple[str, str | None]]:
         yield call_id, parent
     finally:
         stack.pop()
-
-
-class CallCounts:
-    """The calls a Sandbox's tools finished, and their errors by kind (`Sandbox.stats`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls = 0
-        self._errors: dict[str, int] = {}
-
-    def add(self, result: CallResult) -> None:
-        with self._lock:
-            self._calls += 1
-            if result.error is not None:
-                kind = result.error.kind.value
-                self._errors[kind] = self._errors.get(kind, 0) + 1
-
-    def snapshot(self) -> tuple[int, dict[str, int]]:
-        with self._lock:
-            return self._calls, dict(self._errors)
-
-
-@dataclasses.dataclass(frozen=True)
-class SandboxStats:
-    """`Sandbox.stats()`: tools loaded, calls finished and their errors by kind, calls in
-    flight, live sessions, and the compile cache's counters."""
-
-    tools: int
-    calls: int
-    errors: dict[str, int]
-    in_flight: int
-    sessions: int
-    cache: CacheStats
 
 
 class Runner(Protocol):
@@ -199,17 +165,12 @@ class Tool:
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            work = partial(self._audited, args, argv, stdin, budget)
+            work = partial(self._counted, args, argv, stdin, budget)
             return telemetry.tool_call(self.name, self.kind.value, work)
-        return self._audited(args, argv, stdin, budget)
+        return self._counted(args, argv, stdin, budget)
 
-    def _audited(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
-        result = self._recorded(args, argv, stdin, budget)
-        if self._counts is not None:
-            self._counts.add(result)
-        return result
-
-    def _recorded(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+    def _counted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+        """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
                 result = self._budgeted(args, argv, stdin, budget)
@@ -218,8 +179,11 @@ class Tool:
                 result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
-            return result
-        return self._budgeted(args, argv, stdin, budget)
+        else:
+            result = self._budgeted(args, argv, stdin, budget)
+        if self._counts is not None:
+            self._counts.add(result)
+        return result
 
     def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
         if budget is None:

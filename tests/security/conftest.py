@@ -275,6 +275,20 @@ def hostile_guests(built_examples: Path, cache_dir: Path) -> Path:
     return built_examples
 
 
+def host_tree(root: Path) -> tuple[Path, Path, Path]:
+    """(granted, outside, secret) made under `root`, as `guarded` describes them."""
+    granted, outside = root / "granted", root / "outside"
+    (granted / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (granted / "inside.txt").write_text("inside\n")
+    secret = outside / "secret.txt"
+    secret.write_text(SECRET)
+    os.symlink(secret, granted / "abs_link")
+    os.symlink("../outside/secret.txt", granted / "rel_link")
+    os.symlink(outside, granted / "dir_link")
+    return granted, outside, secret
+
+
 @pytest.fixture
 def guarded(
     hostile_guests: Path, cache_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
@@ -286,15 +300,7 @@ def guarded(
     outside/secret.txt (SECRET)
     """
     root = tmp_path / "host"
-    granted, outside = root / "granted", root / "outside"
-    (granted / "sub").mkdir(parents=True)
-    outside.mkdir()
-    (granted / "inside.txt").write_text("inside\n")
-    secret = outside / "secret.txt"
-    secret.write_text(SECRET)
-    os.symlink(secret, granted / "abs_link")
-    os.symlink("../outside/secret.txt", granted / "rel_link")
-    os.symlink(outside, granted / "dir_link")
+    granted, outside, secret = host_tree(root)
     gc.collect()
     fds_before, targets_before, threads_before = open_fds(), fd_targets(), threading.active_count()
     box = wasmbox.Sandbox(cache_dir=cache_dir)

@@ -27,7 +27,7 @@ from wasmbox import ErrorKind
 from wasmbox._inputs import InputUnavailable
 
 from ..test_ray import ACTOR, HOSTS, cluster  # noqa: F401 - the module's cluster fixture
-from .conftest import HOSTILE_CORE, QUICK, SECRET, leaks_secret, named, snapshot
+from .conftest import HOSTILE_CORE, QUICK, SECRET, host_tree, leaks_secret, named, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -67,15 +67,7 @@ class Tree:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
     root = tmp_path_factory.mktemp("ray-hostile") / "host"
-    granted, outside = root / "granted", root / "outside"
-    (granted / "sub").mkdir(parents=True)
-    outside.mkdir()
-    (granted / "inside.txt").write_text("inside\n")
-    secret = outside / "secret.txt"
-    secret.write_text(SECRET)
-    os.symlink(secret, granted / "abs_link")
-    os.symlink("../outside/secret.txt", granted / "rel_link")
-    os.symlink(outside, granted / "dir_link")
+    granted, outside, secret = host_tree(root)
     found = Tree(root, granted, outside, secret)
     found.record()
     return found

@@ -120,9 +120,9 @@ class EpochTicker:
     def ticks(self, timeout_s: float) -> int:
         """Epoch ticks to allow for `timeout_s` (rounded up, plus one for the partial tick)."""
         ticks = max(1, math.ceil(timeout_s / self.tick_s)) + 1
-        self._longest = max(
-            self._longest, ticks
-        )  # (a racing write may keep the smaller: `interrupt` adds a margin)
+        if ticks > self._longest:  # (rarely: only a deadline longer than any before takes the lock)
+            with self._idle:
+                self._longest = max(self._longest, ticks)
         return ticks
 
     @property

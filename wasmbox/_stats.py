@@ -1,0 +1,42 @@
+"""What `Sandbox.stats` reports: the calls its tools finished, and a snapshot of the Sandbox."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from ._cache import CacheStats
+from ._results import CallResult
+
+
+class CallCounts:
+    """The calls a Sandbox's tools finished, and their errors by kind (`Sandbox.stats`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._errors: dict[str, int] = {}
+
+    def add(self, result: CallResult) -> None:
+        with self._lock:
+            self._calls += 1
+            if result.error is not None:
+                kind = result.error.kind.value
+                self._errors[kind] = self._errors.get(kind, 0) + 1
+
+    def snapshot(self) -> tuple[int, dict[str, int]]:
+        with self._lock:
+            return self._calls, dict(self._errors)
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxStats:
+    """`Sandbox.stats()`: tools loaded, calls finished and their errors by kind, calls in
+    flight, live sessions, and the compile cache's counters."""
+
+    tools: int
+    calls: int
+    errors: dict[str, int]
+    in_flight: int
+    sessions: int
+    cache: CacheStats
