@@ -497,7 +497,7 @@ def test_host_env_is_invisible_to_python(box: wasmbox.Sandbox, monkeypatch: pyte
     assert box.run_python("import os\ndict(os.environ)", grants(env={"TZ": "UTC"})).value == {"TZ": "UTC"}
 
 
-def test_no_network(box: wasmbox.Sandbox) -> None:
+def test_python_cannot_connect_to_a_loopback_listener(box: wasmbox.Sandbox) -> None:
     accepted: list[object] = []
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.5)

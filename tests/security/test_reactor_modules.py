@@ -70,7 +70,7 @@ READS_OUT = [
 
 
 @pytest.mark.parametrize("path", READS_OUT)
-def test_js_reads_outside_the_grant_are_refused(guarded: Guarded, path: str) -> None:
+def test_quickjs_reactor_reads_outside_the_grant_are_refused(guarded: Guarded, path: str) -> None:
     assert outcome(js(guarded, "read", "/data/inside.txt")) == "read inside"
     said = outcome(js(guarded, "read", str(guarded.secret) if path == "HOST_PATH" else path))
     assert said.startswith("errno "), said
@@ -83,7 +83,9 @@ def test_js_reads_outside_the_grant_are_refused(guarded: Guarded, path: str) -> 
      ("remove", "/data/inside.txt"), ("remove", "/data/abs_link"), ("rename", "/data/inside.txt", "/data/moved")],
     ids=lambda op: "-".join(op[:2]),
 )  # fmt: skip
-def test_js_writes_to_a_read_only_grant_are_refused(guarded: Guarded, op: tuple[str, ...]) -> None:
+def test_quickjs_reactor_writes_to_a_read_only_grant_are_refused(
+    guarded: Guarded, op: tuple[str, ...]
+) -> None:
     said = outcome(js(guarded, *op))
     assert said.startswith(("errno ", "rc -")), said
     guarded.assert_untouched()
@@ -95,19 +97,21 @@ def test_js_writes_to_a_read_only_grant_are_refused(guarded: Guarded, op: tuple[
      ("write", "/data/abs_link", "pwned"), ("rename", "/data/inside.txt", "/data/../outside/moved")],
     ids=lambda op: "-".join(op[:2]),
 )  # fmt: skip
-def test_js_writable_grant_cannot_reach_outside(guarded: Guarded, op: tuple[str, ...]) -> None:
+def test_quickjs_reactor_writable_grant_cannot_reach_outside(guarded: Guarded, op: tuple[str, ...]) -> None:
     said = outcome(js(guarded, *op, writable=True))
     assert said.startswith(("errno ", "rc -")), said
     guarded.assert_untouched(granted_too=False)
 
 
-def test_js_sees_only_the_manifest_env(guarded: Guarded, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quickjs_reactor_sees_only_the_manifest_env(
+    guarded: Guarded, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WASMBOX_SUITE_TOKEN", SECRET)
     assert outcome(js(guarded, "env", env={"TZ": "UTC"})) == '{"TZ":"UTC"}'
     guarded.assert_untouched()
 
 
-def test_js_has_no_processes_or_sockets(guarded: Guarded) -> None:
+def test_quickjs_reactor_has_no_processes_or_sockets(guarded: Guarded) -> None:
     """QuickJS's os.exec is not built for WASI, and neither module can import a socket call:
     their imports are WASI preview1 file, clock and stdio calls only."""
     assert outcome(js(guarded, "exec")) == "undefined"
@@ -144,7 +148,7 @@ JS_EXHAUSTION = [
 
 
 @pytest.mark.parametrize(("code", "limits", "kind"), named(JS_EXHAUSTION))
-def test_js_cannot_exhaust_the_host(
+def test_quickjs_reactor_cannot_exhaust_the_host(
     guarded: Guarded, code: str, limits: dict[str, Any], kind: ErrorKind
 ) -> None:
     manifest = quickjs_manifest(pinned(QUICKJS), limits=limits)
@@ -156,7 +160,7 @@ def test_js_cannot_exhaust_the_host(
     guarded.assert_untouched()
 
 
-def test_js_state_does_not_cross_calls(guarded: Guarded) -> None:
+def test_quickjs_reactor_state_does_not_cross_calls(guarded: Guarded) -> None:
     """Nothing a call leaves behind, in the interpreter or in its scratch /tmp, is there for
     the next one."""
     manifest = quickjs_manifest(pinned(QUICKJS), limits=QUICK, scratch="1MiB")

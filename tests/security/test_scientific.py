@@ -83,7 +83,9 @@ def listener() -> Iterator[Listener]:
         found.stop()
 
 
-def test_no_network(scientific_box: wasmbox.Sandbox, guarded: Guarded, listener: Listener) -> None:
+def test_scientific_python_has_no_network(
+    scientific_box: wasmbox.Sandbox, guarded: Guarded, listener: Listener
+) -> None:
     port = listener.port
     code = f"""
 import socket, urllib.request

@@ -175,7 +175,7 @@ def _explain_missing_module(exc: BaseException) -> None:
             exc.add_note(
                 f"wasmbox: {name!r} is not in the sandbox's Python; a pure-Python package can be added by "
                 "declaring it, pinned, in the tool's or grant set's manifest: packages = [\"name==version\"] "
-                '(README: "Third-party packages")'
+                '(docs/python.md: "Third-party packages")'
             )
 
 
@@ -542,10 +542,10 @@ def _pack(value: object) -> bytes:
 
 
 def _encode(value: object) -> object:
-    """What a value MessagePack has no type for is sent as (the README's table): ISO 8601 text
-    for dates and times, seconds for a timedelta, a sorted list for a set (in iteration order
-    when its items do not sort), the exact text of a Decimal, Fraction ("1/3"), UUID or path,
-    an enum member's value, a dataclass instance's fields as a map."""
+    """What a value MessagePack has no type for is sent as (docs/commands-and-reactors.md's table,
+    "Python values"): ISO 8601 text for dates and times, seconds for a timedelta, a sorted list
+    for a set (in iteration order when its items do not sort), the exact text of a Decimal,
+    Fraction ("1/3"), UUID or path, an enum member's value, a dataclass instance's fields as a map."""
     if isinstance(value, (set, frozenset)):
         items = list(value)
         try:
