@@ -13,8 +13,8 @@ sends the reply the same way; the frames are JSON:
     -> {"op": "reply", "ok": value}            <- {}
     -> {"op": "reply", "error": message, "kind": "guest_error" | "invalid_arguments"
                                                | "memory_limit", "traceback": str}
-A value JSON has no type for is sent as docs/scientific.md says: numpy arrays and scalars as lists
-and numbers, sets as sorted lists, dates and times as ISO 8601 text, Decimal, Fraction, UUID and
+A value JSON has no type for is sent as the README says: numpy arrays and scalars as lists and
+numbers, sets as sorted lists, dates and times as ISO 8601 text, Decimal, Fraction, UUID and
 paths as text; anything else is an error for a tool and its repr for a snippet.
 """
 
