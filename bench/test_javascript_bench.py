@@ -1,9 +1,10 @@
 """Per-call cost of the JavaScript runtime (pytest-benchmark). Run: ./dev bench -k javascript
 
 Every call is a fresh instance of the QuickJS-NG snapshot. Two baselines run in the same
-session, so ratios survive a noisy machine: the trivial core call (the echo module of
-`test_core_bench`) and `run_python("1 + 2")` (a fresh CPython interpreter). The issue's goal:
-a fresh-context `run_javascript("1 + 2")` at ≤ 0.3 ms median on the dev machine.
+pytest run, so ratios survive a noisy machine: the trivial core call (the echo module of
+`test_core_bench`) and `run_python("1 + 2")` (a fresh CPython interpreter). The goal: a
+fresh-context `run_javascript("1 + 2")` at ≤ 0.3 ms median on the dev machine (figures in
+bench/README.md, "JavaScript").
 
 The first use builds both runtimes into the benchmark's cache (seconds for JavaScript, a
 minute or more for Python); the fixture does that before any timing starts.

@@ -1,6 +1,6 @@
 """Sustained calls per second with 1 and 2 threads, in one process. Run: ./dev python bench/throughput.py
 
-Prints a table; the 2-thread/1-thread ratio is the figure to watch (issue 4 asks for >= 1.7x).
+Prints a table; the 2-thread/1-thread ratio is the figure to watch (the target is >= 1.7x).
 """
 
 from __future__ import annotations
