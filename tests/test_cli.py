@@ -330,7 +330,7 @@ def test_build_command_prebuilds_the_runtimes_it_is_given(cache_dir: Path, javas
         r"^wasmbox: the (\w+) runtime is ready \(([0-9.]+) s\): (.+)$", done.stderr, re.MULTILINE
     )
     assert [name for name, _, _ in ready] == ["python", "javascript"]
-    for name, _, folder in ready:
+    for _, _, folder in ready:
         assert Path(folder).parent == cache_dir and (Path(folder) / "runtime.wasm").is_file()
     assert f"compiled artifacts in {cache_dir}" in done.stderr
     usage = subprocess.run(

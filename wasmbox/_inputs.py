@@ -86,7 +86,7 @@ def _download(requirement: str, folder: Path, progress: Callable[[str], None] | 
         ]  # fmt: skip
         try:
             with Step(progress, f"downloading {requirement} from PyPI", "once per cache"):
-                done = subprocess.run(
+                done = subprocess.run(  # noqa: S603 - an argv of our own: pip, the pinned requirement, no shell
                     command, check=False, capture_output=True, text=True, timeout=PIP_TIMEOUT,
                     stdin=subprocess.DEVNULL, cwd=stage,
                 )  # fmt: skip

@@ -36,7 +36,7 @@ from ._files import read_regular_file
 from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
 from ._wasmtime.engine import MAX_MEMORY
 
-SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
+SCRATCH_GUEST_PATH = "/tmp"  # noqa: S108 - a path inside the guest: each call's scratch space
 STDLIB_GUEST_PATH = "/python"  # the Python runtime's stdlib (where its build saw it, too)
 PACKAGES_GUEST_PATH = "/packages"  # a Python manifest's third-party packages, read-only
 SCIENTIFIC_LIB_GUEST_PATH = "/usr/local/lib"  # the scientific runtime's stdlib zip, read-only

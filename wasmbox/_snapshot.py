@@ -209,7 +209,7 @@ def snapshot(
     assert isinstance(memory, wasmtime.Memory)
     data = memory.read(store, 0, memory.data_len(store))
     values = []
-    for index, (valtype, mutable, _) in enumerate(module.globals):
+    for index, (_, mutable, _) in enumerate(module.globals):
         if mutable:
             found = exports[f"{_EXPORT}global{index}"]
             assert isinstance(found, wasmtime.Global)

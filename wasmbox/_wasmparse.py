@@ -105,7 +105,7 @@ def read_surface(wasm: bytes, origin: str) -> Surface | None:
         raise ManifestError(f"{origin}: module: not a valid module: {exc} (read before compiling)") from None
 
 
-def _read(wasm: bytes) -> Surface:
+def _read(wasm: bytes) -> Surface:  # noqa: C901 - a branch per section of the binary format
     if len(wasm) < 8 or wasm[:4] != MAGIC:
         raise _Malformed("no wasm magic number")
     if wasm[4:8] != _CORE_VERSION:

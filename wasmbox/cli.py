@@ -359,7 +359,7 @@ def _audit_verify(options: argparse.Namespace) -> int:
     return 0
 
 
-def _mcp_serve(options: argparse.Namespace) -> int:
+def _mcp_serve(options: argparse.Namespace) -> int:  # noqa: C901 - each option checked where it is read
     import asyncio
 
     try:

@@ -101,7 +101,7 @@ def spec_of(tool: Described, format: str, strict: StrictMode) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def tool_spec(
+def tool_spec(  # noqa: C901 - a branch per provider's format
     name: str,
     description: str,
     schema: Mapping[str, Any],
@@ -326,7 +326,9 @@ def _target(node: Mapping[str, Any], root: Mapping[str, Any], path: str) -> dict
     return {k: v for k, v in target.items() if k not in ("$defs", "definitions")}
 
 
-def _strict(node: Any, path: str, root: Mapping[str, Any], depth: int) -> dict[str, Any]:
+def _strict(  # noqa: C901 - a branch per keyword strict mode rewrites or refuses
+    node: Any, path: str, root: Mapping[str, Any], depth: int
+) -> dict[str, Any]:
     if not isinstance(node, Mapping) or not node:
         raise StrictSchemaError(f"{path}: accepts any value; strict mode needs a type")
     if depth > _schema.MAX_DEPTH:

@@ -129,7 +129,7 @@ def _annotation(text: Any) -> dict[str, Any]:
         return {}
 
 
-def _expr(node: ast.expr, depth: int) -> dict[str, Any]:
+def _expr(node: ast.expr, depth: int) -> dict[str, Any]:  # noqa: C901 - a branch per kind of annotation
     if depth > 16:
         return {}
     if isinstance(node, ast.Constant):
