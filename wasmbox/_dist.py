@@ -1,7 +1,7 @@
 """Installed distributions' versions, read from their `.dist-info` folder names.
 
 This is what the cache keys need, without importing `importlib.metadata`, which would add to
-every process's start (bench/README.md).
+every process's start (bench/README.md, "A new process").
 """
 
 from __future__ import annotations

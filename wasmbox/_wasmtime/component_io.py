@@ -3,8 +3,9 @@
 wasmtime-py converts a `list<u8>` one element at a time, with a Python call per byte: slow for
 a tool's source, and a guest could keep the host busy for as long as its `call-host` name is
 long. In the C API each element is a 32-byte `wasmtime_component_val_t`, so here the array is
-built and read with strided byte slicing instead (what it saves: bench/README.md). Only for the two
-functions of the runtime's world, whose types are fixed (`wasmbox/_backends/python/wit/world.wit`).
+built and read with strided byte slicing instead (what it saves: bench/README.md, "Python: fresh
+calls"). Only for the two functions of the runtime's world, whose types are fixed
+(`wasmbox/_backends/python/wit/world.wit`).
 """
 
 from __future__ import annotations

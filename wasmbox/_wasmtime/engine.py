@@ -26,7 +26,7 @@ class EngineSettings:
 
     With `pooling` (the default), instances take their memories, tables and contexts from
     slots reserved once, instead of mapping and unmapping them per call (what that saves:
-    bench/README.md). A slot is reset to the module's initial image before reuse, so no
+    bench/README.md, "Core calls"). A slot is reset to the module's initial image before reuse, so no
     call sees another's data. `pool_slots` bounds how many core instances (and memories) can
     be live at once across all threads; a component (the Python runtime) uses several.
     """
