@@ -111,7 +111,7 @@ def _compile(source: Path, target: Path, command: bool) -> None:
         argv.append("-mexec-model=reactor")
     argv += [str(source), "-o", str(partial)]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603 - zig cc, our argv
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"{source.name}: zig cc failed ({proc.returncode}):\n"
                              f"{proc.stdout}{proc.stderr}".rstrip())  # fmt: skip
