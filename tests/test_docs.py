@@ -97,6 +97,29 @@ def test_security_md_rows_are_short() -> None:
     assert long == []
 
 
+# -- no journal -----------------------------------------------------------------------------
+
+# what a diary says: a tracker's issue by number, the work that made the text, dated headings
+JOURNAL = re.compile(
+    r"(?im)\bissue #?\d+|\bthis (?:session|branch)\b|\bwe (?:fixed|added|changed|made|tried)\b"
+    r"|\bcoordinat(?:or)\b|^#{1,6} .*\b\d{4}-\d{2}-\d{2}"
+)
+
+
+def test_no_document_or_source_reads_as_a_journal() -> None:
+    """The documents and the code speak of the project as it is; its history is in git."""
+    code = [p for folder in ("wasmbox", "tests", "bench") for p in (ROOT / folder).rglob("*.py")]
+    sources = [*DOCUMENTS, "native/README.md", *(str(p.relative_to(ROOT)) for p in code)]
+    found = [
+        f"{source}:{text.count(chr(10), 0, match.start()) + 1}: {match.group(0)}"
+        for source in sources
+        for text in [(ROOT / source).read_text()]
+        for match in JOURNAL.finditer(text)
+    ]
+    assert len(sources) > 150 and found == []
+    assert JOURNAL.search("## Sessions, 2026-12-01") and JOURNAL.search("as issue " + "25 asks")
+
+
 # -- the site -------------------------------------------------------------------------------
 
 
