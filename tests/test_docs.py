@@ -120,6 +120,28 @@ def test_no_document_or_source_reads_as_a_journal() -> None:
     assert JOURNAL.search("## Sessions, 2026-12-01") and JOURNAL.search("as issue " + "25 asks")
 
 
+def _bench_sections_without_command_or_machine(text: str) -> list[str]:
+    """The headings of the sections with figures of their own (text under the heading, or no
+    subheading below it) that name no command or no machine."""
+    parts = re.split(r"(?m)^(#{2,3}) (.+)$", text)
+    sections = [(parts[i], parts[i + 1], parts[i + 2]) for i in range(1, len(parts), 3)]
+    bare = []
+    for n, (level, title, body) in enumerate(sections):
+        nested = n + 1 < len(sections) and len(sections[n + 1][0]) > len(level)
+        if (body.strip() or not nested) and not (re.search(r"(?i)\bcommands?\b", body) and "achine" in body):
+            bare.append(title)
+    return bare
+
+
+def test_every_bench_section_says_how_to_reproduce_it() -> None:
+    """bench/README.md is a section per area, each naming the command behind its figures and the
+    machine they were measured on."""
+    text = (ROOT / "bench" / "README.md").read_text()
+    assert text.count("\n## ") > 10 and _bench_sections_without_command_or_machine(text) == []
+    sample = "## Area\n\n### Part\n\nCommand: `x`. Machine A.\n\n## Other\n\nfigures\n"
+    assert _bench_sections_without_command_or_machine(sample) == ["Other"]
+
+
 # -- the site -------------------------------------------------------------------------------
 
 
