@@ -1,5 +1,6 @@
-"""What every call shares, whatever runs it: the per-call state that host functions see, the
-WASI context built from the manifest alone, and turning the outcome into a `CallResult`.
+"""What every call shares, whatever runs it: the call skeleton (`perform`, over a runtime's
+`Backend` hooks), the per-call state that host functions see, the WASI context built from the
+manifest alone, and turning the outcome into a `CallResult`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -28,7 +28,6 @@ from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
-from . import abi as _abi
 from . import hostcall as _hostcall
 from . import reactor
 
@@ -62,7 +61,7 @@ class ModuleRunner:
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
         self._scratch = scratch
-        self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
+        self._initialize = info.has_initialize and self.kind is ToolKind.ABI
         command = manifest.command
         if command is not None and self.kind not in (ToolKind.COMMAND, ToolKind.C_REACTOR):
             raise ManifestError(
@@ -121,7 +120,7 @@ class ModuleRunner:
             if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
                 raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], instance.stderr))
             return value
-        return self._run_reactor(store, created, memory, call)
+        return self._run_abi(store, created, memory, call)
 
     def after(self, instance: _call.Instance, ok: bool) -> None:
         if instance.memory is not None:
@@ -131,7 +130,7 @@ class ModuleRunner:
 
     dispose = staticmethod(_store.close_store)
 
-    def _run_reactor(
+    def _run_abi(
         self,
         store: wasmtime.Store,
         instance: wasmtime.Instance,

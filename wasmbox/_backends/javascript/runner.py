@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -51,7 +51,6 @@ from ..._wasmtime import store as _store
 from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
-from ..core import abi as _abi
 from . import build
 
 # The guest's instance and the file forwarder of `_wasi_files`, one memory; the table holds the

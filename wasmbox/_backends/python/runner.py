@@ -24,7 +24,7 @@ import msgpack
 import wasmtime
 from wasmtime import component
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -36,7 +36,6 @@ from ..._results import CallError, CallResult
 from ..._wasmtime import component_io as _component_io
 from ..._wasmtime import store as _store
 from ..._wasmtime.engine import EpochTicker
-from ..core import abi as _abi
 from .build import PythonRuntime
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput, Failure
 from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind
@@ -34,7 +34,6 @@ from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
-from ..core import abi as _abi
 from . import build
 
 # The guest's own instance and the file forwarder of `_wasi_files`, one memory; the table
