@@ -164,7 +164,7 @@ def test_inspect_escapes_the_modules_names(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     assert _inert(out), out
     assert [line for line in out.splitlines() if not line.startswith("  ")] == [
-        f"{tmp_path}/names\\x1b[8m.wat: reactor", "imports:", "exports:", "grants needed:",
+        f"{tmp_path}/names\\x1b[8m.wat: abi", "imports:", "exports:", "grants needed:",
     ]  # fmt: skip
     assert "  wasi_snapshot_preview1 fd_write\\x1b[2J\\x1b]0;owned\\x07 (i32, i32, i32, i32) -> i32" in out
     assert "  evil\\x1b[31m\\x9b x\\u202ey () -> ()" in out

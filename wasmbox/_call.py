@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import wasmtime
 
@@ -30,9 +30,6 @@ from ._wasmtime import capi as _capi
 from ._wasmtime import store as _store
 from ._wasmtime.engine import EpochTicker
 from ._wasmtime.output import Output, sniff, views
-
-if TYPE_CHECKING:
-    from ._capabilities.scratch import CallScratch
 
 _local = threading.local()
 
@@ -335,6 +332,21 @@ def check_result_size(size: int, cap: int) -> None:
         raise Failure(
             ErrorKind.OUTPUT_LIMIT, f"result of {size} bytes exceeds the {format_size(cap)} output cap"
         )
+
+
+class CallScratch(Protocol):
+    """A call's scratch folder as the skeleton uses it (`_capabilities.scratch.CallScratch`)."""
+
+    @property
+    def preopen(self) -> tuple[Path, str, bool]: ...
+
+    def arm(self, store: wasmtime.Store) -> None: ...
+
+    def settle(self) -> str | None: ...
+
+    def collect(self, paths: tuple[str, ...], cap: int) -> dict[str, bytes]: ...
+
+    def remove(self) -> None: ...
 
 
 @dataclass(eq=False)
