@@ -80,7 +80,17 @@ class ModuleRunner:
             linker.define_wasi()
             linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
             _wasi_poll.define(linker)
-            self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
+            # The hidden root: an empty read-only preopen at / after the manifest's and the
+            # scratch's, unless a grant is at / already, so that a path no grant covers
+            # reaches `_wasi_files`, is refused as before, and the call says why (`_explain`).
+            self._root = None if any(p.guest.strip("/") == "" for p in manifest.preopens) else scratch.empty
+            root_fd = None
+            if self._root is not None:
+                root_fd = _wasi_files.FIRST_PREOPEN_FD + len(manifest.preopens) + (self._scratch_cap is not None)
+            self._files = _wasi_files.FileGuard(engine, root_fd)  # caps open files, refuses symlinks
+            self._granted = ", ".join(
+                [p.guest for p in manifest.preopens] + ([_scratch.GUEST_PATH] if self._scratch_cap is not None else [])
+            )
             self._files.define(linker)
             linker.allow_shadowing = False
         # held here, as long as the InstancePre that calls them (the registry holds them weakly)
@@ -125,6 +135,8 @@ class ModuleRunner:
         try:
             if self._uses_wasi:
                 extra = (scratch.preopen,) if scratch is not None else ()
+                if self._root is not None:
+                    extra = (*extra, (self._root, "/", False))
                 store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr, extra))
             with _call.running(state):
                 prepared = self._entry.prepare(call.args) if self._entry is not None else ()
@@ -135,12 +147,14 @@ class ModuleRunner:
                 state.ready()
                 if self.kind is ToolKind.COMMAND:
                     value = _run_command(store, instance)
+                    self._explain(state, stderr)  # before the exit's message quotes stderr
                     if self._fail_on_exit and value["exit_code"] != 0:
                         raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
                 elif self._entry is not None:
                     assert memory is not None  # checked at load
                     argv = (self._manifest.name, *self._manifest.args, *call.argv)
                     value = self._entry.run(store, instance, memory, prepared, argv, limits.output, stderr)
+                    self._explain(state, stderr)
                     if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
                         raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
                 else:
@@ -151,6 +165,7 @@ class ModuleRunner:
         finally:
             stdout.detach()
             stderr.detach()
+            self._explain(state, stderr)
             if scratch is not None:
                 scratch_over = scratch.settle()
         files = None
@@ -160,6 +175,23 @@ class ModuleRunner:
         return _call.finish(
             state, store, started, value, error, stdout, stderr, peak, files=files, scratch_over=scratch_over
         )
+
+    def _explain(self, state: CallState, stderr: Output) -> None:
+        """Say on stderr, once per path, which paths the guest was refused because no grant
+        covers them (on the hidden root, which wasi-libc fails as a missing file). The note
+        is the host's: it is added past the output cap if need be, and never counts as output
+        over it. Again after it has spoken is a no-op."""
+        paths, more = _wasi_files.take_refused(state)
+        if not paths:
+            return
+        granted = f"granted: {self._granted}" if self._granted else "nothing is granted"
+        lines = [
+            f"wasmbox: no preopen covers {path!r} ({granted}): grant its folder in the manifest's preopens\n"
+            for path in paths
+        ]
+        if more:
+            lines.append("wasmbox: and more paths no preopen covers\n")
+        stderr.note("".join(lines).encode())
 
     def _run_reactor(
         self,
