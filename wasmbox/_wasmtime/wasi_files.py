@@ -71,6 +71,7 @@ _PATHS = {
     "path_filestat_set_times": ((0, 2),),
 }
 _FORWARDED = tuple(_SIGNATURES)
+_SYMLINK_PARAMS = "i32 i32 i32 i32 i32"  # path_symlink: refused, not forwarded
 
 
 def _forwarder_wat() -> str:
@@ -197,9 +198,10 @@ class FileGuard:
         with a hidden root, the other path calls that could reach it."""
         types = {"i32": wasmtime.ValType.i32(), "i64": wasmtime.ValType.i64()}
         shadowed = _FORWARDED if self.hidden_root is not None else (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
-        for name, callback in (*((name, _CALLBACKS[name]) for name in shadowed), (_PATH_SYMLINK, _path_symlink)):
-            params = [types[t] for t in _SIGNATURES.get(name, "i32 i32 i32 i32 i32").split()]
+        for name in (*shadowed, _PATH_SYMLINK):
+            params = [types[t] for t in _SIGNATURES.get(name, _SYMLINK_PARAMS).split()]
             functype = wasmtime.FuncType(params, [types["i32"]])
+            callback = _CALLBACKS.get(name, _path_symlink)
             _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
     def forwarder(self, caller: _capi.Caller, context: _capi.Context) -> OpenFiles:

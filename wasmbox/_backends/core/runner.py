@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import wasmtime
@@ -75,22 +76,23 @@ class ModuleRunner:
         self._entry = reactor.EntryCall(manifest, info) if self.kind is ToolKind.C_REACTOR else None
         self._fail_on_exit = command is not None and command.fail_on_exit_code
         self._outputs = tuple(o.path for o in command.outputs) if command is not None else ()
+        # The hidden root: an empty read-only preopen at / after the manifest's and the
+        # scratch's, unless a grant is at / already, so that a path no grant covers reaches
+        # `_wasi_files`, is refused there as before, and the call says why (`_explain`).
+        at_root = any(p.guest.strip("/") == "" for p in manifest.preopens)
+        self._root: Path | None = scratch.empty if info.uses_wasi and not at_root else None
+        granted = (
+            *(p.guest for p in manifest.preopens),
+            *((_scratch.GUEST_PATH,) if self._scratch_cap is not None else ()),
+        )
+        self._granted = ", ".join(granted)
         linker = wasmtime.Linker(engine)
         if info.uses_wasi:
             linker.define_wasi()
             linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
             _wasi_poll.define(linker)
-            # The hidden root: an empty read-only preopen at / after the manifest's and the
-            # scratch's, unless a grant is at / already, so that a path no grant covers
-            # reaches `_wasi_files`, is refused as before, and the call says why (`_explain`).
-            self._root = None if any(p.guest.strip("/") == "" for p in manifest.preopens) else scratch.empty
-            root_fd = None
-            if self._root is not None:
-                root_fd = _wasi_files.FIRST_PREOPEN_FD + len(manifest.preopens) + (self._scratch_cap is not None)
+            root_fd = _wasi_files.FIRST_PREOPEN_FD + len(granted) if self._root is not None else None
             self._files = _wasi_files.FileGuard(engine, root_fd)  # caps open files, refuses symlinks
-            self._granted = ", ".join(
-                [p.guest for p in manifest.preopens] + ([_scratch.GUEST_PATH] if self._scratch_cap is not None else [])
-            )
             self._files.define(linker)
             linker.allow_shadowing = False
         # held here, as long as the InstancePre that calls them (the registry holds them weakly)
