@@ -421,7 +421,7 @@ THROUGH_THE_ROOT = [
     ("write", "/pwned", "x"),
     ("append", "/pwned", "x"),
     ("mkdir", "/newdir"),
-    ("rmdir", "/data"),
+    ("rmdir", "/olddir"),
     ("unlink", "/pwned"),
     ("rename", "/data/inside.txt", "/moved.txt"),  # out of a grant onto the root
     ("link", "/data/inside.txt", "/linked.txt"),
