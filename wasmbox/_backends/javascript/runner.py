@@ -499,8 +499,8 @@ def _seed() -> bytes:
 
 _FRAME = re.compile(r"^    at (?P<file>.+):(?P<line>\d+):(?P<column>\d+)$", re.MULTILINE)
 _QUOTED = re.compile(r"'([^']*)'$")  # the token a SyntaxError's message ends by quoting
-PROBE_FUEL = 400_000_000  # what finding a SyntaxError's column may cost, the call's own fuel aside
-PROBE_MAX = 1 << 20  # bytes of source up to the error's line past which no column is looked for
+PROBE_FUEL = 500_000_000  # what finding a SyntaxError's column may cost, the call's own fuel aside
+PROBE_MAX = 64 * 1024  # bytes of source up to the error's line past which no column is looked for
 
 
 class _Probe:
