@@ -165,8 +165,8 @@ def release(state: _call.CallState) -> None:
 
 def take_refused(state: _call.CallState) -> tuple[list[str], bool]:
     """The paths the call's guest was refused on the hidden root (`FileGuard`'s `hidden_root`),
-    at most MAX_NOTED, and whether there were more; taken: asked again, none (until the guest
-    is refused more)."""
+    at most MAX_NOTED, and whether there were more; taken, so that asking again gives only
+    what was refused since."""
     files: OpenFiles | None = state.files
     if files is None:
         return [], False
@@ -183,7 +183,7 @@ class FileGuard:
     after the manifest's, so that wasi-libc hands an open of a path no grant covers to the
     host instead of failing it itself. Every path call on it (open, mkdir, unlink, rename,
     link, set times) is refused here with ENOENT, as wasi-libc would have, without Wasmtime
-    seeing it, and its path is kept (`refused_paths`) for the runner to explain."""
+    seeing it, and its path is kept (`take_refused`) for the runner to explain."""
 
     def __init__(self, engine: wasmtime.Engine, hidden_root: int | None = None) -> None:
         self.hidden_root = hidden_root
