@@ -500,6 +500,7 @@ def _seed() -> bytes:
 _FRAME = re.compile(r"^    at (?P<file>.+):(?P<line>\d+):(?P<column>\d+)$", re.MULTILINE)
 _QUOTED = re.compile(r"'([^']*)'$")  # the token a SyntaxError's message ends by quoting
 PROBE_FUEL = 500_000_000  # what finding a SyntaxError's column may cost, the call's own fuel aside
+PROBE_TIMES = 16  # ... and at most this many times the fuel the failing call had used
 PROBE_MAX = 64 * 1024  # bytes of source up to the error's line past which no column is looked for
 
 
@@ -508,9 +509,11 @@ class _Probe:
     statement (or expression) the parser was in, not of the token it choked on; so the code up
     to growing prefixes of that line is compiled (compile-only: nothing runs) in the failed
     call's instance, bisecting for the shortest prefix that fails with the same message: the
-    token that ends it is the culprit. About log2(line length) + 2 compiles, only on this error
-    path, under a fuel budget of their own (`PROBE_FUEL`; the call's fuel is put back after)
-    and the call's deadline; any failure of theirs leaves QuickJS's column as it was."""
+    token that ends it is the culprit. About log2(line length) + 3 compiles, only on this error
+    path, under a fuel budget of their own (`PROBE_FUEL`, and no more than `PROBE_TIMES` the
+    fuel the call had used: what a guest makes the host spend stays a multiple of its own; the
+    call's fuel is put back after) and the call's deadline; any failure of theirs leaves
+    QuickJS's column as it was."""
 
     def __init__(self, guest: _Guest, layout: build.Layout, name: int, flags: int) -> None:
         self._guest = guest
@@ -533,7 +536,8 @@ class _Probe:
         first = message.split("\n", 1)[0]
         context = self._guest.context
         fuel = _store.fuel_left(context)
-        _store.set_fuel(context, PROBE_FUEL)
+        used = _call.current().manifest.limits.fuel - fuel
+        _store.set_fuel(context, min(PROBE_FUEL, PROBE_TIMES * used))
         try:
             column = self._column(code, head, line, first)
         except (Failure, wasmtime.Trap, wasmtime.WasmtimeError):
