@@ -403,7 +403,7 @@ class Backend(Protocol[Request_contra]):
         `_outcome.RUN_ENDS` lists."""
         ...
 
-    def after(self, instance: Instance, ok: bool) -> None:
+    def after(self, instance: Instance, state: CallState, ok: bool) -> None:
         """Once the guest has stopped: record on `instance` what bears on the outcome (its
         memory's size, a stack past its guard; the output files, when the call is `ok` so
         far). Raises `Failure` for a check of the runner's own (files over the output cap)."""
@@ -448,7 +448,7 @@ def perform(
             if instance.scratch is not None:
                 scratch_over = instance.scratch.settle()
         try:
-            backend.after(instance, error is None and scratch_over is None)
+            backend.after(instance, state, error is None and scratch_over is None)
         except Failure as failure:  # a check of the runner's own (output files over the cap)
             error = failure.error
         return finish(state, instance, started, value, error, backend.dispose, scratch_over)
@@ -468,11 +468,12 @@ def fresh_instance(
     wasi: bool = True,
     preopens: tuple[tuple[Path, str, bool], ...] = (),
     scratch: Callable[[int], CallScratch] | None = None,
+    last: tuple[tuple[Path, str, bool], ...] = (),
     store_limits: Mapping[str, int] | None = None,
 ) -> Instance:
     """A new store for one call under `manifest`, with its streams, its scratch (`scratch`
     makes one when the manifest asks) and, with `wasi`, its WASI world (`build_wasi`, with the
-    Sandbox's own `preopens` and the scratch's). A failure opening the world becomes the
+    Sandbox's own `preopens`, the scratch's, then `last`). A failure opening the world becomes the
     instance's `error`; raises WasmboxError when the Sandbox is closed."""
     limits = manifest.limits
     store = new_store(engine, limits, ticker, **(store_limits or {}))
@@ -482,7 +483,8 @@ def fresh_instance(
             if scratch is not None and manifest.scratch is not None:
                 instance.scratch = scratch(manifest.scratch)
                 preopens = (*preopens, instance.scratch.preopen)
-            instance.store.set_wasi(build_wasi(manifest, call, instance.stdout, instance.stderr, preopens))
+            world = build_wasi(manifest, call, instance.stdout, instance.stderr, (*preopens, *last))
+            instance.store.set_wasi(world)
     except Failure as failure:
         instance.error = failure.error
     return instance

@@ -170,7 +170,7 @@ class PythonRuntimeRunner:
         response = _component_io.call_bytes(instance.store, instance.entry, request.payload)
         return self._decode(response, state.manifest.limits.output)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         """(A component's memory is not the runner's to read: its peak is not known.)"""
 
     def dispose(self, store: wasmtime.Store) -> None:

@@ -366,7 +366,7 @@ class _KeptInstance:
         run.returned = state.abort is None
         return self._runner._decode(response, state.manifest.limits.output)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         """(Nothing to read: a component's memory is not the runner's.)"""
 
     def dispose(self, store: wasmtime.Store) -> None:

@@ -161,7 +161,7 @@ class ScientificRunner:
             _local.door = None
         return self._value(door, instance.stderr)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         if instance.memory is not None:
             instance.peak_memory = instance.memory.data_len(instance.store)
 
