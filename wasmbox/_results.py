@@ -90,7 +90,8 @@ _set = object.__setattr__
 def construct_result(**fields: Any) -> CallResult:
     """`CallResult.model_construct(**fields)` for a runner's own values, every field given:
     the same object, made without filling in defaults or mapping aliases, since it is built in
-    every call (its cost: bench/README.md, "Core calls"). `tests/test_call_result.py` checks it stays equal."""
+    every call (its cost: bench/README.md, "Core calls"). `tests/test_call_result.py` checks it
+    stays equal."""
     result = CallResult.__new__(CallResult)
     _set(result, "__dict__", fields)
     _set(result, "__pydantic_fields_set__", set(_FIELDS))

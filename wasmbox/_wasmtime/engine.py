@@ -26,8 +26,8 @@ class EngineSettings:
 
     With `pooling` (the default), instances take their memories, tables and contexts from
     slots reserved once, instead of mapping and unmapping them per call (what that saves:
-    bench/README.md, "Core calls"). A slot is reset to the module's initial image before reuse, so no
-    call sees another's data. `pool_slots` bounds how many core instances (and memories) can
+    bench/README.md, "Core calls"). A slot is reset to the module's initial image before
+    reuse, so no call sees another's data. `pool_slots` bounds how many core instances (and memories) can
     be live at once across all threads; a component (the Python runtime) uses several.
     """
 
@@ -61,6 +61,7 @@ def make_engine(settings: EngineSettings) -> wasmtime.Engine:
         _use_pooling_allocator(config, settings)
     engine = wasmtime.Engine(config)
     signals.keep()  # Wasmtime's trap handlers, installed by the process's first Engine
+    signals.restore()  # and back in place if a library took them since (faulthandler, Ray)
     return engine
 
 
