@@ -46,7 +46,8 @@ from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
-from ._capabilities.fetch import Fetcher, Resolver
+from ._capabilities.egress import compile_rules
+from ._capabilities.fetch import Fetcher, Resolver, SecretValue
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
 from ._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
@@ -137,6 +138,9 @@ class Sandbox:
     private folder in `scratch_dir` (default: the system's temporary directory). `audit` takes
     the sinks that get a record of every call: callables, `logging.Logger`s, `AuditLog`s.
     `resolver(host, port) -> [address, ...]` replaces the system resolver for `http.fetch`.
+    `secrets` are the credentials a manifest's `[network]` rules may attach to their requests
+    (`secret = {header = ..., sandbox = "name"}`), by name: each a string, or a callable
+    returning one, called at each request; no guest ever sees them.
     `allow_system_grants=True` lets manifests grant folders in `/proc` and `/sys` (kernel and
     process state, the host's environment among it), which are refused otherwise.
     Manifests' `packages` are installed by pip from PyPI, or from `package_index` (an index
@@ -157,6 +161,7 @@ class Sandbox:
         scratch_dir: str | os.PathLike[str] | None = None,
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
         resolver: Resolver | None = None,
+        secrets: Mapping[str, SecretValue] | None = None,
         allow_system_grants: bool = False,
         package_index: str | None = None,
         package_wheels: str | os.PathLike[str] | None = None,
@@ -183,8 +188,9 @@ class Sandbox:
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
         self._tools: dict[str, Tool] = {}
+        self._fetcher = Fetcher(resolver, _checked_secrets(secrets))
         self._host_functions: dict[str, HostFunction] = {  # built in:
-            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch),  # granted by [network]
+            FETCH: HostFunction(FETCH, self._fetcher.fetch),  # granted by [network]
             CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
         }
         self._lock = threading.Lock()
@@ -250,6 +256,7 @@ class Sandbox:
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
+        self._check_secrets(manifest)
         reservation = self._reserve(manifest, replacing=manifest.name if replace else None)
         try:  # compiled outside any lock: the reservation keeps overlapping grants out meanwhile
             if manifest.runtime == "python":
@@ -426,6 +433,18 @@ class Sandbox:
             raise CapabilityError(
                 f"{manifest.name}: grants host function(s) {missing} that this Sandbox has not registered"
             )
+
+    def _check_secrets(self, manifest: Manifest) -> None:
+        """Every secret a `[network]` rule takes from the Sandbox must be given to it."""
+        if manifest.network is None:
+            return
+        for rule in compile_rules(manifest.network.allow):
+            name = rule.secret.sandbox if rule.secret is not None else None
+            if name is not None and name not in self._fetcher.secrets:
+                raise CapabilityError(
+                    f"{manifest.name}: {rule.label} takes secret {name!r}, which this Sandbox was not "
+                    f"given: Sandbox(secrets={{{name!r}: value or callable}})"
+                )
 
     # -- the CPython runtime --------------------------------------------------------------
 
@@ -777,6 +796,7 @@ class Sandbox:
         """A grant set as specs show it: read, its tools and host functions present here."""
         grants = Manifest.load(source)
         self._check_host_functions(grants)
+        self._check_secrets(grants)
         return grants
 
     def _python_grant_set(
@@ -807,6 +827,7 @@ class Sandbox:
                 f"{grants.python or 'standard'} runtime"
             )
         self._check_host_functions(grants)
+        self._check_secrets(grants)
         self._install_packages(grants)
         key = grants.digest()
         if grants.preopens:  # under one lock, so two first uses of one writable set do not refuse each other
@@ -1046,3 +1067,15 @@ def _importable(path: str) -> bool:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _checked_secrets(secrets: Mapping[str, SecretValue] | None) -> dict[str, SecretValue]:
+    """`Sandbox(secrets=...)`, checked: names as a manifest gives them, each a string or a callable."""
+    checked: dict[str, SecretValue] = {}
+    for name, value in (secrets or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+            raise ValueError(f"secrets: {name!r} is not a secret name (letters, digits, '_', '-')")
+        if not isinstance(value, str) and not callable(value):
+            raise TypeError(f"secrets: {name!r} must be a string or a callable returning one")
+        checked[name] = value
+    return checked
