@@ -186,6 +186,8 @@ def _path_pattern(paths: Sequence[str]) -> re.Pattern[str]:
                 parts.append("(?:/.*)?")
             elif "**" in segment:
                 raise ValueError(f"paths: {path!r}: '**' must be a whole segment")
+            elif segment == "*":  # a whole segment: not an empty one
+                parts.append("/[^/]+")
             else:
                 parts.append("/" + "[^/]*".join(re.escape(piece) for piece in segment.split("*")))
         alternatives.append("".join(parts) if parts else "/")
