@@ -141,7 +141,7 @@ class Preopen(_Strict):
         return str(path)
 
 
-class Secret(_Strict):
+class EgressSecret(_Strict):
     """A credential the host adds to each request of its rule, after the request leaves the
     guest (see `_capabilities/egress.py`): the guest never holds it."""
 
@@ -157,7 +157,7 @@ class Secret(_Strict):
     )  # fmt: skip
 
     @model_validator(mode="after")
-    def _one_source(self) -> Secret:
+    def _one_source(self) -> EgressSecret:
         if (self.env is None) == (self.sandbox is None):
             raise ValueError("give the secret's source: `env` (a host environment variable) or `sandbox`")
         if not header_value_ok(self.prefix):
@@ -189,7 +189,7 @@ class EgressRule(_Strict):
     )
     max_body: Size | None = Field(None, description="Cap on a request body.")
     max_calls: int | None = Field(None, ge=1, description="Requests sent under this rule per call.")
-    secret: Secret | None = Field(None, description="A credential the host adds to its requests.")
+    secret: EgressSecret | None = Field(None, description="A credential the host adds to its requests.")
 
 
 class Network(_Strict):

@@ -63,7 +63,7 @@ class SecretSource:
 
 
 @dataclass(frozen=True, eq=False)
-class NetworkRule:
+class CompiledRule:
     """One `allow` entry, compiled: where it reaches (`dest`) and what it lets a request do
     there (None: no limit)."""
 
@@ -113,16 +113,16 @@ class NetworkRule:
 
 
 @functools.lru_cache(maxsize=256)
-def compile_rules(allow: tuple[str | EgressRule, ...]) -> tuple[NetworkRule, ...]:
+def compile_rules(allow: tuple[str | EgressRule, ...]) -> tuple[CompiledRule, ...]:
     """The rules of an allow list (compiled once per distinct list). ValueError names the
     entry and what is wrong with it."""
     return tuple(_compile(index, entry) for index, entry in enumerate(allow))
 
 
-def _compile(index: int, entry: str | EgressRule) -> NetworkRule:
+def _compile(index: int, entry: str | EgressRule) -> CompiledRule:
     if isinstance(entry, str):
-        return NetworkRule(index, entry, parse_rule(entry))
-    where = f"allow[{index}] ({entry.host})"
+        return CompiledRule(index, entry, parse_rule(entry))
+    where = f"[{index}] ({entry.host})"
     try:
         dest = parse_rule(entry.host)
         methods = frozenset(_method(m) for m in entry.methods) if entry.methods is not None else None
@@ -144,7 +144,7 @@ def _compile(index: int, entry: str | EgressRule) -> NetworkRule:
                 raise ValueError(f"query: {name!r} is not a parameter name")
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
-    return NetworkRule(
+    return CompiledRule(
         index, entry.host, dest, methods, entry.paths, pattern,
         frozenset(entry.query) if entry.query is not None else None, headers, frozenset(forbidden),
         entry.max_body, entry.max_calls, secret,
@@ -240,7 +240,7 @@ class Request:
             return [], "is not UTF-8 once decoded"
         return pairs, None
 
-    def target(self, rule: NetworkRule | None) -> str:
+    def target(self, rule: CompiledRule | None) -> str:
         """The request target sent: as the guest wrote it, except the parts `rule` checked in
         canonical form (the path under `paths`, the query under `query`)."""
         path, query = self.raw_path or "/", self.raw_query
@@ -251,7 +251,7 @@ class Request:
         return f"{path}?{query}" if query else path
 
 
-def refusal(rule: NetworkRule, request: Request) -> str | None:
+def refusal(rule: CompiledRule, request: Request) -> str | None:
     """Why `rule` does not admit `request`, or None if it does (where it goes is checked apart)."""
     if rule.methods is not None and request.method not in rule.methods:
         return f"method {request.method} is not one of its methods ({', '.join(sorted(rule.methods))})"

@@ -38,7 +38,7 @@ from .._errors import (
 from .._manifest import Network
 from .._units import format_size
 from .allowlist import IPAddress, unlisted, verdict
-from .egress import HEADER_NAME, HOST_HEADERS, NetworkRule, Request, compile_rules, header_value_ok, refusal
+from .egress import HEADER_NAME, HOST_HEADERS, CompiledRule, Request, compile_rules, header_value_ok, refusal
 
 if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading, they would slow start-up
     import http.client
@@ -195,7 +195,7 @@ class Fetcher:
         finally:
             connection.close()
 
-    def _secret(self, rule: NetworkRule) -> str:
+    def _secret(self, rule: CompiledRule) -> str:
         """The value of `rule`'s secret now; HostError (never with the value) when it is missing
         or cannot be sent."""
         source = rule.secret
@@ -329,7 +329,7 @@ class Fetcher:
             chunks.append(chunk)
 
 
-def _admitting(rules: Sequence[NetworkRule], host: str, port: int, request: Request) -> list[NetworkRule]:
+def _admitting(rules: Sequence[CompiledRule], host: str, port: int, request: Request) -> list[CompiledRule]:
     """The rules that may reach `host:port` and admit `request`; CapabilityDeniedError naming
     each rule missed when some may reach it but none admits it."""
     admitting, missed = [], []
@@ -347,8 +347,8 @@ def _admitting(rules: Sequence[NetworkRule], host: str, port: int, request: Requ
 
 
 def _rule_for(
-    admitting: Sequence[NetworkRule], host: str, port: int, addresses: Sequence[IPAddress]
-) -> NetworkRule | None:
+    admitting: Sequence[CompiledRule], host: str, port: int, addresses: Sequence[IPAddress]
+) -> CompiledRule | None:
     """The rule a request is sent under: the first of `admitting` that allows every address.
     Plain entries also allow the addresses between them (each by some entry), as they always
     have; then no rule applies (None). CapabilityDeniedError when neither holds."""
