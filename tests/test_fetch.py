@@ -718,7 +718,10 @@ def test_a_request_is_sent_under_the_first_rule_that_admits_it(fbox: wasmbox.San
     other = {"host": f"127.0.0.1:{server}", "methods": ["POST"], "paths": ["/b"]}
     tool = core_tool(fbox, [narrow, other])
     assert json.loads(tool.call({"url": f"http://127.0.0.1:{server}/a"}).unwrap()["body"])["path"] == "/a"
-    assert tool.call({"url": f"http://127.0.0.1:{server}/b", "method": "POST", "body": "x"}).unwrap()["status"] == 201
+    assert (
+        tool.call({"url": f"http://127.0.0.1:{server}/b", "method": "POST", "body": "x"}).unwrap()["status"]
+        == 201
+    )
     detail = refused(tool.call({"url": f"http://127.0.0.1:{server}/b"}))
     assert "network.allow[0]" in detail and "network.allow[1]" in detail and "method GET" in detail
     anything = core_tool(fbox, [narrow, f"127.0.0.1:{server}"])  # a plain entry beside it: no limits

@@ -151,7 +151,9 @@ def test_packages_pinned_without_a_hash_are_warned(tmp_path: Path) -> None:
 def _fetching(tmp_path: Path, *allow: Any, writable: bool = False) -> wasmbox.Manifest:
     """A Python tool that names http.fetch, granted `allow` (and a preopen, if `writable`)."""
     source = tmp_path / "tool.py"
-    source.write_text("from wasmbox_guest import call_host\ndef main():\n    return call_host('http.fetch', url='x')\n")
+    source.write_text(
+        "from wasmbox_guest import call_host\ndef main():\n    return call_host('http.fetch', url='x')\n"
+    )
     grants: dict[str, Any] = {"name": "py", "runtime": "python", "source": str(source),
                               "host_functions": ["http.fetch"], "network": {"allow": list(allow)}}  # fmt: skip
     if writable:
@@ -162,10 +164,16 @@ def _fetching(tmp_path: Path, *allow: Any, writable: bool = False) -> wasmbox.Ma
 
 def test_egress_rules_without_method_or_path_limits_are_warned(tmp_path: Path) -> None:
     (plain,) = lint(_fetching(tmp_path, "api.example.com:443"))
-    assert plain.startswith("network.allow[0] (api.example.com:443): any method and any path") and "methods" in plain
+    assert (
+        plain.startswith("network.allow[0] (api.example.com:443): any method and any path")
+        and "methods" in plain
+    )
     (no_paths,) = lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"]}))
     assert "any path:" in no_paths and "any method" not in no_paths
-    assert lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/v1/x"]})) == []
+    assert (
+        lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/v1/x"]}))
+        == []
+    )
 
 
 def test_secrets_on_wide_rules_are_warned(tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ HIGH_RESPONSE = 64 * 1024**2
 def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
-    warnings += _egress_rule_warnings(manifest) + _secret_warnings(manifest) + _writable_egress_warnings(manifest)
+    warnings += (
+        _egress_rule_warnings(manifest) + _secret_warnings(manifest) + _writable_egress_warnings(manifest)
+    )
     warnings += _unused_grant_warnings(manifest) + _package_warnings(manifest)
     return warnings + _command_warnings(manifest) + _entry_warnings(manifest) + _memory_warnings(manifest)
 
@@ -229,7 +231,9 @@ def _egress_rule_warnings(manifest: Manifest) -> list[str]:
         return []
     warnings = []
     for rule in compile_rules(manifest.network.allow):
-        missing = [what for what, given in (("method", rule.methods), ("path", rule.path_pattern)) if given is None]
+        missing = [
+            what for what, given in (("method", rule.methods), ("path", rule.path_pattern)) if given is None
+        ]
         if missing:
             warnings.append(
                 f"{rule.label}: any {' and any '.join(missing)}: a prompt-injected call may send any such "

@@ -145,7 +145,9 @@ class EgressSecret(_Strict):
     """A credential the host adds to each request of its rule, after the request leaves the
     guest (see `_capabilities/egress.py`): the guest never holds it."""
 
-    header: str = Field(pattern=HEADER_NAME, description="The request header it is sent in, e.g. Authorization.")
+    header: str = Field(
+        pattern=HEADER_NAME, description="The request header it is sent in, e.g. Authorization."
+    )
     prefix: str = Field("", description='Sent before the value, e.g. "Bearer ".')
     env: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -169,7 +171,9 @@ class EgressRule(_Strict):
     """One `[network] allow` entry that says more than where it reaches; every limit left out
     is no limit (a plain "host:port" string is a rule with none)."""
 
-    host: str = Field(description="Where it reaches, as a plain entry: 'host:port', an address, '[v6]:port', a CIDR.")
+    host: str = Field(
+        description="Where it reaches, as a plain entry: 'host:port', an address, '[v6]:port', a CIDR."
+    )
     methods: tuple[str, ...] | None = Field(
         None, strict=False, min_length=1, description='HTTP methods allowed, e.g. ["GET"].'
     )

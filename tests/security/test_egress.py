@@ -122,7 +122,9 @@ def test_a_request_inside_the_rule_arrives_with_the_secret(guarded: Guarded, ser
 METHODS = ["DELETE", "PUT", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT", "PROPFIND", "delete"]
 
 
-def test_methods_outside_the_rule_are_refused_before_anything_is_sent(guarded: Guarded, server: Server) -> None:
+def test_methods_outside_the_rule_are_refused_before_anything_is_sent(
+    guarded: Guarded, server: Server
+) -> None:
     tool = fetch_tool(guarded, rule(server))
     mark = server.mark()
     for method in METHODS:
@@ -396,7 +398,9 @@ def test_a_guest_hunting_for_the_secret_finds_nothing(guarded: Guarded, server: 
 def test_a_missing_or_unusable_secret_is_a_clear_error(
     guarded: Guarded, server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from_env = rule(server, secret={"header": "Authorization", "prefix": "Bearer ", "env": "EGRESS_TEST_TOKEN"})
+    from_env = rule(
+        server, secret={"header": "Authorization", "prefix": "Bearer ", "env": "EGRESS_TEST_TOKEN"}
+    )
     tool = fetch_tool(guarded, from_env)
     monkeypatch.delenv("EGRESS_TEST_TOKEN", raising=False)
     mark = server.mark()
@@ -442,6 +446,9 @@ def test_a_secret_goes_over_https_or_to_loopback_only(cache_dir: Path) -> None:
 
 
 def test_a_secret_the_sandbox_was_not_given_is_refused_at_load(cache_dir: Path, server: Server) -> None:
-    with wasmbox.Sandbox(cache_dir=cache_dir) as box, pytest.raises(wasmbox.CapabilityError, match="secrets="):
+    with (
+        wasmbox.Sandbox(cache_dir=cache_dir) as box,
+        pytest.raises(wasmbox.CapabilityError, match="secrets="),
+    ):
         box.load({"name": "fetch", "module": wat("fetch"), "host_functions": ["http.fetch"],
                   "network": {"allow": [rule(server)]}})  # fmt: skip

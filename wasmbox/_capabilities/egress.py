@@ -224,7 +224,9 @@ class Request:
     """What the guest asks one fetch hop to send, for checking against rules (the decoded
     path and query are worked out once, when a rule first needs them)."""
 
-    def __init__(self, method: str, path: str, query: str, headers: dict[str, str], body: bytes | None) -> None:
+    def __init__(
+        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes | None
+    ) -> None:
         self.method, self.raw_path, self.raw_query, self.body = method, path, query, body
         self.header_names = [(name.lower(), name) for name in headers]
 

@@ -70,7 +70,9 @@ class Fetcher:
     """The `http.fetch` host function of one Sandbox. Each call reads its policy from the
     manifest of the call it serves."""
 
-    def __init__(self, resolver: Resolver | None = None, secrets: Mapping[str, SecretValue] | None = None) -> None:
+    def __init__(
+        self, resolver: Resolver | None = None, secrets: Mapping[str, SecretValue] | None = None
+    ) -> None:
         self._resolve = resolver or default_resolver
         self.secrets = dict(secrets or {})
 
@@ -203,7 +205,9 @@ class Fetcher:
         if source.env is not None:
             value: object = os.environ.get(source.env)
             if not value:
-                raise HostError(f"{rule.label}: its secret is missing: the host's environment has no {source.env}")
+                raise HostError(
+                    f"{rule.label}: its secret is missing: the host's environment has no {source.env}"
+                )
         else:
             assert source.sandbox is not None
             given = self.secrets.get(source.sandbox)
@@ -342,7 +346,9 @@ def _admitting(rules: Sequence[CompiledRule], host: str, port: int, request: Req
         else:
             missed.append(f"{rule.label}: {reason}")
     if missed and not admitting:
-        raise CapabilityDeniedError(f"refused: {request.method} {host}:{port} is outside " + "; ".join(missed))
+        raise CapabilityDeniedError(
+            f"refused: {request.method} {host}:{port} is outside " + "; ".join(missed)
+        )
     return admitting
 
 
