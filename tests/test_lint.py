@@ -170,6 +170,10 @@ def test_egress_rules_without_method_or_path_limits_are_warned(tmp_path: Path) -
     )
     (no_paths,) = lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"]}))
     assert "any path:" in no_paths and "any method" not in no_paths
+    (everything,) = lint(
+        _fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/**"]})
+    )
+    assert "any path:" in everything
     assert (
         lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/v1/x"]}))
         == []

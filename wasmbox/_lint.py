@@ -17,7 +17,7 @@ from ._backends.core.reactor import command_c_api
 from ._backends.python.packages import is_hashed, pin_project
 from ._cache import default_cache_dir
 from ._capabilities.allowlist import AddressRule, forbidden_reason
-from ._capabilities.egress import compile_rules
+from ._capabilities.egress import CompiledRule, compile_rules
 from ._files import read_regular_file
 from ._inspect import inspect_file, memory_problem
 from ._manifest import Manifest
@@ -231,9 +231,7 @@ def _egress_rule_warnings(manifest: Manifest) -> list[str]:
         return []
     warnings = []
     for rule in compile_rules(manifest.network.allow):
-        missing = [
-            what for what, given in (("method", rule.methods), ("path", rule.path_pattern)) if given is None
-        ]
+        missing = _left_open(rule)
         if missing:
             warnings.append(
                 f"{rule.label}: any {' and any '.join(missing)}: a prompt-injected call may send any such "
@@ -241,6 +239,12 @@ def _egress_rule_warnings(manifest: Manifest) -> list[str]:
                 f'e.g. {{ host = "{rule.entry}", methods = ["GET"], paths = ["/v1/forecast"] }}'
             )
     return warnings
+
+
+def _left_open(rule: CompiledRule) -> list[str]:
+    """What a rule leaves to the guest: "method" (no `methods`), "path" (no `paths`, or `/**`)."""
+    wide = ["method"] if rule.methods is None else []
+    return wide + (["path"] if rule.path_pattern is None or "/**" in (rule.paths or ()) else [])
 
 
 def _secret_warnings(manifest: Manifest) -> list[str]:
@@ -256,8 +260,7 @@ def _secret_warnings(manifest: Manifest) -> list[str]:
             wide.append(f"{rule.dest.network.num_addresses:,} addresses")
         if isinstance(rule.dest, AddressRule) and rule.dest.port is None:
             wide.append("any port")
-        wide += [f"any {what}" for what, given in (("method", rule.methods), ("path", rule.path_pattern))
-                 if given is None]  # fmt: skip
+        wide += [f"any {what}" for what in _left_open(rule)]
         if wide:
             warnings.append(
                 f"{rule.label}: its secret ({rule.secret.describe()}) goes with requests to {', '.join(wide)}: "
