@@ -164,6 +164,14 @@ class Fetcher:
         admitting = _admitting(rules, host, port, request)
         addresses = self._addresses(host, port, deadline)
         rule = _rule_for(admitting, host, port, addresses)
+        if (
+            rule is not None
+            and rule.max_calls is not None
+            and state.requests.get(rule.index, 0) >= rule.max_calls
+        ):
+            raise CapabilityDeniedError(
+                f"refused by {rule.label}: it allows {rule.max_calls} request(s) per call"
+            )
         send = headers
         if rule is not None and rule.secret is not None:
             if scheme != "https" and not all(_loopback(address) for address in addresses):
@@ -173,13 +181,8 @@ class Fetcher:
             value = self._secret(rule)
             sent.append(value)
             send = {**headers, rule.secret.header: rule.secret.prefix + value}
-        if rule is not None and rule.max_calls is not None:
-            count = state.requests.get(rule.index, 0)
-            if count >= rule.max_calls:
-                raise CapabilityDeniedError(
-                    f"refused by {rule.label}: it allows {rule.max_calls} request(s) per call"
-                )
-            state.requests[rule.index] = count + 1
+        if rule is not None and rule.max_calls is not None:  # counted once it is to be sent
+            state.requests[rule.index] = state.requests.get(rule.index, 0) + 1
         connection = self._connect(scheme, host, port, addresses, deadline)
         try:
             connection.request(method, request.target(rule), body=body, headers=send)
