@@ -10,6 +10,7 @@ server's side, and so is the token's arrival.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -393,6 +394,34 @@ def test_a_guest_hunting_for_the_secret_finds_nothing(guarded: Guarded, server: 
     guarded.assert_untouched()
     assert any(record.tool == "hunt" for record in HUNT_RECORDS)
     assert not any(TOKEN in json.dumps(record.as_dict(), default=str) for record in HUNT_RECORDS)
+
+
+JS_HUNT = """
+const out = {env: std.getenviron ? std.getenviron() : null, replies: []};
+for (const args of [{url: "URL/v1/public/echo"}, {url: "URL/v1/items?go=URL/v1/public/echo"},
+                    {url: "URL/v1/items", headers: {authorization: "Bearer mine"}}]) {
+  try { out.replies.push(wasmbox.callHost("http.fetch", args)); }
+  catch (e) { out.replies.push(e.name + ": " + e.message); }
+}
+out
+"""
+
+
+@pytest.mark.usefixtures("javascript_runtime")
+def test_a_javascript_guest_hunting_for_the_secret_finds_nothing(guarded: Guarded, server: Server) -> None:
+    """The same hunt from the JavaScript runtime: its environment, an echoing server (directly
+    and through a redirect), setting the header itself."""
+    grants = {"name": "hunt_js", "runtime": "javascript", "limits": LIMITS, "host_functions": ["http.fetch"],
+              "network": {"allow": [rule(server)]}}  # fmt: skip
+    mark = server.mark()
+    result = guarded.box.run_javascript(JS_HUNT.replace("URL", url(server, "")), grants)
+    assert result.ok, result
+    assert sum(["Authorization", f"Bearer {TOKEN}"] in r["headers"] for r in server.since(mark)) == 3
+    echoed = [base64.b64decode(reply["body"]) for reply in result.value["replies"][:2]]
+    assert all(b"Bearer [redacted]" in body for body in echoed), echoed
+    assert "set by the host" in result.value["replies"][2]
+    assert TOKEN not in json.dumps(result.model_dump(mode="json"), default=str)
+    guarded.assert_untouched()
 
 
 def test_a_missing_or_unusable_secret_is_a_clear_error(
