@@ -726,3 +726,13 @@ def test_a_request_is_sent_under_the_first_rule_that_admits_it(fbox: wasmbox.San
     assert "network.allow[0]" in detail and "network.allow[1]" in detail and "method GET" in detail
     anything = core_tool(fbox, [narrow, f"127.0.0.1:{server}"])  # a plain entry beside it: no limits
     assert anything.call({"url": f"http://127.0.0.1:{server}/c"}).unwrap()["status"] == 200
+
+
+def test_sandbox_secrets_are_checked(cache_dir: Any) -> None:
+    """Refused before the Sandbox starts anything (no thread left behind)."""
+    threads = threading.active_count()
+    with pytest.raises(ValueError, match="not a secret name"):
+        wasmbox.Sandbox(cache_dir=cache_dir, secrets={"bad name": "x"})
+    with pytest.raises(TypeError, match="a string or a callable"):
+        wasmbox.Sandbox(cache_dir=cache_dir, secrets={"api": 42})  # type: ignore[dict-item]
+    assert threading.active_count() == threads

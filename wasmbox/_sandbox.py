@@ -170,6 +170,7 @@ class Sandbox:
         max_sessions: int = 8,
         session_limits: SessionLimits | None = None,
     ) -> None:
+        fetcher = Fetcher(resolver, _checked_secrets(secrets))  # (checked before anything is started)
         self._sessions = SessionTable(max_sessions)
         self._session_limits = session_limits if session_limits is not None else SessionLimits()
         self.settings = settings or EngineSettings()
@@ -188,7 +189,7 @@ class Sandbox:
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
         self._tools: dict[str, Tool] = {}
-        self._fetcher = Fetcher(resolver, _checked_secrets(secrets))
+        self._fetcher = fetcher
         self._host_functions: dict[str, HostFunction] = {  # built in:
             FETCH: HostFunction(FETCH, self._fetcher.fetch),  # granted by [network]
             CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
