@@ -736,3 +736,17 @@ def test_sandbox_secrets_are_checked(cache_dir: Any) -> None:
     with pytest.raises(TypeError, match="a string or a callable"):
         wasmbox.Sandbox(cache_dir=cache_dir, secrets={"api": 42})  # type: ignore[dict-item]
     assert threading.active_count() == threads
+
+
+def test_a_name_whose_addresses_fall_under_different_rules(
+    fbox: wasmbox.Sandbox, resolver: Resolver, server: int
+) -> None:
+    """Plain entries allow a name's addresses between them, as they always have; a narrow rule
+    must allow every address itself, so its limits and secret are never mixed with another's."""
+    resolver.answers["split.example.test"] = [["127.0.0.1", "10.0.0.7"]]
+    target = f"http://split.example.test:{server}/a"
+    plain = core_tool(fbox, [f"127.0.0.1:{server}", "10.0.0.0/8"])
+    assert plain.call({"url": target}).unwrap()["status"] == 200
+    narrow = {"host": f"127.0.0.1:{server}", "methods": ["GET"], "paths": ["/a"]}
+    mixed = core_tool(fbox, [narrow, "10.0.0.0/8"])
+    assert "not all within one rule" in refused(mixed.call({"url": target}))
