@@ -3,7 +3,10 @@
 The host resolves the URL's host itself, checks every address against the manifest's
 `[network] allow` list (`_allowlist`), and connects to a checked address, so a second lookup
 cannot switch the target (no DNS rebinding), keeping the original Host header and TLS server
-name. Every redirect hop is checked again; the response's size is capped.
+name. Each request is checked against the rules that reach its host:port before the lookup
+(`egress.py`: methods, paths, query, headers, body) and sent under the first that admits it,
+with that rule's secret added after every check. Every redirect hop is checked again; the
+response's size is capped; a secret sent is cut out of everything the guest gets back.
 
 One absolute deadline, min(the call's deadline, start + `network.timeout`), bounds the whole
 exchange: the name lookup (run on a thread that is waited for until the deadline), the connect,
