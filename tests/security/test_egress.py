@@ -247,12 +247,15 @@ MALFORMED_HEADERS = [
     ({"Host": "evil.test"}, "set by the host"),
     ({"Content-Length": "0"}, "set by the host"),
     ({"Transfer-Encoding": "chunked"}, "set by the host"),
+    ({"Content_Length": "0"}, "set by the host"),  # what CGI and WSGI servers read as Content-Length
+    ({"X-A": "1", "x_a": "2"}, "given twice"),
 ]
 
 
 def test_headers_outside_the_rule_are_refused(guarded: Guarded, server: Server) -> None:
-    """The secret's header in any case, headers off the rule's list: refused by the rule;
-    duplicates, CR/LF, text outside Latin-1 and the host's own headers: invalid arguments."""
+    """The secret's header in any case or with '_' for '-', headers off the rule's list: refused
+    by the rule; duplicates, CR/LF, text outside Latin-1 and the host's own headers: invalid
+    arguments."""
     tool = fetch_tool(guarded, rule(server))
     mark = server.mark()
     for headers, word in HEADER_TRICKS:
@@ -261,8 +264,12 @@ def test_headers_outside_the_rule_are_refused(guarded: Guarded, server: Server) 
         result = tool.call({"url": url(server, "/v1/items"), "headers": headers})
         (record,) = result.host_calls
         assert record.verdict == "invalid_arguments" and word in (record.detail or ""), (headers, record)
-    assert server.since(mark) == []
     del tool
+    keyed = fetch_tool(guarded, rule(server, headers=None, secret={"header": "X-Api-Key", "sandbox": "api"}))
+    for name in ("X-Api-Key", "x_api_key", "X_API-KEY"):  # '_' is '-' to CGI and WSGI servers
+        denied(keyed.call({"url": url(server, "/v1/items"), "headers": {name: "mine"}}), "set by the host")
+    assert server.since(mark) == []
+    del keyed
     guarded.assert_untouched()
 
 

@@ -50,7 +50,7 @@ _HEADER_VALUE = re.compile(r"^[\t\x20-\x7e\x80-\xff]*$")
 @dataclass(frozen=True, eq=False)
 class SecretSource:
     """Where a rule's secret comes from: the host's environment (`env`) or the Sandbox's
-    `secrets` (`sandbox`); `key` is the header's name in lower case."""
+    `secrets` (`sandbox`); `key` is the header's name as `header_key` makes it."""
 
     header: str
     key: str
@@ -74,8 +74,8 @@ class CompiledRule:
     paths: tuple[str, ...] | None = None
     path_pattern: re.Pattern[str] | None = None
     query: frozenset[str] | None = None
-    headers: frozenset[str] | None = None  # lower case
-    forbidden: frozenset[str] = frozenset()  # lower case: the rule's, its secret's, overrides
+    headers: frozenset[str] | None = None  # as `header_key` makes them
+    forbidden: frozenset[str] = frozenset()  # the rule's, its secret's, overrides (`header_key`)
     max_body: int | None = None
     max_calls: int | None = None
     secret: SecretSource | None = None
@@ -157,12 +157,18 @@ def _method(text: str) -> str:
     return text
 
 
+def header_key(name: str) -> str:
+    """How header names are compared: in lower case, and with '_' as '-' (CGI and WSGI servers
+    read `X_Api_Key` as `X-Api-Key`)."""
+    return name.lower().replace("_", "-")
+
+
 def _header(text: str) -> str:
     if not _HEADER_NAME.match(text):
         raise ValueError(f"{text!r} is not a header name")
-    if text.lower() in HOST_HEADERS:
+    if header_key(text) in HOST_HEADERS:
         raise ValueError(f"{text!r} is set by the host, never by the guest")
-    return text.lower()
+    return header_key(text)
 
 
 def _path_pattern(paths: Sequence[str]) -> re.Pattern[str]:
@@ -228,7 +234,7 @@ class Request:
         self, method: str, path: str, query: str, headers: dict[str, str], body: bytes | None
     ) -> None:
         self.method, self.raw_path, self.raw_query, self.body = method, path, query, body
-        self.header_names = [(name.lower(), name) for name in headers]
+        self.header_names = [(header_key(name), name) for name in headers]
 
     @functools.cached_property
     def path(self) -> tuple[str, str | None]:

@@ -41,7 +41,16 @@ from .._errors import (
 from .._manifest import Network
 from .._units import format_size
 from .allowlist import IPAddress, unlisted, verdict
-from .egress import HEADER_NAME, HOST_HEADERS, CompiledRule, Request, compile_rules, header_value_ok, refusal
+from .egress import (
+    HEADER_NAME,
+    HOST_HEADERS,
+    CompiledRule,
+    Request,
+    compile_rules,
+    header_key,
+    header_value_ok,
+    refusal,
+)
 
 if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading, they would slow start-up
     import http.client
@@ -105,13 +114,15 @@ class Fetcher:
         headers = dict(headers or {})
         seen: set[str] = set()
         for name, value in headers.items():
-            if name.lower() in HOST_HEADERS:
+            if header_key(name) in HOST_HEADERS:
                 raise InvalidArgumentsError(f"header {name!r} is set by the host")
             if not _HEADER_NAME.match(name) or not header_value_ok(value):
                 raise InvalidArgumentsError(f"invalid header {name!r}")
-            if name.lower() in seen:
-                raise InvalidArgumentsError(f"header {name!r} is given twice (names are case-insensitive)")
-            seen.add(name.lower())
+            if header_key(name) in seen:
+                raise InvalidArgumentsError(
+                    f"header {name!r} is given twice (names are case-insensitive, '_' counts as '-')"
+                )
+            seen.add(header_key(name))
         data = body.encode() if isinstance(body, str) else body
         deadline = min(state.deadline, time.perf_counter() + network.timeout)
         sent: list[str] = []  # the secrets sent: cut out of everything the guest gets back
