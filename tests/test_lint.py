@@ -146,3 +146,50 @@ def test_packages_pinned_without_a_hash_are_warned(tmp_path: Path) -> None:
     assert [w for w in bare if "pinned by version only" in w] == [expected]
     hashed = lint(wasmbox.Manifest.load({**python, "packages": ["idna==3.10 --hash=sha256:" + "a" * 64]}))
     assert not [w for w in hashed if "pinned by version" in w]
+
+
+def _fetching(tmp_path: Path, *allow: Any, writable: bool = False) -> wasmbox.Manifest:
+    """A Python tool that names http.fetch, granted `allow` (and a preopen, if `writable`)."""
+    source = tmp_path / "tool.py"
+    source.write_text(
+        "from wasmbox_guest import call_host\ndef main():\n    return call_host('http.fetch', url='x')\n"
+    )
+    grants: dict[str, Any] = {"name": "py", "runtime": "python", "source": str(source),
+                              "host_functions": ["http.fetch"], "network": {"allow": list(allow)}}  # fmt: skip
+    if writable:
+        (tmp_path / "out").mkdir()
+        grants["preopens"] = [{"host": str(tmp_path / "out"), "guest": "/out", "writable": True}]
+    return wasmbox.Manifest.load(grants)
+
+
+def test_egress_rules_without_method_or_path_limits_are_warned(tmp_path: Path) -> None:
+    (plain,) = lint(_fetching(tmp_path, "api.example.com:443"))
+    assert (
+        plain.startswith("network.allow[0] (api.example.com:443): any method and any path")
+        and "methods" in plain
+    )
+    (no_paths,) = lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"]}))
+    assert "any path:" in no_paths and "any method" not in no_paths
+    (everything,) = lint(
+        _fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/**"]})
+    )
+    assert "any path:" in everything
+    assert (
+        lint(_fetching(tmp_path, {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/v1/x"]}))
+        == []
+    )
+
+
+def test_secrets_on_wide_rules_are_warned(tmp_path: Path) -> None:
+    secret = {"header": "Authorization", "env": "API_TOKEN"}
+    wide = lint(_fetching(tmp_path, {"host": "203.0.113.0/24", "methods": ["GET"], "secret": secret}))
+    (warning,) = [w for w in wide if "secret" in w]
+    assert "$API_TOKEN" in warning and "256 addresses, any port, any path" in warning
+    narrow = {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/v1/x"], "secret": secret}
+    assert lint(_fetching(tmp_path, narrow)) == []
+
+
+def test_a_writable_preopen_with_egress_is_warned(tmp_path: Path) -> None:
+    narrow = {"host": "api.example.com:443", "methods": ["GET"], "paths": ["/v1/x"]}
+    (warning,) = lint(_fetching(tmp_path, narrow, writable=True))
+    assert warning.startswith("preopen /out: writable, and the tool has egress") and "read-only" in warning

@@ -37,6 +37,8 @@ from ._inspect import ModuleImport, ModuleInfo, ToolKind
 from ._manifest import (
     Allocator,
     Command,
+    EgressRule,
+    EgressSecret,
     Limits,
     Manifest,
     Network,
@@ -65,6 +67,8 @@ __all__ = [
     "CapabilityDeniedError",
     "CapabilityError",
     "Command",
+    "EgressRule",
+    "EgressSecret",
     "EngineSettings",
     "ErrorKind",
     "GuestError",

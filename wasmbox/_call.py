@@ -57,6 +57,7 @@ class CallState:
     exports: Any = None  # what a host-call trampoline looked up once for this instance
     files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
     phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
+    requests: dict[int, int] = field(default_factory=dict)  # http.fetch requests sent per network rule
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:

@@ -15,7 +15,8 @@ from pathlib import Path
 from ._backends.core.reactor import command_c_api
 from ._backends.python.packages import is_hashed, pin_project
 from ._cache import default_cache_dir
-from ._capabilities.allowlist import AddressRule, forbidden_reason, parse_rules
+from ._capabilities.allowlist import AddressRule, forbidden_reason
+from ._capabilities.egress import CompiledRule, compile_rules
 from ._command import Template
 from ._files import read_regular_file
 from ._inspect import inspect_file, memory_problem
@@ -33,6 +34,9 @@ HIGH_RESPONSE = 64 * 1024**2
 def lint(manifest: Manifest) -> list[str]:
     """The warnings for `manifest`, each a sentence; empty when nothing stands out."""
     warnings = [*_preopen_warnings(manifest), *_network_warnings(manifest), *_limit_warnings(manifest)]
+    warnings += (
+        _egress_rule_warnings(manifest) + _secret_warnings(manifest) + _writable_egress_warnings(manifest)
+    )
     warnings += _unused_grant_warnings(manifest) + _package_warnings(manifest)
     return warnings + _command_warnings(manifest) + _entry_warnings(manifest) + _memory_warnings(manifest)
 
@@ -203,7 +207,8 @@ def _network_warnings(manifest: Manifest) -> list[str]:
     if manifest.network is None:
         return []
     warnings = []
-    for entry, rule in zip(manifest.network.allow, parse_rules(manifest.network.allow)):
+    for compiled in compile_rules(manifest.network.allow):
+        entry, rule = compiled.entry, compiled.dest
         if not isinstance(rule, AddressRule):
             continue
         broad = 24 if rule.network.version == 4 else 48
@@ -218,6 +223,64 @@ def _network_warnings(manifest: Manifest) -> list[str]:
     if manifest.network.max_response > HIGH_RESPONSE:
         warnings.append(f"network.max_response is {format_size(manifest.network.max_response)}")
     return warnings
+
+
+def _egress_rule_warnings(manifest: Manifest) -> list[str]:
+    """Egress rules that let a request use any method or any path of where they reach."""
+    if manifest.network is None:
+        return []
+    warnings = []
+    for rule in compile_rules(manifest.network.allow):
+        missing = _left_open(rule)
+        if missing:
+            warnings.append(
+                f"{rule.label}: any {' and any '.join(missing)}: a prompt-injected call may send any such "
+                f"request there; give the rule the {' and '.join(m + 's' for m in missing)} the tool uses, "
+                f'e.g. {{ host = "{rule.entry}", methods = ["GET"], paths = ["/v1/forecast"] }}'
+            )
+    return warnings
+
+
+def _left_open(rule: CompiledRule) -> list[str]:
+    """What a rule leaves to the guest: "method" (no `methods`), "path" (no `paths`, or `/**`)."""
+    wide = ["method"] if rule.methods is None else []
+    return wide + (["path"] if rule.path_pattern is None or "/**" in (rule.paths or ()) else [])
+
+
+def _secret_warnings(manifest: Manifest) -> list[str]:
+    """Secrets on rules wider than one host and port, or than some methods and paths."""
+    if manifest.network is None:
+        return []
+    warnings = []
+    for rule in compile_rules(manifest.network.allow):
+        if rule.secret is None:
+            continue
+        wide = []
+        if isinstance(rule.dest, AddressRule) and rule.dest.network.num_addresses > 1:
+            wide.append(f"{rule.dest.network.num_addresses:,} addresses")
+        if isinstance(rule.dest, AddressRule) and rule.dest.port is None:
+            wide.append("any port")
+        wide += [f"any {what}" for what in _left_open(rule)]
+        if wide:
+            warnings.append(
+                f"{rule.label}: its secret ({rule.secret.describe()}) goes with requests to {', '.join(wide)}: "
+                "narrow the rule to the host, port, methods and paths the credential is for"
+            )
+    return warnings
+
+
+def _writable_egress_warnings(manifest: Manifest) -> list[str]:
+    """A writable preopen together with egress: what is fetched can be written, and what the
+    tool can read or write can be sent."""
+    writable = [preopen.guest for preopen in manifest.preopens if preopen.writable]
+    if manifest.network is None or not writable:
+        return []
+    warning = (
+        f"preopen {', '.join(writable)}: writable, and the tool has egress (network.allow): injected "
+        "instructions could write what they fetch, or send out what they find; split the tool in two, "
+        "or make the preopen read-only"
+    )
+    return [warning]
 
 
 def _limit_warnings(manifest: Manifest) -> list[str]:

@@ -28,7 +28,8 @@ from pydantic import (
 from . import _command, _schema
 from ._backends.python import packages as _packages
 from ._capabilities import grants as _grants
-from ._capabilities.allowlist import FETCH, parse_rules
+from ._capabilities.allowlist import FETCH
+from ._capabilities.egress import HEADER_NAME, compile_rules, header_value_ok
 from ._capabilities.grants import overlapping_preopens
 from ._errors import ManifestError
 from ._files import read_regular_file
@@ -139,20 +140,77 @@ class Preopen(_Strict):
         return str(path)
 
 
-class Network(_Strict):
-    """Egress through the `http.fetch` host function (see `_capabilities/allowlist.py`, `fetch.py`)."""
+class EgressSecret(_Strict):
+    """A credential the host adds to each request of its rule, after the request leaves the
+    guest (see `_capabilities/egress.py`): the guest never holds it."""
 
-    allow: tuple[str, ...] = Field(
+    header: str = Field(
+        pattern=HEADER_NAME, description="The request header it is sent in, e.g. Authorization."
+    )
+    prefix: str = Field("", description='Sent before the value, e.g. "Bearer ".')
+    env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The host environment variable holding it, read at each request.",
+    )  # fmt: skip
+    sandbox: str | None = Field(
+        None, pattern=_NAME,
+        description="The name it is given under in Sandbox(secrets={name: value or callable}).",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EgressSecret:
+        if (self.env is None) == (self.sandbox is None):
+            raise ValueError("give the secret's source: `env` (a host environment variable) or `sandbox`")
+        if not header_value_ok(self.prefix):
+            raise ValueError("prefix: control characters cannot be sent in a header")
+        return self
+
+
+class EgressRule(_Strict):
+    """One `[network] allow` entry that says more than where it reaches; every limit left out
+    is no limit (a plain "host:port" string is a rule with none)."""
+
+    host: str = Field(
+        description="Where it reaches, as a plain entry: 'host:port', an address, '[v6]:port', a CIDR."
+    )
+    methods: tuple[str, ...] | None = Field(
+        None, strict=False, min_length=1, description='HTTP methods allowed, e.g. ["GET"].'
+    )
+    paths: tuple[str, ...] | None = Field(
+        None, strict=False, min_length=1,
+        description="Paths allowed: '*' is any run of characters within one segment, a last "
+        "segment '**' any rest, e.g. [\"/v1/forecast\", \"/repos/acme/*/issues/**\"].",
+    )  # fmt: skip
+    query: tuple[str, ...] | None = Field(
+        None, strict=False, description="Query parameter names allowed ([]: no query)."
+    )
+    headers: tuple[str, ...] | None = Field(
+        None, strict=False, description="Request headers the guest may set ([]: none)."
+    )
+    forbid_headers: tuple[str, ...] = Field(
+        (), strict=False, description="Request headers the guest may never set under this rule."
+    )
+    max_body: Size | None = Field(None, description="Cap on a request body.")
+    max_calls: int | None = Field(None, ge=1, description="Requests sent under this rule per call.")
+    secret: EgressSecret | None = Field(None, description="A credential the host adds to its requests.")
+
+
+class Network(_Strict):
+    """Egress through the `http.fetch` host function (see `_capabilities/allowlist.py`,
+    `egress.py`, `fetch.py`)."""
+
+    allow: tuple[str | EgressRule, ...] = Field(
         strict=False, min_length=1,
-        description="'host:port', an address with or without ':port', '[v6]:port', or a CIDR.",
+        description="Where requests may go: 'host:port', an address with or without ':port', "
+        "'[v6]:port', a CIDR, or a table with `host` and the limits of its requests.",
     )  # fmt: skip
     max_response: Size = Field(1024**2, description="Cap on a response body.")
     timeout: Duration = Field(5.0, description="Cap on one fetch, redirects included.")
 
     @field_validator("allow")
     @classmethod
-    def _allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        parse_rules(value)  # ValueError names the entry
+    def _allow(cls, value: tuple[str | EgressRule, ...]) -> tuple[str | EgressRule, ...]:
+        compile_rules(value)  # ValueError names the entry
         return value
 
 

@@ -33,7 +33,8 @@ from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
-from ._capabilities.fetch import Fetcher, Resolver
+from ._capabilities.egress import compile_rules
+from ._capabilities.fetch import Fetcher, Resolver, SecretValue
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
 from ._dispatch import CallFormat
@@ -113,6 +114,9 @@ class Sandbox:
     private folder in `scratch_dir` (default: the system's temporary directory). `audit` takes
     the sinks that get a record of every call: callables, `logging.Logger`s, `AuditLog`s.
     `resolver(host, port) -> [address, ...]` replaces the system resolver for `http.fetch`.
+    `secrets` are the credentials a manifest's `[network]` rules may attach to their requests
+    (`secret = {header = ..., sandbox = "name"}`), by name: each a string, or a callable
+    returning one, called at each request; no guest ever sees them.
     `allow_system_grants=True` lets manifests grant folders in `/proc` and `/sys` (kernel and
     process state, the host's environment among it), which are refused otherwise.
     Manifests' `packages` are installed by pip from PyPI, or from `package_index` (an index
@@ -133,6 +137,7 @@ class Sandbox:
         scratch_dir: str | os.PathLike[str] | None = None,
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
         resolver: Resolver | None = None,
+        secrets: Mapping[str, SecretValue] | None = None,
         allow_system_grants: bool = False,
         package_index: str | None = None,
         package_wheels: str | os.PathLike[str] | None = None,
@@ -141,6 +146,7 @@ class Sandbox:
         max_sessions: int = 8,
         session_limits: SessionLimits | None = None,
     ) -> None:
+        fetcher = Fetcher(resolver, _checked_secrets(secrets))  # (checked before anything is started)
         self._sessions = SessionTable(max_sessions)
         self._session_limits = session_limits if session_limits is not None else SessionLimits()
         self.settings = settings or EngineSettings()
@@ -159,8 +165,9 @@ class Sandbox:
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
         self._tools: dict[str, Tool] = {}
+        self._fetcher = fetcher
         self._host_functions: dict[str, HostFunction] = {  # built in:
-            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch),  # granted by [network]
+            FETCH: HostFunction(FETCH, self._fetcher.fetch),  # granted by [network]
             CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
         }
         self._lock = threading.Lock()
@@ -220,6 +227,7 @@ class Sandbox:
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
+        self._check_secrets(manifest)
         reservation = self._reserve(manifest, replacing=manifest.name if replace else None)
         try:  # compiled outside any lock: the reservation keeps overlapping grants out meanwhile
             if manifest.runtime == "python":
@@ -390,6 +398,18 @@ class Sandbox:
                 f"{manifest.name}: grants host function(s) {missing} that this Sandbox has not registered"
             )
 
+    def _check_secrets(self, manifest: Manifest) -> None:
+        """Every secret a `[network]` rule takes from the Sandbox must be given to it."""
+        if manifest.network is None:
+            return
+        for rule in compile_rules(manifest.network.allow):
+            name = rule.secret.sandbox if rule.secret is not None else None
+            if name is not None and name not in self._fetcher.secrets:
+                raise CapabilityError(
+                    f"{manifest.name}: {rule.label} takes secret {name!r}, which this Sandbox was not "
+                    f"given: Sandbox(secrets={{{name!r}: value or callable}})"
+                )
+
     # -- the CPython runtime --------------------------------------------------------------
 
     def _python_tool(self, manifest: Manifest) -> Tool:
@@ -558,6 +578,7 @@ class Sandbox:
         """A grant set as specs show it: read, its tools and host functions present here."""
         grants = Manifest.load(source)
         self._check_host_functions(grants)
+        self._check_secrets(grants)
         return grants
 
     def _python_grant_set(
@@ -588,6 +609,7 @@ class Sandbox:
                 f"{grants.python or 'standard'} runtime"
             )
         self._check_host_functions(grants)
+        self._check_secrets(grants)
         self._runtimes.install_packages(grants)
         key = grants.digest()
         if grants.preopens:  # under one lock, so two first uses of one writable set do not refuse each other
@@ -817,3 +839,15 @@ def _tool_source(manifest: Manifest, language: str, snippets: str) -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _checked_secrets(secrets: Mapping[str, SecretValue] | None) -> dict[str, SecretValue]:
+    """`Sandbox(secrets=...)`, checked: names as a manifest gives them, each a string or a callable."""
+    checked: dict[str, SecretValue] = {}
+    for name, value in (secrets or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+            raise ValueError(f"secrets: {name!r} is not a secret name (letters, digits, '_', '-')")
+        if not isinstance(value, str) and not callable(value):
+            raise TypeError(f"secrets: {name!r} must be a string or a callable returning one")
+        checked[name] = value
+    return checked
