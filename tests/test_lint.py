@@ -19,7 +19,7 @@ def test_bundled_manifests_grant_only_what_they_use(
 ) -> None:
     paths = sorted(CAPABILITIES.glob("*.toml"))
     assert len(paths) >= 5
-    assert cli(["lint", *map(str, paths)]) == 0
+    assert cli(["lint", "--strict", *map(str, paths)]) == 0
     assert capsys.readouterr().out.count(": ok") == len(paths)
 
 
@@ -75,16 +75,20 @@ def test_writable_large_tree_is_warned(tmp_path: Path) -> None:
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "broad.toml"
     path.write_text(f'name = "b"\nmodule = "{manifest("echo")["module"]}"\n[limits]\nmemory = "2GiB"\n')
-    assert cli(["lint", str(path)]) == 1
+    assert cli(["lint", str(path)]) == 0  # warnings are advice ...
+    assert "warning: limits.memory" in capsys.readouterr().out
+    assert cli(["lint", "--strict", str(path)]) == 1  # ... that --strict makes fatal, for CI
     assert "warning: limits.memory" in capsys.readouterr().out
     path.write_text('name = "b"\nmodule = 5\n')
     assert cli(["lint", str(path)]) == 2
+    assert cli(["lint", "--strict", str(path)]) == 2
 
 
 def test_python_tool_granted_a_host_function_its_source_never_names(tmp_path: Path) -> None:
     source = tmp_path / "tool.py"
     source.write_text("def main():\n    return 1\n")
-    grants = {"name": "py", "runtime": "python", "source": str(source), "host_functions": ["kv.get"]}
+    grants = {"name": "py", "runtime": "python", "source": str(source), "host_functions": ["kv.get"],
+              "host_function_args": {"kv.get": {"key": {"type": "string"}}}}  # fmt: skip
     assert lint(wasmbox.Manifest.load(grants)) == [
         "host function kv.get is granted but the source never names it"
     ]
