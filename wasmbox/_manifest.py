@@ -382,6 +382,7 @@ class Manifest(_Strict):
     entry: str = "main"
     # the validators of `host_function_args` and `tool_args`, by ("host" | "tool", name)
     _narrowed: dict[tuple[str, str], _schema.Validator] = PrivateAttr(default_factory=dict)
+    _narrowed_of: tuple[int, int] = PrivateAttr((0, 0))  # the ids of the tables `_narrowed` is of
     host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field((), strict=False)
     host_function_args: ArgConstraints = Field(
         default_factory=dict,
@@ -606,20 +607,23 @@ class Manifest(_Strict):
                 if name not in granted:
                     owner = "host_function_args" if field == "host_functions" else "tool_args"
                     raise ValueError(f"{owner}: {name!r} is not in `{field}`: grant it there too")
+        self._build_narrowed()
+
+    def _build_narrowed(self) -> None:
+        tables = {"host": self.host_function_args, "tool": self.tool_args}
         self._narrowed = {
-            **{("host", n): _schema.compile(constraint_schema(a)) for n, a in self.host_function_args.items()},
-            **{("tool", n): _schema.compile(constraint_schema(a)) for n, a in self.tool_args.items()},
+            (kind, name): _schema.compile(constraint_schema(args))
+            for kind, table in tables.items()
+            for name, args in table.items()
         }
+        self._narrowed_of = (id(self.host_function_args), id(self.tool_args))
 
     def narrowed(self, kind: Literal["host", "tool"], name: str) -> _schema.Validator | None:
         """The check of the args this manifest lets its guest pass host function (`kind`
         "host") or tool ("tool") `name`; None when that grant is not narrowed."""
-        found = self._narrowed.get((kind, name))
-        if found is None:  # (a Manifest made without validation: built now, never skipped)
-            args = (self.host_function_args if kind == "host" else self.tool_args).get(name)
-            if args is not None:
-                found = _schema.compile(constraint_schema(args))
-        return found
+        if self._narrowed_of != (id(self.host_function_args), id(self.tool_args)):
+            self._build_narrowed()  # a copy with other tables (`model_copy(update=...)`), or unvalidated
+        return self._narrowed.get((kind, name))
 
     def _check_python_runtime(self, guests: list[str]) -> None:
         if self.runtime != "python":
