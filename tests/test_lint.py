@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,74 @@ def test_packages_pinned_without_a_hash_are_warned(tmp_path: Path) -> None:
     assert [w for w in bare if "pinned by version only" in w] == [expected]
     hashed = lint(wasmbox.Manifest.load({**python, "packages": ["idna==3.10 --hash=sha256:" + "a" * 64]}))
     assert not [w for w in hashed if "pinned by version" in w]
+
+
+def test_grants_for_any_arguments_are_warned_with_what_to_narrow() -> None:
+    grants = {"name": "g", "runtime": "python", "host_functions": ["kv.get", "kv.put"], "tools": ["t"]}
+    hint = "(a JSON Schema per argument: a pattern, enum, const or maximum)"
+    assert lint(wasmbox.Manifest.load(grants)) == [
+        f'host function kv.get is granted for any arguments: narrow what this tool may pass it in [host_function_args."kv.get"] {hint}',
+        f'host function kv.put is granted for any arguments: narrow what this tool may pass it in [host_function_args."kv.put"] {hint}',
+        "tool t is granted to the code for any args its own schema accepts: narrow what the code may pass it in [tool_args.t] (a JSON Schema per argument)",
+    ]  # fmt: skip
+    narrowed = {**grants, "host_function_args": {"kv.get": {"key": {"const": "a"}}, "kv.put": {}},
+                "tool_args": {"t": {"x": {"type": "integer"}}}}  # fmt: skip
+    assert lint(wasmbox.Manifest.load(narrowed)) == []
+
+
+def test_a_writable_grant_beside_egress_is_warned(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    preopens = [{"host": str(folder), "guest": "/notes", "writable": True}]
+    fetching = {"host_functions": ["http.fetch"], "network": {"allow": ["93.184.216.34:443"]}}
+    warnings = lint(wasmbox.Manifest.load(manifest("echo", preopens=preopens, **fetching)))
+    assert any(w.startswith("preopen /notes is writable and the tool can send data out (http.fetch)") and
+               "make the preopen read-only" in w for w in warnings), warnings  # fmt: skip
+    preopens[0]["writable"] = False
+    assert not any(
+        "send data out" in w
+        for w in lint(wasmbox.Manifest.load(manifest("echo", preopens=preopens, **fetching)))
+    )
+    preopens[0]["writable"] = True
+    assert not any(
+        "send data out" in w for w in lint(wasmbox.Manifest.load(manifest("echo", preopens=preopens)))
+    )
+
+
+EXAMPLES = [{"text": "hello"}, {"text": "a longer example"}]
+
+
+def test_raised_limits_far_above_what_the_examples_use_are_warned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """echo.wat's examples use a few thousand units of fuel, no host call and one page: limits
+    raised to a billion, 5,000 host calls and 512 MiB are each far above that (fuel and memory
+    do not depend on the machine's speed, so neither does this test)."""
+    limits = {"fuel": 10**9, "host_calls": 5000, "memory": "512MiB"}
+    grants = wasmbox.Manifest.load(manifest("echo", examples=EXAMPLES, limits=limits))
+    warnings = lint(grants)
+    for name in ("fuel", "host_calls", "memory"):
+        assert any(w.startswith(f"limits.{name} is ") and "the manifest's examples use at most" in w
+                   and "lower it toward" in w for w in warnings), (name, warnings)  # fmt: skip
+    assert not any("examples use" in w for w in lint(grants, run_examples=False))
+    # not raised (the defaults), or nothing to compare with: nothing run, nothing said
+    assert lint(wasmbox.Manifest.load(manifest("echo", examples=EXAMPLES))) == []
+    assert lint(wasmbox.Manifest.load(manifest("echo", limits={"fuel": 10**9}))) == []
+    path = tmp_path / "raised.json"
+    path.write_text(json.dumps(manifest("echo", examples=EXAMPLES, limits=limits)))
+    assert cli(["lint", "--no-examples", "--strict", str(path)]) == 0
+    assert cli(["lint", "--strict", str(path)]) == 1
+    assert (
+        "warning: limits.fuel is 1,000,000,000 but the manifest's examples use at most"
+        in capsys.readouterr().out
+    )
+
+
+def test_an_example_that_fails_under_its_limits_is_warned() -> None:
+    limits = {"fuel": 10**9, "output": "100KiB"}
+    failing = manifest("forward_loop", host_functions=["host.fn"], examples=[{}], limits=limits)
+    # host.fn is the application's: lint's Sandbox has none, so the tool is not run
+    assert not any("examples" in w for w in lint(wasmbox.Manifest.load(failing)))
+    big = manifest("echo", examples=[{"text": "x" * 200}], limits={"fuel": 10**9, "output": 100})
+    warnings = lint(wasmbox.Manifest.load(big))
+    assert any(w.startswith("examples[0] fails (output_limit:") for w in warnings), warnings

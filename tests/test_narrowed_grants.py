@@ -30,7 +30,11 @@ def test_toml_narrows_a_host_function(box: wasmbox.Sandbox, tmp_path: Path) -> N
     path.write_text(TOML.format(module=wat("forward")))
     box.register_host_function("host.fn", lambda key, limit: [key, limit])
     tool = box.load(path)
-    assert tool.manifest.host_function_args["host.fn"]["limit"] == {"type": "integer", "minimum": 1, "maximum": 10}
+    assert tool.manifest.host_function_args["host.fn"]["limit"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 10,
+    }
     assert tool.call({"key": "public/a", "limit": 3}).unwrap() == ["public/a", 3]
     refused = tool.call({"key": "public/a", "limit": 30})
     assert refused.error is not None and refused.error.kind is wasmbox.ErrorKind.CAPABILITY_DENIED

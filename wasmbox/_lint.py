@@ -277,7 +277,6 @@ def _unused_grant_warnings(manifest: Manifest) -> list[str]:
     return []
 
 
-
 def _unnarrowed_host_function_warnings(manifest: Manifest) -> list[str]:
     """Host functions granted for any arguments (`http.fetch` is narrowed by `[network]`, the
     tools' host function by `tool_args`)."""

@@ -37,7 +37,11 @@ TRICKS = [
     ("fraction-for-integer", {"key": "public/a", "limit": 1.5}, "args.limit: expected integer, got number"),
     ("over-the-maximum", {"key": "public/a", "limit": 1000}, "args.limit: must be <= 10"),
     ("extra-key", {"key": "public/a", "limit": 1, "admin": True}, "args: unexpected property 'admin'"),
-    ("dunder-key", {"key": "public/a", "limit": 1, "__class__": "x"}, "args: unexpected property '__class__'"),
+    (
+        "dunder-key",
+        {"key": "public/a", "limit": 1, "__class__": "x"},
+        "args: unexpected property '__class__'",
+    ),
     # the function's own default (limit=100) would stand in for a value the grant refuses
     ("default-stands-in", {"key": "public/a"}, "args: missing required property 'limit'"),
     ("cyrillic-look-alike", {"key": "\u0440ublic/a", "limit": 1}, "args.key: does not match"),
@@ -265,6 +269,9 @@ def test_a_narrowed_grant_is_the_callers_not_the_tools(box: wasmbox.Sandbox) -> 
     narrow = {"name": "narrow", "runtime": "python", "tools": ["store"], "tool_args": TOOL_NARROW}
     wide = {"name": "wide", "runtime": "python", "tools": ["store"]}
     assert box.run_python("tools.store(key='secret/x', limit=1)", narrow).error is not None
-    assert box.run_python("tools.store(key='secret/x', limit=1)", wide).value == {"key": "secret/x", "limit": 1}
+    assert box.run_python("tools.store(key='secret/x', limit=1)", wide).value == {
+        "key": "secret/x",
+        "limit": 1,
+    }
     assert box.tools["store"].call({"key": "other", "limit": 50}).ok
     assert received == [("secret/x", 1), ("other", 50)]
