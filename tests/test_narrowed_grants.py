@@ -71,14 +71,14 @@ def test_a_bad_narrowing_is_refused_at_load_naming_the_function(fields: dict[str
 def test_typed_schemas_and_consts_need_no_more() -> None:
     narrowed = {"kv.get": {"key": {"enum": ["a", "b"]}, "n": {"const": 3}, "x": True,
                            "q": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}}}  # fmt: skip
-    check = Manifest.load(grants(host_function_args=narrowed)).narrowed("host", "kv.get")
+    check = Manifest.load(grants(host_function_args=narrowed))._narrowing("host", "kv.get")
     assert check is not None
     assert check.problem({"key": "a", "n": 3, "x": [1], "q": None}) is None
     assert check.problem({"key": "c", "n": 3, "x": 1, "q": None}) == 'args.key: must be one of ["a", "b"]'
 
 
 def test_an_empty_narrowing_allows_no_arguments() -> None:
-    check = Manifest.load(grants(host_function_args={"kv.get": {}})).narrowed("host", "kv.get")
+    check = Manifest.load(grants(host_function_args={"kv.get": {}}))._narrowing("host", "kv.get")
     assert check is not None and check.problem({}) is None
     assert check.problem({"key": "a"}) == "args: unexpected property 'key'"
 
@@ -86,17 +86,17 @@ def test_an_empty_narrowing_allows_no_arguments() -> None:
 def test_narrowing_is_part_of_the_grant_sets_identity() -> None:
     plain = Manifest.load(grants())
     narrow = Manifest.load(grants(host_function_args={"kv.get": {"key": {"const": "a"}}}))
-    assert plain.narrowed("host", "kv.get") is None
+    assert plain._narrowing("host", "kv.get") is None
     assert plain.digest() != narrow.digest()  # run_python's grant sets and sessions are keyed by it
     travelled = Manifest.load(narrow.model_dump(mode="json"))  # as a Ray actor gets it
     assert travelled.digest() == narrow.digest()
-    check = travelled.narrowed("host", "kv.get")
+    check = travelled._narrowing("host", "kv.get")
     assert check is not None and check.problem({"key": "b"}) == 'args.key: must be "a"'
 
 
 def test_a_copy_with_other_narrowing_checks_its_own() -> None:
     narrow = Manifest.load(grants(host_function_args={"kv.get": {"key": {"const": "a"}}}))
     other = narrow.model_copy(update={"host_function_args": {"kv.get": {"key": {"const": "b"}}}})
-    first, second = narrow.narrowed("host", "kv.get"), other.narrowed("host", "kv.get")
+    first, second = narrow._narrowing("host", "kv.get"), other._narrowing("host", "kv.get")
     assert first is not None and second is not None
     assert first.problem({"key": "a"}) is None and second.problem({"key": "a"}) == 'args.key: must be "b"'

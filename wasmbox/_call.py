@@ -213,7 +213,7 @@ def serve_host_call(
         else:
             outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
             try:
-                reply = _invoke(function, request, state.manifest.narrowed("host", function.name))
+                reply = _invoke(function, request, state.manifest._narrowing("host", function.name))
             finally:
                 _local.ceiling = outer
             if time.perf_counter() > state.deadline:

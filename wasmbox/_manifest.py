@@ -135,6 +135,26 @@ def _untyped_keyword(schema: Mapping[str, Any] | bool) -> tuple[str, str] | None
     return None
 
 
+class _Narrowed:
+    """The validators of a manifest's `host_function_args` and `tool_args` (by "host" or "tool"
+    and name), built once, with the tables they were built from. A cache: never part of a
+    manifest's equality."""
+
+    def __init__(self, host: ArgConstraints | None, tool: ArgConstraints | None) -> None:
+        self.host, self.tool = host, tool
+        tables = {"host": host or {}, "tool": tool or {}}
+        self.checks = {
+            (kind, name): _schema.compile(constraint_schema(args))
+            for kind, table in tables.items()
+            for name, args in table.items()
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Narrowed)
+
+    __hash__ = object.__hash__
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -381,8 +401,7 @@ class Manifest(_Strict):
     )  # fmt: skip
     entry: str = "main"
     # the validators of `host_function_args` and `tool_args`, by ("host" | "tool", name)
-    _narrowed: dict[tuple[str, str], _schema.Validator] = PrivateAttr(default_factory=dict)
-    _narrowed_of: tuple[int, int] = PrivateAttr((0, 0))  # the ids of the tables `_narrowed` is of
+    _narrowed: _Narrowed = PrivateAttr(default_factory=lambda: _Narrowed(None, None))
     host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field((), strict=False)
     host_function_args: ArgConstraints = Field(
         default_factory=dict,
@@ -609,21 +628,19 @@ class Manifest(_Strict):
                     raise ValueError(f"{owner}: {name!r} is not in `{field}`: grant it there too")
         self._build_narrowed()
 
-    def _build_narrowed(self) -> None:
-        tables = {"host": self.host_function_args, "tool": self.tool_args}
-        self._narrowed = {
-            (kind, name): _schema.compile(constraint_schema(args))
-            for kind, table in tables.items()
-            for name, args in table.items()
-        }
-        self._narrowed_of = (id(self.host_function_args), id(self.tool_args))
-
-    def narrowed(self, kind: Literal["host", "tool"], name: str) -> _schema.Validator | None:
+    def _narrowing(self, kind: Literal["host", "tool"], name: str) -> _schema.Validator | None:
         """The check of the args this manifest lets its guest pass host function (`kind`
         "host") or tool ("tool") `name`; None when that grant is not narrowed."""
-        if self._narrowed_of != (id(self.host_function_args), id(self.tool_args)):
-            self._build_narrowed()  # a copy with other tables (`model_copy(update=...)`), or unvalidated
-        return self._narrowed.get((kind, name))
+        cache = self._narrowed
+        if cache.host is not self.host_function_args or cache.tool is not self.tool_args:
+            cache = (
+                self._build_narrowed()
+            )  # a copy with other tables (`model_copy(update=...)`), or unvalidated
+        return cache.checks.get((kind, name))
+
+    def _build_narrowed(self) -> _Narrowed:
+        self._narrowed = _Narrowed(self.host_function_args, self.tool_args)
+        return self._narrowed
 
     def _check_python_runtime(self, guests: list[str]) -> None:
         if self.runtime != "python":

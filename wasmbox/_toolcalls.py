@@ -42,7 +42,7 @@ class ToolCaller:
             raise CapabilityDeniedError(
                 f"tool {name[:64]!r} is not granted to this code: add it to the manifest's tools"
             )
-        narrowed = manifest.narrowed("tool", name)
+        narrowed = manifest._narrowing("tool", name)
         problem = narrowed.problem(dict(args or {})) if narrowed is not None else None
         if problem is not None:
             raise CapabilityDeniedError(
