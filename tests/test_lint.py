@@ -189,21 +189,22 @@ EXAMPLES = [{"text": "hello"}, {"text": "a longer example"}]
 
 
 def test_raised_limits_far_above_what_the_examples_use_are_warned(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """echo.wat's examples use a few thousand units of fuel, no host call and one page: limits
     raised to a billion, 5,000 host calls and 512 MiB are each far above that (fuel and memory
     do not depend on the machine's speed, so neither does this test)."""
     limits = {"fuel": 10**9, "host_calls": 5000, "memory": "512MiB"}
     grants = wasmbox.Manifest.load(manifest("echo", examples=EXAMPLES, limits=limits))
-    warnings = lint(grants)
+    warnings = lint(grants, cache_dir=cache_dir)
     for name in ("fuel", "host_calls", "memory"):
         assert any(w.startswith(f"limits.{name} is ") and "the manifest's examples use at most" in w
                    and "lower it toward" in w for w in warnings), (name, warnings)  # fmt: skip
     assert not any("examples use" in w for w in lint(grants, run_examples=False))
     # not raised (the defaults), or nothing to compare with: nothing run, nothing said
-    assert lint(wasmbox.Manifest.load(manifest("echo", examples=EXAMPLES))) == []
-    assert lint(wasmbox.Manifest.load(manifest("echo", limits={"fuel": 10**9}))) == []
+    assert lint(wasmbox.Manifest.load(manifest("echo", examples=EXAMPLES)), cache_dir=cache_dir) == []
+    assert lint(wasmbox.Manifest.load(manifest("echo", limits={"fuel": 10**9})), cache_dir=cache_dir) == []
+    monkeypatch.setenv("WASMBOX_CACHE_DIR", str(cache_dir))  # the CLI's Sandbox: the default cache
     path = tmp_path / "raised.json"
     path.write_text(json.dumps(manifest("echo", examples=EXAMPLES, limits=limits)))
     assert cli(["lint", "--no-examples", "--strict", str(path)]) == 0
@@ -214,11 +215,11 @@ def test_raised_limits_far_above_what_the_examples_use_are_warned(
     )
 
 
-def test_an_example_that_fails_under_its_limits_is_warned() -> None:
+def test_an_example_that_fails_under_its_limits_is_warned(cache_dir: Path) -> None:
     limits = {"fuel": 10**9, "output": "100KiB"}
     failing = manifest("forward_loop", host_functions=["host.fn"], examples=[{}], limits=limits)
     # host.fn is the application's: lint's Sandbox has none, so the tool is not run
-    assert not any("examples" in w for w in lint(wasmbox.Manifest.load(failing)))
+    assert not any("examples" in w for w in lint(wasmbox.Manifest.load(failing), cache_dir=cache_dir))
     big = manifest("echo", examples=[{"text": "x" * 200}], limits={"fuel": 10**9, "output": 100})
-    warnings = lint(wasmbox.Manifest.load(big))
+    warnings = lint(wasmbox.Manifest.load(big), cache_dir=cache_dir)
     assert any(w.startswith("examples[0] fails (output_limit:") for w in warnings), warnings

@@ -45,13 +45,14 @@ EXAMPLE_FACTOR = {"fuel": 100, "memory": 16, "timeout": 100, "output": 100, "hos
 _USED_FLOOR = {"fuel": 1, "memory": 64 * 1024, "timeout": 0.01, "output": 1024, "host_calls": 1}
 
 
-def lint(manifest: Manifest, *, run_examples: bool = True) -> list[str]:
+def lint(manifest: Manifest, *, run_examples: bool = True, cache_dir: Path | None = None) -> list[str]:
     """The warnings for `manifest`, each a sentence saying what to narrow; empty when nothing
     stands out. With `run_examples`, a manifest that raises a limit above its default and has
-    `examples` has each run once in a fresh Sandbox (with wasmbox's own host functions only: a
-    tool granted others is not run) to compare the limit with what they used."""
+    `examples` has each run once in a fresh Sandbox (on `cache_dir`, else the default cache;
+    with wasmbox's own host functions only: a tool granted others is not run) to compare the
+    limit with what they used."""
     warnings = [warning for check in CHECKS for warning in check(manifest)]
-    return warnings + (_example_warnings(manifest) if run_examples else [])
+    return warnings + (_example_warnings(manifest, cache_dir) if run_examples else [])
 
 
 def _memory_warnings(manifest: Manifest) -> list[str]:
@@ -327,14 +328,14 @@ def _raised_limits(manifest: Manifest) -> dict[str, float]:
     return raised
 
 
-def _example_warnings(manifest: Manifest) -> list[str]:
+def _example_warnings(manifest: Manifest, cache_dir: Path | None) -> list[str]:
     """Raised limits more than `EXAMPLE_FACTOR` times what the manifest's examples use, and
     examples that fail; nothing when there are no examples, no raised limit, or the tool cannot
     be loaded here."""
     raised = _raised_limits(manifest)
     if not manifest.examples or not raised:
         return []
-    results = _run_examples(manifest)
+    results = _run_examples(manifest, cache_dir)
     if results is None:
         return []
     failed = [
@@ -368,12 +369,12 @@ def _example_warnings(manifest: Manifest) -> list[str]:
     return warnings
 
 
-def _run_examples(manifest: Manifest) -> list[CallResult] | None:
+def _run_examples(manifest: Manifest, cache_dir: Path | None) -> list[CallResult] | None:
     """Each example called once, in a fresh Sandbox; None when the tool cannot be loaded there
     (e.g. it is granted host functions only its application registers)."""
     from ._sandbox import Sandbox  # (lint's other checks need no engine)
 
-    with Sandbox() as box:
+    with Sandbox() if cache_dir is None else Sandbox(cache_dir=cache_dir) as box:
         try:
             tool = box.load(manifest)
         except WasmboxError:
