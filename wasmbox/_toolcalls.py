@@ -46,7 +46,7 @@ class ToolCaller:
         problem = narrowed.problem(dict(args or {})) if narrowed is not None else None
         if problem is not None:
             raise CapabilityDeniedError(
-                f"tool {name!r} refused: {problem} (outside what this code's tool_args allow it)"
+                f"tool {name!r} refused: {problem} (the manifest's [tool_args.{name}] narrows what may be passed)"
             )
         tool = self._lookup(name)
         if tool is None or "code" not in tool.manifest.callers:

@@ -66,8 +66,8 @@ class HostFunction:
             problem = narrowed.problem(args)
             if problem is not None:
                 refused = CapabilityDeniedError(
-                    f"host function {self.name!r} refused: {problem} (outside what this tool's "
-                    "host_function_args allow it)"
+                    f"host function {self.name!r} refused: {problem} (the manifest's "
+                    f'[host_function_args."{self.name}"] narrows what may be passed)'
                 )
                 return self._reply(start, request, "denied", refused.message, refused, refused.kind)
         try:
