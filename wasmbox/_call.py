@@ -25,6 +25,7 @@ from ._errors import ErrorKind, WasmboxError
 from ._manifest import Limits, Manifest, Preopen
 from ._outcome import Failure
 from ._results import CallError, CallResult, HostCallRecord, construct_result
+from ._schema import Validator
 from ._units import format_size
 from ._wasmtime import capi as _capi
 from ._wasmtime import store as _store
@@ -194,7 +195,8 @@ def serve_host_call(
     Nothing is served once the guest is being stopped or its deadline has passed; every
     call, refused ones included, counts against `limits.host_calls`; `problem` says why the
     request itself is malformed (`bad_request`, not run); `function` None means not granted
-    (`capability_denied`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
+    (`capability_denied`); args outside what the manifest's `host_function_args` narrowed the
+    grant to are `capability_denied` too (`HostFunction.invoke`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
     without running guest code again.
     """
     state = current()
@@ -218,7 +220,7 @@ def serve_host_call(
         else:
             outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
             try:
-                reply = _invoke(function, request)
+                reply = _invoke(function, request, state.manifest._narrowing("host", function.name))
             finally:
                 _local.ceiling = outer
             if time.perf_counter() > state.deadline:
@@ -233,12 +235,12 @@ def serve_host_call(
     return reply
 
 
-def _invoke(function: HostFunction, request: bytes) -> HostReply:
-    """`function.invoke(request)`, in a span of its own when telemetry is on."""
+def _invoke(function: HostFunction, request: bytes, narrowed: Validator | None) -> HostReply:
+    """`function.invoke(request, narrowed)`, in a span of its own when telemetry is on."""
     telemetry = _telemetry.active
     if telemetry is None:
-        return function.invoke(request)
-    return telemetry.host_call(function.name, partial(function.invoke, request), _record_of)
+        return function.invoke(request, narrowed)
+    return telemetry.host_call(function.name, partial(function.invoke, request, narrowed), _record_of)
 
 
 def _record_of(reply: HostReply) -> HostCallRecord:
