@@ -18,6 +18,7 @@ from ._errors import (
     GuestError,
     HostError,
     InvalidArgumentsError,
+    LimitsError,
     ManifestError,
     MemoryLimitError,
     OutOfFuelError,
@@ -36,6 +37,7 @@ from ._errors import (
 from ._inspect import ModuleImport, ModuleInfo, ToolKind
 from ._manifest import (
     Allocator,
+    CallLimits,
     Command,
     EgressRule,
     EgressSecret,
@@ -63,6 +65,7 @@ __all__ = [
     "Budget",
     "CacheStats",
     "CallError",
+    "CallLimits",
     "CallResult",
     "CapabilityDeniedError",
     "CapabilityError",
@@ -76,6 +79,7 @@ __all__ = [
     "HostError",
     "InvalidArgumentsError",
     "Limits",
+    "LimitsError",
     "Manifest",
     "ManifestError",
     "MemoryLimitError",
