@@ -25,6 +25,7 @@ from ._errors import ErrorKind, WasmboxError
 from ._manifest import Limits, Manifest, Preopen
 from ._outcome import Failure
 from ._results import CallError, CallResult, HostCallRecord, construct_result
+from ._schema import Validator
 from ._units import format_size
 from ._wasmtime import capi as _capi
 from ._wasmtime import store as _store
@@ -36,11 +37,17 @@ _local = threading.local()
 
 @dataclass(frozen=True)
 class CallInput:
-    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands."""
+    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands; the
+    limits it runs under, when not its manifest's."""
 
     args: Mapping[str, Any]
     argv: tuple[str, ...] = ()
     stdin: bytes = b""
+    limits: Limits | None = None  # the call's own, tighter than its manifest's (None: the manifest's)
+
+    def manifest(self, manifest: Manifest) -> Manifest:
+        """`manifest`, under this call's limits."""
+        return manifest if self.limits is None else manifest.model_copy(update={"limits": self.limits})
 
 
 @dataclass
@@ -57,6 +64,7 @@ class CallState:
     exports: Any = None  # what a host-call trampoline looked up once for this instance
     files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
     phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
+    requests: dict[int, int] = field(default_factory=dict)  # http.fetch requests sent per network rule
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
@@ -193,7 +201,8 @@ def serve_host_call(
     Nothing is served once the guest is being stopped or its deadline has passed; every
     call, refused ones included, counts against `limits.host_calls`; `problem` says why the
     request itself is malformed (`bad_request`, not run); `function` None means not granted
-    (`capability_denied`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
+    (`capability_denied`); args outside what the manifest's `host_function_args` narrowed the
+    grant to are `capability_denied` too (`HostFunction.invoke`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
     without running guest code again.
     """
     state = current()
@@ -217,7 +226,7 @@ def serve_host_call(
         else:
             outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
             try:
-                reply = _invoke(function, request)
+                reply = _invoke(function, request, state.manifest._narrowing("host", function.name))
             finally:
                 _local.ceiling = outer
             if time.perf_counter() > state.deadline:
@@ -232,12 +241,12 @@ def serve_host_call(
     return reply
 
 
-def _invoke(function: HostFunction, request: bytes) -> HostReply:
-    """`function.invoke(request)`, in a span of its own when telemetry is on."""
+def _invoke(function: HostFunction, request: bytes, narrowed: Validator | None) -> HostReply:
+    """`function.invoke(request, narrowed)`, in a span of its own when telemetry is on."""
     telemetry = _telemetry.active
     if telemetry is None:
-        return function.invoke(request)
-    return telemetry.host_call(function.name, partial(function.invoke, request), _record_of)
+        return function.invoke(request, narrowed)
+    return telemetry.host_call(function.name, partial(function.invoke, request, narrowed), _record_of)
 
 
 def _record_of(reply: HostReply) -> HostCallRecord:

@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome
+from ... import _abi, _call, _outcome, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -73,7 +73,7 @@ _EXPORTS = {
         "JS_FreeValue",
     )
 }  # fmt: skip
-_TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
+_TABLE = _capi.ExportName(_snapshot.TABLE_EXPORT)
 _INITIALIZE_ENVIRON = _capi.ExportName(build.INITIALIZE_ENVIRON_EXPORT)
 I32, I64 = "i32", "i64"
 
@@ -638,7 +638,7 @@ class JavaScriptSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, Request(call.args["code"]))
+        return self._runtime.call(call.manifest(self._grants), Request(call.args["code"]))
 
 
 class JavaScriptToolRunner:
@@ -662,4 +662,4 @@ class JavaScriptToolRunner:
                 self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
             )
         request = Request(self._source, self._filename, self._entry, args)
-        return self._runtime.call(self._manifest, request)
+        return self._runtime.call(call.manifest(self._manifest), request)
