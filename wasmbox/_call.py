@@ -62,7 +62,7 @@ class CallState:
     fuel_left_at_abort: int | None = None
     reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
     exports: Any = None  # what a host-call trampoline looked up once for this instance
-    files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
+    files: Any = None  # the guest's open-file count and WASI forwarder (`_capabilities.wasi_files.OpenFiles`)
     phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
     requests: dict[int, int] = field(default_factory=dict)  # http.fetch requests sent per network rule
 
