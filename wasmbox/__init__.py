@@ -5,6 +5,7 @@ tool = box.load("capabilities/word_count.toml")
 tool.call({"text": "a b c"}).unwrap()
 """
 
+from ._admission import AdmissionLimits, AdmissionStats
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._backends.python.build import RuntimeBuildError
 from ._backends.python.session import Session, SessionLimits
@@ -23,6 +24,7 @@ from ._errors import (
     OutOfFuelError,
     OutputLimitError,
     OverBudgetError,
+    OverloadedError,
     SessionEndedError,
     SessionError,
     StrictSchemaError,
@@ -54,6 +56,8 @@ from ._wasmtime.engine import EngineSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdmissionLimits",
+    "AdmissionStats",
     "Allocator",
     "AuditLog",
     "AuditRecord",
@@ -82,6 +86,7 @@ __all__ = [
     "OutputFile",
     "OutputLimitError",
     "OverBudgetError",
+    "OverloadedError",
     "Preopen",
     "Reactor",
     "ReactorParam",

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import _outcome, _schema, _telemetry
+from ._admission import Gate
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
@@ -72,6 +73,7 @@ class Tool:
         args_schema: dict[str, Any] | None = None,
         docstring: str = "",
         counts: CallCounts | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """ManifestError when the manifest's `examples` break the args schema, or it gives a WASI
         command an `output_schema` (a command's value is its exit code)."""
@@ -93,6 +95,7 @@ class Tool:
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._counts = counts
+        self._gate = gate  # the Sandbox's admission control
         self._executor = executor
         self._auditor = auditor
         command = manifest.command
@@ -161,7 +164,7 @@ class Tool:
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
         tools take `argv` (appended to the manifest's `args`) and `stdin` instead. With
         `budget`, the call starts only if the budget admits it (else `over_budget`), and is
-        charged to it.
+        charged to it. A call the Sandbox's admission control refuses is `overloaded`.
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
@@ -186,9 +189,14 @@ class Tool:
         return result
 
     def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
-        if budget is None:
-            return self._call(args, argv, stdin)
-        return budget.run(self.name, partial(self._call, args, argv, stdin))
+        """The call if the Sandbox admits it (first: its bound protects the host) and then its
+        budget does."""
+        call = partial(self._call, args, argv, stdin)
+        if budget is not None:
+            call = partial(budget.run, self.name, call)
+        if self._gate is None:
+            return call()
+        return self._gate.run(self.name, call)
 
     def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
         start = time.perf_counter()
@@ -226,12 +234,14 @@ class Tool:
         stdin: bytes | str = b"",
         budget: Budget | None = None,
     ) -> CallResult:
-        """`call` on the Sandbox's worker threads, so the event loop keeps running."""
+        """`call` on the Sandbox's worker threads, so the event loop keeps running; admitted (or
+        refused as `overloaded`) before it is queued for them."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
-        loop = asyncio.get_running_loop()
         work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget))
-        return await loop.run_in_executor(self._executor, work)
+        if self._gate is not None:
+            return await self._gate.offload(self._executor, work)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):

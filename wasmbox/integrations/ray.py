@@ -55,6 +55,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.ray needs Ray: pip install 'wasmbox[ray]'") from exc
 
+from .._admission import Gate
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
 from .._capabilities.hostfuncs import HostFunction
 from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
@@ -508,6 +509,7 @@ class RaySandboxPool:
         self._closed = False
         self._slots = [_Slot(index) for index in range(actors)]
         self._tools: dict[str, RemoteTool] = {}
+        self._gate = Gate(None)  # dispatch's admission: the actors' Sandboxes admit their calls
         # dispatch's worker threads: each waits on one call in the pool
         self._executor = ThreadPoolExecutor(
             max_workers=actors * self._threads, thread_name_prefix="wasmbox-ray"

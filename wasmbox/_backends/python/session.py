@@ -35,6 +35,7 @@ import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ... import _call, _outcome, _telemetry
+from ..._admission import Gate
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
@@ -83,6 +84,7 @@ class Session:
         limits: SessionLimits,
         auditor: Auditor,
         executor: Executor,
+        gate: Gate,
     ) -> None:
         self.id = secrets.token_hex(8)
         self.name = name if name is not None else self.id
@@ -93,6 +95,7 @@ class Session:
         self._manifest = manifest
         self._auditor = auditor
         self._executor = executor
+        self._gate = gate  # the Sandbox's admission control
         self._lock = threading.RLock()
         self._running = False
         self._calls = 0
@@ -138,10 +141,14 @@ class Session:
     def run(self, code: str, *, budget: Budget | None = None) -> CallResult:
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
-        run (else `over_budget`, and the session stays as it was). Raises `SessionEndedError`
-        when the session has ended (or ends now: idle, too old, a total spent)."""
+        run (else `over_budget`, and the session stays as it was; so too when the Sandbox's
+        admission control refuses it, `overloaded`). Raises `SessionEndedError` when the
+        session has ended (or ends now: idle, too old, a total spent)."""
+        return self._gate.run(self._manifest.name, partial(self._admitted, code, budget))
+
+    def _admitted(self, code: str, budget: Budget | None) -> CallResult:
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self.run, code))
+            return budget.run(self._manifest.name, partial(self._admitted, code, None))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -168,10 +175,8 @@ class Session:
         return result
 
     async def arun(self, code: str, *, budget: Budget | None = None) -> CallResult:
-        """`run` on the Sandbox's worker threads."""
-        import asyncio  # lazily, as in Tool.acall
-
-        return await asyncio.get_running_loop().run_in_executor(
+        """`run` on the Sandbox's worker threads, admitted before it is queued for them."""
+        return await self._gate.offload(
             self._executor, _telemetry.carried(partial(self.run, code, budget=budget))
         )
 
