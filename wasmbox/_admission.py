@@ -49,15 +49,13 @@ class AdmissionLimits:
         ):
             raise ValueError(f"AdmissionLimits in_flight must be an int >= 1 or None, got {self.in_flight!r}")
         if self.resident is not None:
+            expected = f"AdmissionLimits resident must be a size in bytes (an int or e.g. '6GiB') or None, got {self.resident!r}"
             try:
                 size = parse_size(self.resident)
-            except (TypeError, ValueError):
-                size = None
+            except ValueError as exc:
+                raise ValueError(f"{expected}: {exc}") from None
             if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-                raise ValueError(
-                    f"AdmissionLimits resident must be a size in bytes (an int or e.g. '6GiB') or None, "
-                    f"got {self.resident!r}"
-                )
+                raise ValueError(expected)
             if not os.path.exists(_STATM):
                 raise ValueError(f"AdmissionLimits resident needs {_STATM} (Linux) to read the resident set")
             object.__setattr__(self, "resident", size)
