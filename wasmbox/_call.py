@@ -255,6 +255,7 @@ def new_store(
         engine, limits.memory, table_elements=table_elements, instances=instances, tables=tables,
         memories=memories,
     )  # fmt: skip
+    ticker.opened(store)
     renew(store, limits, ticker)
     return store
 

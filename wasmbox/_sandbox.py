@@ -214,6 +214,7 @@ class Sandbox:
             self._packages_root, index_url=package_index,
             wheels=Path(package_wheels) if package_wheels is not None else None,
         )  # fmt: skip
+        _telemetry.observe(self)  # its stats() read by the metrics' gauges, while it is open
 
     # -- host functions -------------------------------------------------------------------
 
@@ -976,12 +977,14 @@ class Sandbox:
     def stats(self) -> SandboxStats:
         """A snapshot for a server's health endpoint: tools loaded, calls finished (tool calls,
         run_python and run_javascript; not session runs) and their errors by kind, calls in
-        flight, live sessions, what the compile cache did."""
+        flight, live sessions, what the compile cache did, admission control's counts, stores
+        open and spare instances ready (`SandboxStats`)."""
         calls, errors = self._counts.snapshot()
         return SandboxStats(
             tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
             sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
-            admission=self._gate.stats(),
+            admission=self._gate.stats(), stores=self._ticker.stores,
+            spares=self._python.spares if self._python is not None else 0,
         )  # fmt: skip
 
     def close(self, timeout: float | None = None) -> None:
@@ -994,6 +997,7 @@ class Sandbox:
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         with self._python_lock, self._lock:
             self._closed = True
+        _telemetry.forget(self)
         self._sessions.close()
         if timeout is None:
             idle = self._ticker.close()

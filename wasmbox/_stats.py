@@ -34,7 +34,10 @@ class CallCounts:
 class SandboxStats:
     """`Sandbox.stats()`: tools loaded, calls finished and their errors by kind, calls running
     (`in_flight`: guests running now, tools code calls among them), live sessions, the compile
-    cache's counters, and admission control's counts (None without `AdmissionLimits`)."""
+    cache's counters, admission control's counts (None without `AdmissionLimits`), and the
+    instance pool: `stores` open (each call's, spare's and session's, every runtime's; each
+    holds instance and memory slots of its engine's pool, `EngineSettings.pool_slots`) and
+    the Python runtime's `spares` ready."""
 
     tools: int
     calls: int
@@ -43,3 +46,5 @@ class SandboxStats:
     sessions: int
     cache: CacheStats
     admission: AdmissionStats | None = None
+    stores: int = 0
+    spares: int = 0

@@ -192,6 +192,11 @@ class PythonRuntimeRunner:
             if prepared.scratch is not None:
                 prepared.scratch.remove()
 
+    @property
+    def spares(self) -> int:
+        """Spare instances ready for a next call (one per recent grant set)."""
+        return self._spares.ready
+
     def instantiate(self, manifest: Manifest) -> _Prepared:
         """A store and instance for one call under `manifest`, not yet run (see `_Instances.make`)."""
         return self._instances.make(manifest)
@@ -404,6 +409,10 @@ class _Spares:
             while len(self._ready) > self.limit:
                 displaced.append(self._ready.pop(next(iter(self._ready))))
             return displaced
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
 
     def drain(self) -> list[_Prepared]:
         with self._lock:
