@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -238,8 +238,6 @@ def test_pool_state_is_in_stats_and_in_gauges(cache_dir: Path, recorded: Recorde
         ready = box.stats()
         assert ready.spares == 1 and ready.stores >= 1  # the spare's store
         assert _gauge(recorded, "wasmbox.pool.spares") >= 1
-    assert (
-        _gauge(recorded, "wasmbox.calls.in_flight") == before["wasmbox.calls.in_flight"]
 
 
 def test_an_overloaded_call_is_traced_and_counted(cache_dir: Path, recorded: Recorded) -> None:
