@@ -162,8 +162,11 @@ def test_dispatch_sessions_and_snippets_are_admitted(held_box: tuple[wasmbox.San
     with ThreadPoolExecutor(3) as pool:
         running = [pool.submit(box.call, "forward", {"x": i}) for i in range(3)]
         hold.entered(3)
-        replies = box.dispatch(calls, format="openai")
+        budget = wasmbox.Budget(calls=100)
+        replies = box.dispatch(calls, format="openai", budget=budget)
         assert [json.loads(r["content"])["error"]["kind"] for r in replies] == ["overloaded"] * 4
+        assert kind(box.call("echo", {}, budget=budget)) == "overloaded"
+        assert budget.used()["calls"] == 0  # refused before the budget: not charged
         replies = asyncio.run(box.adispatch(calls[:1], format="openai"))
         assert json.loads(replies[0]["content"])["error"]["kind"] == "overloaded"
         assert kind(box.run_python("1")) == "overloaded"
@@ -175,7 +178,7 @@ def test_dispatch_sessions_and_snippets_are_admitted(held_box: tuple[wasmbox.San
         assert [f.result().value for f in running] == [0, 1, 2]
     replies = box.dispatch(calls, format="openai")
     assert [json.loads(r["content"]) for r in replies] == [{}] * 4
-    assert box.stats().admission.refused["in_flight"] == 9  # type: ignore[union-attr]
+    assert box.stats().admission.refused["in_flight"] == 10  # type: ignore[union-attr]
 
 
 def test_a_tool_code_calls_is_part_of_its_callers_place(cache_dir: Path) -> None:

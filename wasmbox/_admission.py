@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from ._errors import ErrorKind
 from ._results import CallResult
-from ._units import parse_size
+from ._units import format_size, parse_size
 
 T = TypeVar("T")
 
@@ -161,7 +161,7 @@ class Gate:
                 return (
                     f"not run: the Sandbox is overloaded: the process's resident memory is "
                     f"{resident / 1024**2:,.0f} MiB, at or over its bound of "
-                    f"{self._resident_cap / 1024**2:,.0f} MiB (AdmissionLimits.resident); retry "
+                    f"{format_size(self._resident_cap)} (AdmissionLimits.resident); retry "
                     "when calls end, or elsewhere"
                 )
             self._in_flight += 1

@@ -81,10 +81,15 @@ def dispatch(
         # no thread hop for the common single call; and from inside a call (a host function),
         # one by one on this thread: waiting on the workers from one of them could deadlock
         for job in runnable:
-            job.result = _run(job, deadline, budget)
+            job.result = _run(job, deadline, budget, box._gate)
     elif runnable:
         futures = [
-            (job, box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget))))
+            (
+                job,
+                box._gate.submit(
+                    box._executor, _telemetry.carried(partial(_run, job, deadline, budget, box._gate))
+                ),
+            )
             for job in runnable
         ]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -120,7 +125,9 @@ async def adispatch(
         return [_reply(job, format, deadline_s) for job in jobs]
     tasks = [
         asyncio.wrap_future(
-            box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
+            box._gate.submit(
+                box._executor, _telemetry.carried(partial(_run, job, deadline, budget, box._gate))
+            )
         )
         for job in runnable
     ]
@@ -152,7 +159,7 @@ def call_one(
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
         return job.result
-    return _run(job, None, budget)
+    return _run(job, None, budget, box._gate)
 
 
 async def acall_one(
@@ -174,13 +181,14 @@ def _deadline(deadline_s: float | None) -> float | None:
     return time.monotonic() + deadline_s
 
 
-def _run(job: _Job, deadline: float | None, budget: Budget | None = None) -> CallResult:
-    """`job`'s call, unless the dispatch deadline has passed or `budget` does not admit it."""
+def _run(job: _Job, deadline: float | None, budget: Budget | None, gate: Gate) -> CallResult:
+    """`job`'s call, unless the dispatch deadline has passed, or the Sandbox's admission control
+    (first, so that a call it refuses is not charged to `budget`) or `budget` does not admit it."""
     if deadline is not None and time.monotonic() >= deadline:
         return _not_started(job)
     if budget is None:
-        return _started(job)
-    return budget.run(job.name, partial(_started, job))
+        return gate.run(job.name, partial(_started, job))
+    return gate.run(job.name, partial(budget.run, job.name, partial(_started, job)))
 
 
 def _started(job: _Job) -> CallResult:
