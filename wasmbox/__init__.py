@@ -47,6 +47,7 @@ from ._manifest import (
     Reactor,
     ReactorParam,
 )
+from ._replay import HostExchange, Recording, Replay, recording, replaying
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._stats import SandboxStats
@@ -74,6 +75,7 @@ __all__ = [
     "GuestError",
     "HostCallRecord",
     "HostError",
+    "HostExchange",
     "InvalidArgumentsError",
     "Limits",
     "Manifest",
@@ -90,6 +92,8 @@ __all__ = [
     "Preopen",
     "Reactor",
     "ReactorParam",
+    "Recording",
+    "Replay",
     "RuntimeBuildError",
     "Sandbox",
     "SandboxStats",
@@ -107,5 +111,7 @@ __all__ = [
     "UnknownToolError",
     "Verification",
     "WasmboxError",
+    "recording",
+    "replaying",
     "verify_audit_log",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 import wasmtime
 
-from . import _outcome, _phases, _telemetry
+from . import _outcome, _phases, _replay, _telemetry
 from ._capabilities import grants as _grants
 from ._capabilities.hostfuncs import HostFunction, HostReply, not_granted, refusal
 from ._errors import ErrorKind, WasmboxError
@@ -227,11 +227,13 @@ def serve_host_call(
 
 
 def _invoke(function: HostFunction, request: bytes) -> HostReply:
-    """`function.invoke(request)`, in a span of its own when telemetry is on."""
+    """`function.invoke(request)` (recorded or replayed while a `_replay` tape is open), in a
+    span of its own when telemetry is on."""
+    invoke = function.invoke if not _replay.open_tapes else partial(_replay.serve, function)
     telemetry = _telemetry.active
     if telemetry is None:
-        return function.invoke(request)
-    return telemetry.host_call(function.name, partial(function.invoke, request), _record_of)
+        return invoke(request)
+    return telemetry.host_call(function.name, partial(invoke, request), _record_of)
 
 
 def _record_of(reply: HostReply) -> HostCallRecord:

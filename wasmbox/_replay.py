@@ -1,0 +1,173 @@
+"""Record and replay of what calls received from host functions, for debugging and evaluations.
+
+`recording()` keeps, for the calls made on this thread while it is open, every host-function
+exchange: the function's name, its request's sha256, and the reply the guest got, in order
+(`http.fetch` and `wasmbox.call_tool` are host functions too: a tool called by code is kept
+as the reply its caller got, not run again). `redact(name, payload)` may change a reply before
+it is kept (the guest still gets the real one). `replaying(recording)` serves those replies
+back, in order, without running any host function: the same call then gets the same result
+offline. A host call that differs from the recorded one (another function, other arguments,
+one more) gets an error reply instead, and the replay's `divergence` says which call and how;
+recorded exchanges left unused at the end are a divergence too.
+
+Only the outermost call's exchanges are kept (those of a tool its code calls belong to that
+call's reply); off, a host call reads one module global (`open_tapes`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
+from ._errors import ErrorKind
+from ._results import HostCallRecord
+
+_local = threading.local()  # `tape`: the Recording or Replay open on this thread
+open_tapes = 0  # recordings and replays open in the process (off: a host call reads this)
+_count_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class HostExchange:
+    """One host call as a recording keeps it: the function, its request's sha256, the reply
+    the guest got (after `redact`), and the host's record of it."""
+
+    name: str
+    request_sha256: str
+    payload: bytes
+    record: HostCallRecord
+    failure: ErrorKind | None = None
+
+
+class Recording:
+    """The host exchanges of the calls made on one thread while `recording()` was open, in
+    order. `to_json()` / `Recording.from_json()` keep it as text (payloads in base64)."""
+
+    def __init__(self, redact: Callable[[str, bytes], bytes] | None = None) -> None:
+        self.exchanges: list[HostExchange] = []
+        self._redact = redact
+        self._depth = 0
+
+    def _serve(self, name: str, request: bytes, invoke: Callable[[], HostReply]) -> HostReply:
+        self._depth += 1  # (a tool its code calls runs for real, unrecorded)
+        try:
+            reply = invoke()
+        finally:
+            self._depth -= 1
+        payload = reply.payload if self._redact is None else self._redact(name, reply.payload)
+        if not isinstance(payload, bytes):
+            raise TypeError(f"redact must return bytes, got {type(payload).__name__}")
+        self.exchanges.append(HostExchange(name, _sha256(request), payload, reply.record, reply.failure))
+        return reply
+
+    def to_json(self) -> str:
+        return json.dumps([
+            {**dataclasses.asdict(e), "payload": base64.b64encode(e.payload).decode(),
+             "failure": e.failure.value if e.failure else None}
+            for e in self.exchanges
+        ])  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> Recording:
+        """ValueError (or KeyError, TypeError) for text `to_json` did not make."""
+        recording = cls()
+        for item in json.loads(text):
+            recording.exchanges.append(HostExchange(
+                item["name"], item["request_sha256"], base64.b64decode(item["payload"], validate=True),
+                HostCallRecord(**item["record"]), ErrorKind(item["failure"]) if item["failure"] else None,
+            ))  # fmt: skip
+        return recording
+
+
+class Replay:
+    """A recording served back (`replaying`); `divergence` says where the calls first asked
+    for something else (None: they asked for exactly what was recorded)."""
+
+    def __init__(self, recording: Recording) -> None:
+        self._exchanges = list(recording.exchanges)
+        self.position = 0  # exchanges served so far
+        self.divergence: str | None = None
+        self._depth = 0
+
+    def _serve(self, name: str, request: bytes, invoke: Callable[[], HostReply]) -> HostReply:
+        index = self.position
+        if self.divergence is None:
+            if index >= len(self._exchanges):
+                self.divergence = f"host call {index + 1}: {name} was called; the recording has {index}"
+            else:
+                expected = self._exchanges[index]
+                if expected.name != name:
+                    self.divergence = (
+                        f"host call {index + 1}: {name} was called; the recording has {expected.name}"
+                    )
+                elif expected.request_sha256 != _sha256(request):
+                    self.divergence = (
+                        f"host call {index + 1}: {name} was called with other arguments than recorded"
+                    )
+                else:
+                    self.position += 1
+                    return HostReply(expected.payload, expected.record, expected.failure)
+        return refusal(name, "error", f"replay diverged at {self.divergence}", len(request))
+
+    def _finish(self) -> None:
+        left = len(self._exchanges) - self.position
+        if self.divergence is None and left:
+            self.divergence = f"the calls ended with {left} recorded host call(s) not made"
+
+
+@contextmanager
+def recording(redact: Callable[[str, bytes], bytes] | None = None) -> Iterator[Recording]:
+    """Record the host exchanges of the calls made on this thread inside the block (see the
+    module). `redact(name, payload) -> payload` changes what is kept (not what the guest
+    gets). RuntimeError inside another recording or replay."""
+    tape = Recording(redact)
+    with _open(tape):
+        yield tape
+
+
+@contextmanager
+def replaying(recording: Recording) -> Iterator[Replay]:
+    """Serve `recording`'s replies to the calls made on this thread inside the block, no host
+    function run; afterwards `divergence` says where they asked for something else.
+    RuntimeError inside another recording or replay."""
+    tape = Replay(recording)
+    with _open(tape):
+        yield tape
+    tape._finish()
+
+
+@contextmanager
+def _open(tape: Recording | Replay) -> Iterator[None]:
+    global open_tapes
+    if getattr(_local, "tape", None) is not None:
+        raise RuntimeError("a recording or replay is already open on this thread")
+    _local.tape = tape
+    with _count_lock:
+        open_tapes += 1
+    try:
+        yield
+    finally:
+        _local.tape = None
+        with _count_lock:
+            open_tapes -= 1
+
+
+def serve(function: HostFunction, request: bytes) -> HostReply:
+    """`function.invoke(request)`, recorded by the recording open on this thread; or the
+    reply the replay open on it gives."""
+    tape: Any = getattr(_local, "tape", None)
+    if tape is None or tape._depth:
+        return function.invoke(request)
+    return tape._serve(function.name, request, partial(function.invoke, request))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
