@@ -109,6 +109,49 @@ def test_exact_under_concurrent_threads(cache_dir: Path) -> None:
     assert stats.errors.get("overloaded", 0) == kinds.count("overloaded")
 
 
+def test_exact_under_asyncio(cache_dir: Path) -> None:
+    """300 acalls gathered at once against a bound of 3: never more than 3 inside, and the
+    counts add up to what came back."""
+    hold = Hold()
+    hold.release.set()
+    with wasmbox.Sandbox(cache_dir=cache_dir, max_workers=4, admission=AdmissionLimits(in_flight=3)) as box:
+        box.register_host_function("host.fn", hold.call)
+        box.load({"name": "forward", "module": wat("forward"), "host_functions": ["host.fn"]})
+
+        async def run() -> list[str]:
+            results = await asyncio.gather(*(box.acall("forward", {"x": i}) for i in range(300)))
+            return [kind(r) for r in results]
+
+        kinds = asyncio.run(run())
+        stats = box.stats()
+    assert set(kinds) <= {"ok", "overloaded"} and hold.most <= 3 and kinds.count("ok") >= 3
+    assert stats.admission is not None and stats.admission.in_flight == 0
+    assert (stats.admission.admitted, stats.admission.refused["in_flight"]) == (
+        kinds.count("ok"), kinds.count("overloaded"),
+    )  # fmt: skip
+
+
+def test_the_mcp_server_is_admitted(held_box: tuple[wasmbox.Sandbox, Hold]) -> None:
+    pytest.importorskip("mcp", reason="the mcp SDK is in the test extra: pip install -e '.[test]'")
+    from mcp import Client
+
+    from wasmbox.integrations import mcp as wasmbox_mcp
+
+    box, hold = held_box
+    with ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(box.call, "forward", {"x": i}) for i in range(3)]
+        hold.entered(3)
+
+        async def run() -> None:
+            async with Client(wasmbox_mcp.build_server(box)) as client:
+                refused = await client.call_tool("echo", {})
+                assert refused.is_error is True and "overloaded" in refused.content[0].text  # type: ignore[union-attr]
+
+        asyncio.run(run())
+        hold.release.set()
+        assert [f.result().value for f in running] == [0, 1, 2]
+
+
 def test_asyncio_calls_are_refused_before_they_queue(held_box: tuple[wasmbox.Sandbox, Hold]) -> None:
     """Two worker threads and a bound of 3: of ten acalls, two run, one waits in the queue and
     seven are refused while the others are still held (so without queueing behind them)."""
