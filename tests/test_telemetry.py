@@ -224,9 +224,9 @@ def test_pool_state_is_in_stats_and_in_gauges(cache_dir: Path, recorded: Recorde
             assert (busy.in_flight, busy.stores) == (1, 1)
             assert busy.admission is not None and busy.admission.in_flight == 1
             during = {name: _gauge(recorded, name) - was for name, was in before.items()}
-            assert during == {
-                "wasmbox.calls.in_flight": 1, "wasmbox.admission.in_flight": 1, "wasmbox.pool.stores": 1
-            }  # fmt: skip
+            assert during["wasmbox.calls.in_flight"] == during["wasmbox.admission.in_flight"] == 1
+            # (another open Sandbox may make or free a spare meanwhile: this one's store is in it)
+            assert _gauge(recorded, "wasmbox.pool.stores") >= busy.stores
             release.set()
             assert running.result().value == 7
         done = box.stats()

@@ -81,14 +81,12 @@ def dispatch(
         # no thread hop for the common single call; and from inside a call (a host function),
         # one by one on this thread: waiting on the workers from one of them could deadlock
         for job in runnable:
-            job.result = _run(job, deadline, budget, box._gate)
+            job.result = _run(job, deadline, budget)
     elif runnable:
         futures = [
             (
                 job,
-                box._gate.submit(
-                    box._executor, _telemetry.carried(partial(_run, job, deadline, budget, box._gate))
-                ),
+                box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget))),
             )
             for job in runnable
         ]
@@ -125,9 +123,7 @@ async def adispatch(
         return [_reply(job, format, deadline_s) for job in jobs]
     tasks = [
         asyncio.wrap_future(
-            box._gate.submit(
-                box._executor, _telemetry.carried(partial(_run, job, deadline, budget, box._gate))
-            )
+            box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
         )
         for job in runnable
     ]
@@ -159,7 +155,7 @@ def call_one(
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
         return job.result
-    return _run(job, None, budget, box._gate)
+    return _run(job, None, budget)
 
 
 async def acall_one(
@@ -181,14 +177,13 @@ def _deadline(deadline_s: float | None) -> float | None:
     return time.monotonic() + deadline_s
 
 
-def _run(job: _Job, deadline: float | None, budget: Budget | None, gate: Gate) -> CallResult:
-    """`job`'s call, unless the dispatch deadline has passed, or the Sandbox's admission control
-    (first, so that a call it refuses is not charged to `budget`) or `budget` does not admit it."""
+def _run(job: _Job, deadline: float | None, budget: Budget | None = None) -> CallResult:
+    """`job`'s call, unless the dispatch deadline has passed or `budget` does not admit it."""
     if deadline is not None and time.monotonic() >= deadline:
         return _not_started(job)
     if budget is None:
-        return gate.run(job.name, partial(_started, job))
-    return gate.run(job.name, partial(budget.run, job.name, partial(_started, job)))
+        return _started(job)
+    return budget.run(job.name, partial(_started, job))
 
 
 def _started(job: _Job) -> CallResult:
