@@ -74,6 +74,20 @@ def test_a_javascript_call_replays_offline(
     check_replayed(box, world, lambda: box.run_javascript(code, GRANTS_JS))
 
 
+def test_a_javascript_calls_random_seed_is_replayed(
+    box: wasmbox.Sandbox, world: World, javascript_runtime: None
+) -> None:
+    code = "[Math.random(), Math.random(), wasmbox.callHost('kv.get', {key: 'a'})]"
+    check_replayed(box, world, lambda: box.run_javascript(code, GRANTS_JS))
+    with wasmbox.recording() as recorded:
+        box.run_javascript("Math.random()")
+    assert len(recorded.seeds) == 1 and len(recorded.seeds[0]) == 8
+    with wasmbox.replaying(recorded) as replay:
+        box.run_javascript("Math.random()")
+        box.run_javascript("Math.random()")  # one more than recorded: a fresh seed
+    assert replay.divergence == "seed 2: a runtime asked for one more random seed than recorded"
+
+
 def test_a_replay_that_diverges_says_where(box: wasmbox.Sandbox, world: World) -> None:
     forward = box.load({"name": "forward", "module": wat("forward"), "host_functions": ["host.fn"]})
     with wasmbox.recording() as recorded:

@@ -1,14 +1,15 @@
-"""Record and replay of what calls received from host functions, for debugging and evaluations.
+"""Record and replay of what calls received from outside, for debugging and evaluations.
 
 `recording()` keeps, for the calls made on this thread while it is open, every host-function
-exchange: the function's name, its request's sha256, and the reply the guest got, in order
+exchange: the function's name, its request's sha256, and the reply the guest got, in order;
+and the random seeds their runtimes were given (the JavaScript runtime's `Math.random` seed)
 (`http.fetch` and `wasmbox.call_tool` are host functions too: a tool called by code is kept
 as the reply its caller got, not run again). `redact(name, payload)` may change a reply before
 it is kept (the guest still gets the real one). `replaying(recording)` serves those replies
 back, in order, without running any host function: the same call then gets the same result
 offline. A host call that differs from the recorded one (another function, other arguments,
 one more) gets an error reply instead, and the replay's `divergence` says which call and how;
-recorded exchanges left unused at the end are a divergence too.
+recorded exchanges or seeds left unused at the end are a divergence too.
 
 Only the outermost call's exchanges are kept (those of a tool its code calls belong to that
 call's reply); off, a host call reads one module global (`open_tapes`).
@@ -53,8 +54,14 @@ class Recording:
 
     def __init__(self, redact: Callable[[str, bytes], bytes] | None = None) -> None:
         self.exchanges: list[HostExchange] = []
+        self.seeds: list[bytes] = []  # the random seeds the calls' runtimes were given, in order
         self._redact = redact
         self._depth = 0
+
+    def _random(self, make: Callable[[], bytes]) -> bytes:
+        seed = make()
+        self.seeds.append(seed)
+        return seed
 
     def _serve(self, name: str, request: bytes, invoke: Callable[[], HostReply]) -> HostReply:
         self._depth += 1  # (a tool its code calls runs for real, unrecorded)
@@ -69,17 +76,20 @@ class Recording:
         return reply
 
     def to_json(self) -> str:
-        return json.dumps([
+        exchanges = [
             {**dataclasses.asdict(e), "payload": base64.b64encode(e.payload).decode(),
              "failure": e.failure.value if e.failure else None}
             for e in self.exchanges
-        ])  # fmt: skip
+        ]  # fmt: skip
+        return json.dumps({"exchanges": exchanges, "seeds": [seed.hex() for seed in self.seeds]})
 
     @classmethod
     def from_json(cls, text: str) -> Recording:
         """ValueError (or KeyError, TypeError) for text `to_json` did not make."""
         recording = cls()
-        for item in json.loads(text):
+        data = json.loads(text)
+        recording.seeds = [bytes.fromhex(seed) for seed in data["seeds"]]
+        for item in data["exchanges"]:
             recording.exchanges.append(HostExchange(
                 item["name"], item["request_sha256"], base64.b64decode(item["payload"], validate=True),
                 HostCallRecord(**item["record"]), ErrorKind(item["failure"]) if item["failure"] else None,
@@ -93,9 +103,21 @@ class Replay:
 
     def __init__(self, recording: Recording) -> None:
         self._exchanges = list(recording.exchanges)
+        self._seeds = list(recording.seeds)
         self.position = 0  # exchanges served so far
+        self.seeds_used = 0
         self.divergence: str | None = None
         self._depth = 0
+
+    def _random(self, make: Callable[[], bytes]) -> bytes:
+        if self.seeds_used < len(self._seeds):
+            self.seeds_used += 1
+            return self._seeds[self.seeds_used - 1]
+        if self.divergence is None:
+            self.divergence = (
+                f"seed {self.seeds_used + 1}: a runtime asked for one more random seed than recorded"
+            )
+        return make()
 
     def _serve(self, name: str, request: bytes, invoke: Callable[[], HostReply]) -> HostReply:
         index = self.position
@@ -121,6 +143,9 @@ class Replay:
         left = len(self._exchanges) - self.position
         if self.divergence is None and left:
             self.divergence = f"the calls ended with {left} recorded host call(s) not made"
+        seeds = len(self._seeds) - self.seeds_used
+        if self.divergence is None and seeds:
+            self.divergence = f"the calls ended with {seeds} recorded random seed(s) not used"
 
 
 @contextmanager
@@ -167,6 +192,15 @@ def serve(function: HostFunction, request: bytes) -> HostReply:
     if tape is None or tape._depth:
         return function.invoke(request)
     return tape._serve(function.name, request, partial(function.invoke, request))
+
+
+def randomness(make: Callable[[], bytes]) -> bytes:
+    """`make()` (a runtime's random seed for a call), kept by the recording open on this
+    thread; or the recorded seed the replay open on it gives."""
+    tape: Any = getattr(_local, "tape", None) if open_tapes else None
+    if tape is None or tape._depth:
+        return make()
+    return tape._random(make)
 
 
 def _sha256(data: bytes) -> str:
