@@ -94,6 +94,7 @@ class Gate:
         self._refused = {"in_flight": 0, "resident": 0}
         self._resident: int | None = None
         self._statm: tuple[int, int] | None = None  # (pid, fd): /proc/self is the opener's pid
+        self._closed = False
 
     def run(self, name: str, call: Callable[[], CallResult]) -> CallResult:
         """`call()` holding a place, if one is free; else an `overloaded` result of `name`, and
@@ -146,8 +147,8 @@ class Gate:
 
     def enter(self) -> str | None:
         """Take a place, or say why there is none (counted as refused; nothing is taken)."""
-        resident = self._read_resident() if self._resident_cap is not None else None
         with self._lock:
+            resident = self._read_resident() if self._resident_cap is not None else None
             if resident is not None:
                 self._resident = resident
             if self._cap is not None and self._in_flight >= self._cap:
@@ -180,7 +181,9 @@ class Gate:
             return AdmissionStats(self._in_flight, self._admitted, dict(self._refused), self._resident)
 
     def close(self) -> None:
+        """Close the held `/proc/self/statm` (a call checked after this reads it afresh)."""
         with self._lock:
+            self._closed = True
             statm, self._statm = self._statm, None
         if statm is not None:
             os.close(statm[1])
@@ -201,14 +204,14 @@ class Gate:
 
     def _read_resident(self) -> int:
         """The process's resident set in bytes, from a held `/proc/self/statm` (a pread: about
-        a microsecond); opened again in a forked child."""
+        a microsecond; under the lock, so `close` never closes it mid-read); opened again in
+        a forked child, read afresh once closed."""
+        if self._closed:
+            with open(_STATM, "rb") as file:
+                return int(file.read().split()[1]) * _PAGE
         pid = os.getpid()
-        statm = self._statm
-        if statm is None or statm[0] != pid:
-            with self._lock:
-                statm = self._statm
-                if statm is None or statm[0] != pid:
-                    if statm is not None:  # the parent's, copied by fork
-                        os.close(statm[1])
-                    statm = self._statm = (pid, os.open(_STATM, os.O_RDONLY | os.O_CLOEXEC))
-        return int(os.pread(statm[1], 128, 0).split()[1]) * _PAGE
+        if self._statm is None or self._statm[0] != pid:
+            if self._statm is not None:  # the parent's, copied by fork
+                os.close(self._statm[1])
+            self._statm = (pid, os.open(_STATM, os.O_RDONLY | os.O_CLOEXEC))
+        return int(os.pread(self._statm[1], 128, 0).split()[1]) * _PAGE
