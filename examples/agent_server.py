@@ -19,7 +19,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.testclient import TestClient
 
 import wasmbox
 import wasmbox.telemetry
@@ -114,6 +113,8 @@ app = Starlette(
 def main() -> None:
     """One model turn from a client's side: a message with two tool calls, then the next turn
     reading the conversation's state, then the tenant's usage and the server's health."""
+    from starlette.testclient import TestClient  # (needs httpx; the server itself does not)
+
     turn = {
         "role": "assistant",
         "tool_calls": [
