@@ -39,6 +39,8 @@ from ._inspect import ModuleImport, ModuleInfo, ToolKind
 from ._manifest import (
     Allocator,
     Command,
+    EgressRule,
+    EgressSecret,
     Limits,
     Manifest,
     Network,
@@ -70,6 +72,8 @@ __all__ = [
     "CapabilityDeniedError",
     "CapabilityError",
     "Command",
+    "EgressRule",
+    "EgressSecret",
     "EngineSettings",
     "ErrorKind",
     "GuestError",

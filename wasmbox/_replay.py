@@ -30,6 +30,7 @@ from typing import Any
 from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
 from ._errors import ErrorKind
 from ._results import HostCallRecord
+from ._schema import Validator
 
 _local = threading.local()  # `tape`: the Recording or Replay open on this thread
 open_tapes = 0  # recordings and replays open in the process (off: a host call reads this)
@@ -185,13 +186,13 @@ def _open(tape: Recording | Replay) -> Iterator[None]:
             open_tapes -= 1
 
 
-def serve(function: HostFunction, request: bytes) -> HostReply:
-    """`function.invoke(request)`, recorded by the recording open on this thread; or the
-    reply the replay open on it gives."""
+def serve(function: HostFunction, request: bytes, narrowed: Validator | None = None) -> HostReply:
+    """`function.invoke(request, narrowed)`, recorded by the recording open on this thread; or
+    the reply the replay open on it gives (the recorded call passed the same checks)."""
     tape: Any = getattr(_local, "tape", None)
     if tape is None or tape._depth:
-        return function.invoke(request)
-    return tape._serve(function.name, request, partial(function.invoke, request))
+        return function.invoke(request, narrowed)
+    return tape._serve(function.name, request, partial(function.invoke, request, narrowed))
 
 
 def randomness(make: Callable[[], bytes]) -> bytes:

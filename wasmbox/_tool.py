@@ -12,20 +12,18 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _outcome, _schema, _telemetry
+from . import _abi, _formats, _outcome, _schema, _telemetry
 from ._admission import Gate
 from ._audit import Auditor
-from ._backends.core import abi as _abi
-from ._backends.core.command import CommandMapping
 from ._budget import Budget
 from ._call import CallInput
+from ._command import CommandMapping
 from ._errors import ErrorKind, ManifestError
+from ._formats import SpecFormat, StrictMode
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
 from ._stats import CallCounts
-from .integrations import _formats
-from .integrations._formats import SpecFormat, StrictMode
 
 _ids = itertools.count(1)
 _open = threading.local()  # the ids of the calls running on this thread, outermost first

@@ -30,7 +30,6 @@ import wasmtime
 from .. import _call, _outcome
 from .._errors import ErrorKind
 from .._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
-from .._results import CallError
 from .._units import format_size
 from .._wasmtime import capi as _capi
 from .._wasmtime import store as _store
@@ -47,6 +46,9 @@ class ScratchSpace:
             Path(parent).mkdir(parents=True, exist_ok=True)
         self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix="wasmbox-scratch-", dir=parent)))
         self._finalizer = weakref.finalize(self, remove, self.root)
+        # an empty directory no one may write (0500): the hidden root of core modules' calls
+        self.empty = self.root / "empty"
+        self.empty.mkdir(mode=0o500)
 
     def create(self, cap: int) -> CallScratch:
         """A fresh, empty directory for one call, of at most `cap` bytes."""
@@ -157,10 +159,10 @@ class CallScratch:
     def message(self) -> str:
         return f"scratch space {GUEST_PATH} exceeded its {format_size(self.cap)} cap"
 
-    def collect(self, paths: tuple[str, ...], cap: int) -> tuple[dict[str, bytes], CallError | None]:
-        """The regular files at guest `paths` (under /tmp) that the call left, by path, and
-        None; or no files and an `output_limit` error when together they hold more than `cap`
-        bytes. A path that is missing, or is not a regular file, is left out."""
+    def collect(self, paths: tuple[str, ...], cap: int) -> dict[str, bytes]:
+        """The regular files at guest `paths` (under /tmp) that the call left, by path. A path
+        that is missing, or is not a regular file, is left out. Raises an `output_limit`
+        Failure when together they hold more than `cap` bytes."""
         files: dict[str, bytes] = {}
         room = cap
         for guest in paths:
@@ -169,10 +171,10 @@ class CallScratch:
                 continue
             if len(data) > room:
                 message = f"output files exceed the {format_size(cap)} output cap (at {guest})"
-                return {}, CallError(kind=ErrorKind.OUTPUT_LIMIT, message=message)
+                raise _outcome.Failure(ErrorKind.OUTPUT_LIMIT, message)
             files[guest] = data
             room -= len(data)
-        return files, None
+        return files
 
     def remove(self) -> None:
         """Delete the directory and all in it (again is a no-op)."""

@@ -51,6 +51,11 @@ class Output:
         self.size += len(data)
         return len(data)
 
+    def note(self, data: bytes) -> None:
+        """Add the host's own `data` after what the guest wrote, past the cap if need be (it
+        is not the guest's output: it never counts towards the cap nor marks it cut)."""
+        self._chunks.append(data)
+
     def text(self) -> str:
         return self.data().decode("utf-8", "replace")
 

@@ -55,13 +55,15 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.ray needs Ray: pip install 'wasmbox[ray]'") from exc
 
-from .. import _telemetry
+from .. import _dispatch, _formats, _telemetry
 from .._admission import Gate
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
 from .._budget import Budget
 from .._capabilities.hostfuncs import HostFunction
+from .._dispatch import CallFormat
 from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from .._files import read_regular_file
+from .._formats import SpecFormat, StrictMode
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
 from .._results import CallResult
@@ -73,9 +75,6 @@ from .._sandbox import (
     Sandbox,
 )
 from .._wasmtime import signals
-from . import _dispatch, _formats
-from ._dispatch import CallFormat
-from ._formats import SpecFormat, StrictMode
 
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("wasmbox.ray")

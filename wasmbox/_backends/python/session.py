@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Self
 
@@ -44,7 +45,7 @@ from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
 from . import descriptors as _descriptors
-from .runner import PythonRuntimeRunner, _Prepared, encode_request
+from .runner import PythonRuntimeRunner, encode_request
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
@@ -109,7 +110,8 @@ class Session:
             spare.discard()
             message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
             raise SessionError(message)
-        self._spare: _Prepared | None = spare
+        spare.kept = True  # its store, streams and scratch outlive each run
+        self._spare: _call.Instance | None = spare
 
     # -- totals (read-only) ----------------------------------------------------------------
 
@@ -318,58 +320,62 @@ class Session:
 
 
 def run_once(
-    runner: PythonRuntimeRunner, spare: _Prepared, manifest: Manifest, code: str
+    runner: PythonRuntimeRunner, kept: _call.Instance, manifest: Manifest, code: str
 ) -> tuple[CallResult, bool]:
     """One run in a session's instance, which stays open: its result, and whether the guest
     returned (False: it was stopped, by a trap or a host verdict, part way)."""
-    started = time.perf_counter()
-    limits = manifest.limits
-    request: dict[str, Any] = {"mode": "code", "code": code, "session": True}
-    if manifest.packages:
-        request["path"] = PACKAGES_GUEST_PATH
-    try:
-        payload = encode_request(request, limits.output)
-    except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
-        message = f"code cannot be encoded: {exc}"
-        took = time.perf_counter() - started
-        return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, message, took), True
-    ticker = runner._ticker
-    ticker.enter()
-    try:
-        state = _call.CallState.start(manifest, started)
-        spare.manifest = manifest  # (this run's limits: fuel and a deadline from now)
-        spare.renew(ticker)
-        spare.stdout.reset(limits.output)
-        spare.stderr.reset(limits.output)
-        returned = False
-        value: Any = None
-        error: CallError | None = None
-        scratch_over: str | None = None
+    run = _Run(code)
+    result = _call.perform(_KeptInstance(runner, kept), manifest, run, runner._ticker)
+    return result, run.returned
+
+
+@dataclass(eq=False)
+class _Run:
+    """One run's code, and what became of it."""
+
+    code: str
+    payload: bytes = b""
+    returned: bool = True  # False once the guest started and did not return of itself
+
+
+class _KeptInstance:
+    """The hooks (`_call.Backend`) of a run in a session's instance: the same instance every
+    run, renewed (full fuel, a deadline from now, empty streams) and never disposed of."""
+
+    exit_is_an_end = False
+
+    def __init__(self, runner: PythonRuntimeRunner, kept: _call.Instance) -> None:
+        self._runner = runner
+        self._kept = kept
+
+    def prepare(self, state: _call.CallState, run: _Run) -> _call.Instance:
+        manifest = state.manifest
+        request: dict[str, Any] = {"mode": "code", "code": run.code, "session": True}
+        if manifest.packages:
+            request["path"] = PACKAGES_GUEST_PATH
         try:
-            _call.check_preopens(manifest)
-            with _call.running(state):
-                if spare.scratch is not None:
-                    spare.scratch.arm(spare.store)
-                assert spare.run is not None
-                response = _component_io.call_bytes(spare.store, spare.run, payload)
-            returned = state.abort is None
-            value = runner._decode(response, limits.output)
-        except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
-        finally:
-            if spare.scratch is not None:
-                scratch_over = spare.scratch.settle()
-        result = _call.finish(
-            state, spare.store, started, value, error, spare.stdout, spare.stderr, None,
-            close=_keep_open, scratch_over=scratch_over,
-        )  # fmt: skip
-        return result, returned
-    finally:
-        ticker.leave()
+            run.payload = encode_request(request, manifest.limits.output)
+        except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
+            raise _outcome.Failure(ErrorKind.INVALID_ARGUMENTS, f"code cannot be encoded: {exc}") from None
+        kept = self._kept
+        kept.manifest = manifest  # (this run's limits: fuel and a deadline from now)
+        kept.renew(self._runner._ticker)
+        kept.stdout.reset(manifest.limits.output)
+        kept.stderr.reset(manifest.limits.output)
+        return kept
 
+    def run(self, instance: _call.Instance, state: _call.CallState, run: _Run) -> Any:
+        run.returned = False
+        _call.check_preopens(state.manifest)
+        response = _component_io.call_bytes(instance.store, instance.entry, run.payload)
+        run.returned = state.abort is None
+        return self._runner._decode(response, state.manifest.limits.output)
 
-def _keep_open(store: wasmtime.Store) -> None:
-    """`_call.finish`'s store disposal, for a session's store: it lives on."""
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
+        """(Nothing to read: a component's memory is not the runner's.)"""
+
+    def dispose(self, store: wasmtime.Store) -> None:
+        """(The session's store lives on.)"""
 
 
 class SessionTable:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pydantic_core
 
-from .._results import CallResult
+from ._results import CallResult
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Raster images the providers take as image content (Anthropic, MCP, OpenAI Responses)."""
