@@ -19,6 +19,7 @@ from ._errors import (
     GuestError,
     HostError,
     InvalidArgumentsError,
+    LimitsError,
     ManifestError,
     MemoryLimitError,
     OutOfFuelError,
@@ -38,6 +39,7 @@ from ._errors import (
 from ._inspect import ModuleImport, ModuleInfo, ToolKind
 from ._manifest import (
     Allocator,
+    CallLimits,
     Command,
     EgressRule,
     EgressSecret,
@@ -68,6 +70,7 @@ __all__ = [
     "Budget",
     "CacheStats",
     "CallError",
+    "CallLimits",
     "CallResult",
     "CapabilityDeniedError",
     "CapabilityError",
@@ -82,6 +85,7 @@ __all__ = [
     "HostExchange",
     "InvalidArgumentsError",
     "Limits",
+    "LimitsError",
     "Manifest",
     "ManifestError",
     "MemoryLimitError",

@@ -37,11 +37,17 @@ _local = threading.local()
 
 @dataclass(frozen=True)
 class CallInput:
-    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands."""
+    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands; the
+    limits it runs under, when not its manifest's."""
 
     args: Mapping[str, Any]
     argv: tuple[str, ...] = ()
     stdin: bytes = b""
+    limits: Limits | None = None  # the call's own, tighter than its manifest's (None: the manifest's)
+
+    def manifest(self, manifest: Manifest) -> Manifest:
+        """`manifest`, under this call's limits."""
+        return manifest if self.limits is None else manifest.model_copy(update={"limits": self.limits})
 
 
 @dataclass

@@ -31,9 +31,9 @@ from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
 from ._capabilities.egress import HEADER_NAME, compile_rules, header_value_ok
 from ._capabilities.grants import overlapping_preopens
-from ._errors import ManifestError
+from ._errors import LimitsError, ManifestError
 from ._files import read_regular_file
-from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+from ._units import DURATION_PATTERN, SIZE_PATTERN, format_size, parse_duration, parse_size
 from ._wasmtime.engine import MAX_MEMORY
 
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
@@ -183,6 +183,60 @@ class Limits(_Strict):
         description="Cap on stdout, stderr, the result, and a command's output files together: each.",
     )
     host_calls: int = Field(100, ge=0, description="Host-function calls allowed per call.")
+
+
+class CallLimits(_Strict):
+    """Limits of one call, on top of its manifest's (`tool.call(args, limits=...)`): each one
+    set must be at most the manifest's, which the call then runs under instead; one left
+    unset keeps the manifest's. Same units and forms as `Limits` ("500ms", "16MiB")."""
+
+    fuel: int | None = Field(None, gt=0, le=2**63 - 1)
+    memory: Size | None = Field(None, le=MAX_MEMORY)
+    timeout: Duration | None = None
+    output: Size | None = None
+    host_calls: int | None = Field(None, ge=0)
+
+    @classmethod
+    def of(cls, given: CallLimits | Mapping[str, Any]) -> CallLimits:
+        """`given` as CallLimits (a mapping is read like a manifest's `[limits]`); raises
+        LimitsError naming the limit that is malformed."""
+        if isinstance(given, CallLimits):
+            return given
+        if not isinstance(given, Mapping):
+            raise LimitsError(f"limits must be a CallLimits or a mapping, got {type(given).__name__}")
+        try:
+            return cls.model_validate(dict(given))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "limits"
+            raise LimitsError(f"limits.{where}: {first['msg']}") from None
+
+    def applied_to(self, limits: Limits, tool: str) -> Limits:
+        """`limits` tightened by the ones set here. Raises LimitsError for one above `limits`
+        (a call may not loosen its manifest), naming `tool`, the limit and both values."""
+        changes: dict[str, Any] = {}
+        for name in _CALL_LIMITS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            allowed = getattr(limits, name)
+            if value > allowed:
+                raise LimitsError(
+                    f"{tool}: limits.{name} = {_shown(name, value)} is above the manifest's "
+                    f"{_shown(name, allowed)}: a call may only tighten its tool's limits (ask for less, or "
+                    f"raise limits.{name} in the manifest)"
+                )
+            changes[name] = value
+        return limits.model_copy(update=changes) if changes else limits
+
+
+_CALL_LIMITS = ("fuel", "memory", "timeout", "output", "host_calls")
+
+
+def _shown(name: str, value: float) -> str:
+    if name in ("memory", "output"):
+        return format_size(int(value))
+    return f"{value:g} s" if name == "timeout" else f"{value:,}"
 
 
 class Preopen(_Strict):

@@ -61,6 +61,7 @@ from ._inspect import (
 )
 from ._manifest import (
     CALL_TOOL,
+    CallLimits,
     Limits,
     Manifest,
     ManifestSource,
@@ -549,33 +550,39 @@ class Sandbox:
 
     def run_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None,
+        budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
         `runtime="scientific"` runs it in the scientific runtime. The call of
-        `interpreter(manifest, runtime=runtime)` with `{"code": code}` (and `budget`).
+        `interpreter(manifest, runtime=runtime)` with `{"code": code}` (and `budget`, and
+        `limits`, which may only tighten the grant set's: LimitsError otherwise).
         """
-        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget)
+        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget, limits=limits)
 
     def run_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> CallResult:  # fmt: skip
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}` (and `budget`). Raises what `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call({"code": code}, budget=budget)
+        with `{"code": code}` (and `budget` and `limits`, as `run_python`). Raises what
+        `interpreter` does."""
+        return self.interpreter(manifest, runtime="javascript").call(
+            {"code": code}, budget=budget, limits=limits
+        )
 
     async def arun_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too),
         admitted before it is queued for them (as `Tool.acall`)."""
-        work = _telemetry.carried(partial(self.run_javascript, code, manifest, budget=budget))
+        work = _telemetry.carried(partial(self.run_javascript, code, manifest, budget=budget, limits=limits))
         return await self._gate.offload(self._executor, work)
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
@@ -661,11 +668,13 @@ class Sandbox:
 
     async def arun_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None,
+        budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:  # fmt: skip
         """`run_python` on the Sandbox's worker threads (the grant set is read there too),
         admitted before it is queued for them (as `Tool.acall`)."""
-        work = _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime, budget=budget))
+        work = _telemetry.carried(
+            partial(self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits)
+        )
         return await self._gate.offload(self._executor, work)
 
     def specs(
@@ -701,6 +710,7 @@ class Sandbox:
         session: str | None = None,
         javascript: bool | ManifestSource = False,
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -715,9 +725,10 @@ class Sandbox:
         caller gives its conversation), to that `Sandbox.session`, one after another in the
         order sent (a session that ended is said so once, then replaced). `javascript` routes
         "run_javascript" the same way (True: no grants; or its grant manifest). With `budget`, a
-        call it does not admit is not run (`over_budget`). Raises TypeError when
-        `calls` holds something that is not a call of `format` at all, ValueError for a bad
-        format or budget.
+        call it does not admit is not run (`over_budget`). With `limits`, every call runs under
+        them (`Tool.call`'s). Raises TypeError when `calls` holds something that is not a call
+        of `format` at all, ValueError for a bad format or budget, LimitsError (before any
+        call runs) when `limits` would loosen a called tool's.
         """
         return _dispatch.dispatch(
             self,
@@ -729,6 +740,7 @@ class Sandbox:
             session=session,
             javascript=javascript,
             budget=budget,
+            limits=limits,
         )
 
     async def adispatch(
@@ -742,6 +754,7 @@ class Sandbox:
         session: str | None = None,
         javascript: bool | ManifestSource = False,
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
@@ -754,6 +767,7 @@ class Sandbox:
             session=session,
             javascript=javascript,
             budget=budget,
+            limits=limits,
         )
 
     @property

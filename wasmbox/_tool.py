@@ -21,7 +21,7 @@ from ._command import CommandMapping
 from ._errors import ErrorKind, ManifestError
 from ._formats import SpecFormat, StrictMode
 from ._inspect import ModuleInfo, ToolKind
-from ._manifest import Manifest
+from ._manifest import CallLimits, Limits, Manifest
 from ._results import CallResult
 from ._stats import CallCounts
 
@@ -155,6 +155,7 @@ class Tool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
@@ -162,41 +163,56 @@ class Tool:
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
         tools take `argv` (appended to the manifest's `args`) and `stdin` instead. With
         `budget`, the call starts only if the budget admits it (else `over_budget`), and is
-        charged to it. A call the Sandbox's admission control refuses is `overloaded`.
+        charged to it. `limits` (a `CallLimits`, or a mapping like a manifest's `[limits]`)
+        tighten the manifest's for this call; raises LimitsError for limits that would
+        loosen them or are malformed. A call the Sandbox's admission control refuses is
+        `overloaded`.
         """
+        tightened = self.limits_for(limits)
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            work = partial(self._counted, args, argv, stdin, budget)
+            work = partial(self._counted, args, argv, stdin, budget, tightened)
             return telemetry.tool_call(self.name, self.kind.value, work)
-        return self._counted(args, argv, stdin, budget)
+        return self._counted(args, argv, stdin, budget, tightened)
 
-    def _counted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+    def limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits | None:
+        """The limits a call with `limits` runs under (None: the manifest's, unchanged).
+        Raises LimitsError as `call` does."""
+        if limits is None:
+            return None
+        return CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
+
+    def _counted(
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None
+    ) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._budgeted(args, argv, stdin, budget)
+                result = self._budgeted(args, argv, stdin, budget, limits)
             given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
             self._auditor.record(
-                result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
+                result, self.manifest_digest, self.code_digest, given, limits or self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
         else:
-            result = self._budgeted(args, argv, stdin, budget)
+            result = self._budgeted(args, argv, stdin, budget, limits)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
-    def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+    def _budgeted(
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None
+    ) -> CallResult:
         """The call if the Sandbox admits it (first: its bound protects the host) and then its
         budget does."""
-        call = partial(self._call, args, argv, stdin)
+        call = partial(self._call, args, argv, stdin, limits)
         if budget is not None:
             call = partial(budget.run, self.name, call)
         if self._gate is None:
             return call()
         return self._gate.run(self.name, call)
 
-    def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
+    def _call(self, args: Any, argv: Any, stdin: Any, limits: Limits | None) -> CallResult:
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
         if problem is None and self._mapping is not None:
@@ -210,7 +226,7 @@ class Tool:
             )
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-            result = self._runner.call(CallInput(args or {}, tuple(argv), data))
+            result = self._runner.call(CallInput(args or {}, tuple(argv), data, limits))
             if result.ok and self._output_validator is not None:
                 result = self._checked_value(result, self._output_validator)
         return result
@@ -231,12 +247,17 @@ class Tool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running; admitted (or
-        refused as `overloaded`) before it is queued for them."""
+        refused as `overloaded`) before it is queued for them (limits are checked here, before:
+        LimitsError as `call`)."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
-        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget))
+        self.limits_for(limits)
+        work = _telemetry.carried(
+            partial(self.call, args, argv=argv, stdin=stdin, budget=budget, limits=limits)
+        )
         if self._gate is not None:
             return await self._gate.offload(self._executor, work)
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)

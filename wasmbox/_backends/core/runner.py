@@ -58,7 +58,6 @@ class ModuleRunner:
         self.kind = info.kind
         self._engine = engine
         self._manifest = manifest
-        self._limits = manifest.limits
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
         self._scratch = scratch
@@ -103,13 +102,13 @@ class ModuleRunner:
     exit_is_an_end = True  # a command's exit, or a C entry's, ends the call as a guest error
 
     def call(self, call: CallInput) -> CallResult:
-        return _call.perform(self, self._manifest, call, self._ticker)
+        return _call.perform(self, call.manifest(self._manifest), call, self._ticker)
 
     def prepare(self, state: CallState, call: CallInput) -> _call.Instance:
         # A module that cannot reach WASI cannot use a scratch directory: none is made.
         root = ((self._root, "/", False),) if self._root is not None else ()
         return _call.fresh_instance(
-            self._engine, self._manifest, self._ticker, call, wasi=self._uses_wasi,
+            self._engine, state.manifest, self._ticker, call, wasi=self._uses_wasi,
             scratch=self._scratch.create, last=root, store_limits=_STORE_LIMITS,
         )  # fmt: skip
 
@@ -129,20 +128,20 @@ class ModuleRunner:
         if self._entry is not None:
             argv = (self._manifest.name, *self._manifest.args, *call.argv)
             value = self._entry.run(
-                store, created, memory, prepared, argv, self._limits.output, instance.stderr
+                store, created, memory, prepared, argv, state.manifest.limits.output, instance.stderr
             )
             self._explain(state, instance.stderr)
             if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
                 raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], instance.stderr))
             return value
-        return self._run_abi(store, created, memory, call)
+        return self._run_abi(store, created, memory, call, state.manifest.limits.output)
 
     def after(self, instance: _call.Instance, state: CallState, ok: bool) -> None:
         self._explain(state, instance.stderr)  # (a run that trapped or was stopped said nothing yet)
         if instance.memory is not None:
             instance.peak_memory = _capi.memory_view(_store.context(instance.store), instance.memory)[1]
         if ok and self._outputs and instance.scratch is not None:
-            instance.files = instance.scratch.collect(self._outputs, self._limits.output)
+            instance.files = instance.scratch.collect(self._outputs, instance.manifest.limits.output)
 
     dispose = staticmethod(_store.close_store)
 
@@ -169,6 +168,7 @@ class ModuleRunner:
         instance: wasmtime.Instance,
         memory: _capi.Extern,
         call: CallInput,
+        cap: int,
     ) -> Any:
         try:
             payload = _abi.pack(dict(call.args))
@@ -184,7 +184,7 @@ class ModuleRunner:
         ctypes.memmove(base + ptr, payload, len(payload))
         packed = _capi.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
-        _call.check_result_size(rlen, self._limits.output)
+        _call.check_result_size(rlen, cap)
         base, size = _capi.memory_view(context, memory)  # the guest may have grown it
         if rptr + rlen > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")

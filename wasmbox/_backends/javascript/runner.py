@@ -638,7 +638,7 @@ class JavaScriptSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, Request(call.args["code"]))
+        return self._runtime.call(call.manifest(self._grants), Request(call.args["code"]))
 
 
 class JavaScriptToolRunner:
@@ -662,4 +662,4 @@ class JavaScriptToolRunner:
                 self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
             )
         request = Request(self._source, self._filename, self._entry, args)
-        return self._runtime.call(self._manifest, request)
+        return self._runtime.call(call.manifest(self._manifest), request)

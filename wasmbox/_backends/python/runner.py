@@ -358,9 +358,14 @@ class _Spares:
     def take(self, grants_digest: str, manifest: Manifest) -> _call.Instance | None:
         with self._lock:
             spare = self._ready.pop(grants_digest, None)
-        if spare is not None and spare.manifest != manifest:  # never another grant set's
+        if spare is None or spare.manifest == manifest:
+            return spare
+        if not _serves(spare.manifest, manifest):  # never another grant set's
             spare.discard()
             return None
+        spare.manifest = manifest  # a call's own limits: its fuel and deadline come with `renew`
+        spare.stdout.reset(manifest.limits.output)
+        spare.stderr.reset(manifest.limits.output)
         return spare
 
     def wanted(self, grants_digest: str) -> bool:
@@ -387,6 +392,16 @@ class _Spares:
         with self._lock:
             spares, self._ready = list(self._ready.values()), {}
             return spares
+
+
+def _serves(made: Manifest, wanted: Manifest) -> bool:
+    """Whether an instance made (never run) under `made` can serve a call under `wanted`: the
+    same grants, and the same memory cap (its store's limit); fuel, deadline, output cap and
+    host calls are the call's own."""
+    return (
+        made.limits.memory == wanted.limits.memory
+        and made.model_copy(update={"limits": wanted.limits}) == wanted
+    )
 
 
 class _Housekeeper:
@@ -457,7 +472,7 @@ class PythonSnippetRunner:
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
         return self._runtime.call(
-            self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]}
+            call.manifest(self._grants), self._grants_digest, {"mode": "code", "code": call.args["code"]}
         )
 
 
@@ -482,4 +497,4 @@ class PythonToolRunner:
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}
-        return self._runtime.call(self._manifest, self._grants_digest, request)
+        return self._runtime.call(call.manifest(self._manifest), self._grants_digest, request)

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
@@ -39,8 +39,8 @@ from ... import _call, _outcome, _telemetry
 from ..._admission import Gate
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
-from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
-from ..._manifest import PACKAGES_GUEST_PATH, Manifest
+from ..._errors import ErrorKind, LimitsError, SessionEndedError, SessionError, WasmboxError
+from ..._manifest import PACKAGES_GUEST_PATH, CallLimits, Limits, Manifest
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
@@ -140,17 +140,22 @@ class Session:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def run(self, code: str, *, budget: Budget | None = None) -> CallResult:
+    def run(
+        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None
+    ) -> CallResult:
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
         run (else `over_budget`, and the session stays as it was; so too when the Sandbox's
-        admission control refuses it, `overloaded`). Raises `SessionEndedError` when the
-        session has ended (or ends now: idle, too old, a total spent)."""
-        return self._gate.run(self._manifest.name, partial(self._admitted, code, budget))
+        admission control refuses it, `overloaded`); with `limits`, under those (tighter than
+        the manifest's; its memory cap is the session's, fixed when it opened). Raises
+        `SessionEndedError` when the session has ended (or ends now: idle, too old, a total
+        spent), LimitsError for limits that would loosen the manifest's."""
+        run_limits = self._limits_for(limits)  # (raises before anything is admitted)
+        return self._gate.run(self._manifest.name, partial(self._admitted, code, budget, run_limits))
 
-    def _admitted(self, code: str, budget: Budget | None) -> CallResult:
+    def _admitted(self, code: str, budget: Budget | None, run_limits: Limits) -> CallResult:
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self._admitted, code, None))
+            return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -160,10 +165,10 @@ class Session:
             try:
                 telemetry = _telemetry.active
                 if telemetry is None:
-                    result = self._run(code)
+                    result = self._run(code, run_limits)
                 else:  # a span as a tool call's, with the session's name
                     result = telemetry.tool_call(
-                        self._manifest.name, "python", partial(self._run, code), session=self.name
+                        self._manifest.name, "python", partial(self._run, code, run_limits), session=self.name
                     )
             finally:
                 self._running = False
@@ -171,16 +176,33 @@ class Session:
         if self._auditor.enabled:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(
-                result, self.manifest_digest, digest, {}, self._manifest.limits,
+                result, self.manifest_digest, digest, {}, run_limits,
                 session=self.name, session_id=self.id,
             )  # fmt: skip
         return result
 
-    async def arun(self, code: str, *, budget: Budget | None = None) -> CallResult:
-        """`run` on the Sandbox's worker threads, admitted before it is queued for them."""
+    async def arun(
+        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None
+    ) -> CallResult:
+        """`run` on the Sandbox's worker threads, admitted before it is queued for them (limits
+        are checked here, before)."""
+        self._limits_for(limits)
         return await self._gate.offload(
-            self._executor, _telemetry.carried(partial(self.run, code, budget=budget))
+            self._executor, _telemetry.carried(partial(self.run, code, budget=budget, limits=limits))
         )
+
+    def _limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits:
+        """A run's limits: the manifest's, tightened by `limits`. LimitsError as `run` says."""
+        own = self._manifest.limits
+        if limits is None:
+            return own
+        tightened = CallLimits.of(limits).applied_to(own, self.name)
+        if tightened.memory != own.memory:
+            raise LimitsError(
+                f"{self.name}: limits.memory: a session's memory cap is fixed when it opens (its "
+                "instance lives on): open the session with a manifest of the memory cap wanted"
+            )
+        return tightened
 
     def _check_open(self) -> None:
         if self._ended is None:
@@ -199,8 +221,8 @@ class Session:
             self._reported = True  # (the caller is told now)
             raise SessionEndedError(self.name, self._ended)
 
-    def _run(self, code: str) -> CallResult:
-        manifest = self._run_manifest()
+    def _run(self, code: str, limits: Limits) -> CallResult:
+        manifest = self._run_manifest(limits)
         if not isinstance(code, str):
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         assert self._spare is not None
@@ -250,12 +272,12 @@ class Session:
             )
         return None
 
-    def _run_manifest(self) -> Manifest:
-        """The manifest, its per-call fuel and deadline clipped to what is left of the totals."""
-        limits = self._manifest.limits
+    def _run_manifest(self, limits: Limits) -> Manifest:
+        """The manifest under a run's `limits`, its fuel and deadline clipped to what is left
+        of the totals."""
         fuel = min(limits.fuel, self.limits.fuel - self._fuel)
         timeout = min(limits.timeout, self.limits.time - self._time)
-        if fuel == limits.fuel and timeout == limits.timeout:
+        if fuel == limits.fuel and timeout == limits.timeout and limits is self._manifest.limits:
             return self._manifest
         clipped = limits.model_copy(update={"fuel": fuel, "timeout": timeout})
         return self._manifest.model_copy(update={"limits": clipped})

@@ -270,7 +270,7 @@ class ScientificSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, {"mode": "code", "code": call.args["code"]})
+        return self._runtime.call(call.manifest(self._grants), {"mode": "code", "code": call.args["code"]})
 
 
 class ScientificToolRunner:
@@ -287,4 +287,4 @@ class ScientificToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)})
+        return self._runtime.call(call.manifest(self._manifest), {**self._request, "args": dict(call.args)})
