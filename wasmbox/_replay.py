@@ -25,7 +25,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
 
 from ._capabilities.hostfuncs import HostFunction, HostReply, refusal
 from ._errors import ErrorKind
@@ -189,7 +188,7 @@ def _open(tape: Recording | Replay) -> Iterator[None]:
 def serve(function: HostFunction, request: bytes, narrowed: Validator | None = None) -> HostReply:
     """`function.invoke(request, narrowed)`, recorded by the recording open on this thread; or
     the reply the replay open on it gives (the recorded call passed the same checks)."""
-    tape: Any = getattr(_local, "tape", None)
+    tape: Recording | Replay | None = getattr(_local, "tape", None)
     if tape is None or tape._depth:
         return function.invoke(request, narrowed)
     return tape._serve(function.name, request, partial(function.invoke, request, narrowed))
@@ -198,7 +197,7 @@ def serve(function: HostFunction, request: bytes, narrowed: Validator | None = N
 def randomness(make: Callable[[], bytes]) -> bytes:
     """`make()` (a runtime's random seed for a call), kept by the recording open on this
     thread; or the recorded seed the replay open on it gives."""
-    tape: Any = getattr(_local, "tape", None) if open_tapes else None
+    tape: Recording | Replay | None = getattr(_local, "tape", None) if open_tapes else None
     if tape is None or tape._depth:
         return make()
     return tape._random(make)

@@ -337,7 +337,7 @@ def _message(name: str, kind: Any, error: Any) -> str:
         return "must not match the 'not' schema"
     if name == "falseSchema":
         return "not allowed"
-    return error.message.splitlines()[0][:200]
+    return str(error.message).splitlines()[0][:200]
 
 
 def _short(value: Any) -> str:

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -267,7 +267,7 @@ class _Wasi:
     count: int
 
     def arg(self, index: int) -> int:
-        return self.values[index].i32 & 0xFFFF_FFFF
+        return cast(int, self.values[index].i32) & 0xFFFF_FFFF
 
     def call(self) -> int:
         """Wasmtime's function on the guest's arguments; its errno (also the guest's result)."""

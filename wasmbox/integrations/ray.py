@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, cast
 
 # Ray's C++ crash reporter takes SIGSEGV, SIGILL, SIGFPE and SIGBUS from Wasmtime, whose trap
 # handlers need them, and `ray.shutdown` leaves them at their defaults: a guest's next fault
@@ -197,7 +197,7 @@ def _imported(what: str, reference: str) -> Callable[..., Any]:
         raise ValueError(f"{what}: cannot import {reference}: {type(exc).__name__}: {exc}") from None
     if not callable(target):
         raise TypeError(f"{what}: {reference} is not callable")
-    return target
+    return cast("Callable[..., Any]", target)
 
 
 def _carrier() -> dict[str, str]:
@@ -242,7 +242,7 @@ class _SandboxActor:
         self._stray_lock = threading.Lock()
         self._digests: dict[str, str] = {}  # this node's manifest digests -> the driver's
         self._grant_sets: dict[str, Manifest] = {}  # run_python grant sets by the driver's digest
-        self._node = ray.util.get_node_ip_address()
+        self._node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]  # (Ray's own, untyped)
 
     @ray.method(concurrency_group=_CONTROL)
     async def start(

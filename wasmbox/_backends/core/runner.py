@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import wasmtime
 
@@ -20,7 +20,7 @@ from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import CapabilityError, ErrorKind, ManifestError
 from ..._inspect import ModuleInfo, ToolKind
-from ..._manifest import Manifest
+from ..._manifest import SCRATCH_GUEST_PATH, Manifest
 from ..._outcome import Failure
 from ..._results import CallResult
 from ..._wasmtime import capi as _capi
@@ -78,7 +78,7 @@ class ModuleRunner:
         self._root: Path | None = scratch.empty if info.uses_wasi and not at_root else None
         granted = (
             *(p.guest for p in manifest.preopens),
-            *((_scratch.GUEST_PATH,) if manifest.scratch is not None and info.uses_wasi else ()),
+            *((SCRATCH_GUEST_PATH,) if manifest.scratch is not None and info.uses_wasi else ()),
         )
         self._granted = ", ".join(granted)
         linker = wasmtime.Linker(engine)
@@ -202,7 +202,7 @@ def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> _capi.Extern 
         item = _capi.MEMORY.get(store, instance)
     except wasmtime.WasmtimeError:  # a command module need not export it
         return None
-    return item if item.kind == _capi.EXTERN_MEMORY else None
+    return item if cast(int, item.kind) == _capi.EXTERN_MEMORY else None  # (a ctypes field reads as int)
 
 
 def _exit_message(code: int, stderr: Output) -> str:

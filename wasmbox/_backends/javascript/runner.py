@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome, _replay
+from ... import _abi, _call, _outcome, _replay, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -73,7 +73,7 @@ _EXPORTS = {
         "JS_FreeValue",
     )
 }  # fmt: skip
-_TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
+_TABLE = _capi.ExportName(_snapshot.TABLE_EXPORT)
 _INITIALIZE_ENVIRON = _capi.ExportName(build.INITIALIZE_ENVIRON_EXPORT)
 I32, I64 = "i32", "i64"
 
