@@ -8,8 +8,9 @@ A place is given back when the call ends, or when queued work is cancelled befor
 call made while its thread holds a place (a tool its code calls, the calls of admitted work, a
 dispatch from inside a call) takes none: it is part of the call that holds it. A queued call
 refused is run on the caller's thread as far as its refusal (no guest runs: what precedes the
-call, such as reading a run_python grant set, does), so its result is audited, counted and
-traced like any call's. The count is exact under threads and asyncio (one lock); the memory
+call, such as reading a run_python grant set, does), so a refused tool call is audited,
+counted and traced like any (and a `Budget` gives back the admission of a call refused here,
+`Budget.charge`). The count is exact under threads and asyncio (one lock); the memory
 bound is a reading of the process's resident set when a call would start (Linux's
 `/proc/self/statm`), so calls admitted together may pass it by up to their memory limits.
 """
