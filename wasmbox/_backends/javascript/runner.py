@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome, _snapshot
+from ... import _abi, _call, _outcome, _replay, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities import wasi_files as _wasi_files
@@ -192,7 +192,7 @@ class JavaScriptRunner:
         layout = self._layout
         context = _store.context(store)
         guest = _Guest(context, _Exports(store, instance), memory)
-        guest.write(layout.random_state, _seed())
+        guest.write(layout.random_state, _replay.randomness(_seed))  # (kept or replayed by a tape)
         if env:  # the C library read the set-up's empty environment: read the call's
             _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
         _capi.set_table_func(
