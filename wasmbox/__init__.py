@@ -5,6 +5,7 @@ tool = box.load("capabilities/word_count.toml")
 tool.call({"text": "a b c"}).unwrap()
 """
 
+from ._admission import AdmissionLimits, AdmissionStats
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._backends.python.build import RuntimeBuildError
 from ._backends.python.session import Session, SessionLimits
@@ -24,6 +25,7 @@ from ._errors import (
     OutOfFuelError,
     OutputLimitError,
     OverBudgetError,
+    OverloadedError,
     SessionEndedError,
     SessionError,
     StrictSchemaError,
@@ -49,6 +51,7 @@ from ._manifest import (
     Reactor,
     ReactorParam,
 )
+from ._replay import HostExchange, Recording, Replay, recording, replaying
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._stats import SandboxStats
@@ -58,6 +61,8 @@ from ._wasmtime.engine import EngineSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdmissionLimits",
+    "AdmissionStats",
     "Allocator",
     "AuditLog",
     "AuditRecord",
@@ -77,6 +82,7 @@ __all__ = [
     "GuestError",
     "HostCallRecord",
     "HostError",
+    "HostExchange",
     "InvalidArgumentsError",
     "Limits",
     "LimitsError",
@@ -90,9 +96,12 @@ __all__ = [
     "OutputFile",
     "OutputLimitError",
     "OverBudgetError",
+    "OverloadedError",
     "Preopen",
     "Reactor",
     "ReactorParam",
+    "Recording",
+    "Replay",
     "RuntimeBuildError",
     "Sandbox",
     "SandboxStats",
@@ -110,5 +119,7 @@ __all__ = [
     "UnknownToolError",
     "Verification",
     "WasmboxError",
+    "recording",
+    "replaying",
     "verify_audit_log",
 ]

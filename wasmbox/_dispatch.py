@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from . import _call, _schema, _telemetry
+from ._admission import Gate
 from ._budget import Budget
 from ._content import Content, result_content
 from ._errors import ErrorKind, SessionEndedError, SessionError
@@ -24,10 +25,14 @@ if TYPE_CHECKING:
 
 class Caller(Protocol):
     """What `dispatch` runs calls on: a Sandbox, or a pool of them (`integrations.ray`).
-    Its tools have `call(args)` and `parameters`; its executor runs the calls."""
+    Its tools have `call(args)` and `parameters`; its executor runs the calls, each admitted by
+    its gate before it is queued."""
 
     @property
     def _executor(self) -> Executor: ...
+
+    @property
+    def _gate(self) -> Gate: ...
 
     @property
     def tools(self) -> Mapping[str, Any]: ...
@@ -80,7 +85,10 @@ def dispatch(
             job.result = _run(job, deadline, budget)
     elif runnable:
         futures = [
-            (job, box._executor.submit(_telemetry.carried(partial(_run, job, deadline, budget))))
+            (
+                job,
+                box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget))),
+            )
             for job in runnable
         ]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -115,9 +123,10 @@ async def adispatch(
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if not runnable:
         return [_reply(job, format, deadline_s) for job in jobs]
-    loop = asyncio.get_running_loop()
     tasks = [
-        loop.run_in_executor(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
+        asyncio.wrap_future(
+            box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
+        )
         for job in runnable
     ]
     if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
@@ -158,14 +167,11 @@ async def acall_one(
     box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
     javascript: bool | ManifestSource = False, budget: Budget | None = None,
 ) -> CallResult:  # fmt: skip
-    """`call_one` on the Sandbox's worker threads."""
-    import asyncio  # lazily, as in Tool.acall
-
-    loop = asyncio.get_running_loop()
+    """`call_one` on the Sandbox's worker threads, admitted before it is queued for them."""
     call = partial(
         call_one, box, name, args, python=python, session=session, javascript=javascript, budget=budget
     )
-    return await loop.run_in_executor(box._executor, _telemetry.carried(call))
+    return await box._gate.offload(box._executor, _telemetry.carried(call))
 
 
 def _deadline(deadline_s: float | None) -> float | None:

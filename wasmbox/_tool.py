@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import _abi, _formats, _outcome, _schema, _telemetry
+from ._admission import Gate
 from ._audit import Auditor
 from ._budget import Budget
 from ._call import CallInput
@@ -70,6 +71,7 @@ class Tool:
         args_schema: dict[str, Any] | None = None,
         docstring: str = "",
         counts: CallCounts | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """ManifestError when the manifest's `examples` break the args schema, or it gives a WASI
         command an `output_schema` (a command's value is its exit code)."""
@@ -91,6 +93,7 @@ class Tool:
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._counts = counts
+        self._gate = gate  # the Sandbox's admission control
         self._executor = executor
         self._auditor = auditor
         command = manifest.command
@@ -162,7 +165,8 @@ class Tool:
         `budget`, the call starts only if the budget admits it (else `over_budget`), and is
         charged to it. `limits` (a `CallLimits`, or a mapping like a manifest's `[limits]`)
         tighten the manifest's for this call; raises LimitsError for limits that would
-        loosen them or are malformed.
+        loosen them or are malformed. A call the Sandbox's admission control refuses is
+        `overloaded`.
         """
         tightened = self.limits_for(limits)
         telemetry = _telemetry.active
@@ -199,9 +203,14 @@ class Tool:
     def _budgeted(
         self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None
     ) -> CallResult:
-        if budget is None:
-            return self._call(args, argv, stdin, limits)
-        return budget.run(self.name, partial(self._call, args, argv, stdin, limits))
+        """The call if the Sandbox admits it (first: its bound protects the host) and then its
+        budget does."""
+        call = partial(self._call, args, argv, stdin, limits)
+        if budget is not None:
+            call = partial(budget.run, self.name, call)
+        if self._gate is None:
+            return call()
+        return self._gate.run(self.name, call)
 
     def _call(self, args: Any, argv: Any, stdin: Any, limits: Limits | None) -> CallResult:
         start = time.perf_counter()
@@ -240,16 +249,18 @@ class Tool:
         budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:
-        """`call` on the Sandbox's worker threads, so the event loop keeps running (limits are
-        checked here, before: LimitsError as `call`)."""
+        """`call` on the Sandbox's worker threads, so the event loop keeps running; admitted (or
+        refused as `overloaded`) before it is queued for them (limits are checked here, before:
+        LimitsError as `call`)."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         self.limits_for(limits)
-        loop = asyncio.get_running_loop()
         work = _telemetry.carried(
             partial(self.call, args, argv=argv, stdin=stdin, budget=budget, limits=limits)
         )
-        return await loop.run_in_executor(self._executor, work)
+        if self._gate is not None:
+            return await self._gate.offload(self._executor, work)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):

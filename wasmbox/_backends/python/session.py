@@ -36,6 +36,7 @@ import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ... import _call, _outcome, _telemetry
+from ..._admission import Gate
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
 from ..._errors import ErrorKind, LimitsError, SessionEndedError, SessionError, WasmboxError
@@ -84,6 +85,7 @@ class Session:
         limits: SessionLimits,
         auditor: Auditor,
         executor: Executor,
+        gate: Gate,
     ) -> None:
         self.id = secrets.token_hex(8)
         self.name = name if name is not None else self.id
@@ -94,6 +96,7 @@ class Session:
         self._manifest = manifest
         self._auditor = auditor
         self._executor = executor
+        self._gate = gate  # the Sandbox's admission control
         self._lock = threading.RLock()
         self._running = False
         self._calls = 0
@@ -142,13 +145,17 @@ class Session:
     ) -> CallResult:
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
-        run (else `over_budget`, and the session stays as it was); with `limits`, under those
-        (tighter than the manifest's; its memory cap is the session's, fixed when it opened).
-        Raises `SessionEndedError` when the session has ended (or ends now: idle, too old, a
-        total spent), LimitsError for limits that would loosen the manifest's."""
-        run_limits = self._limits_for(limits)
+        run (else `over_budget`, and the session stays as it was; so too when the Sandbox's
+        admission control refuses it, `overloaded`); with `limits`, under those (tighter than
+        the manifest's; its memory cap is the session's, fixed when it opened). Raises
+        `SessionEndedError` when the session has ended (or ends now: idle, too old, a total
+        spent), LimitsError for limits that would loosen the manifest's."""
+        run_limits = self._limits_for(limits)  # (raises before anything is admitted)
+        return self._gate.run(self._manifest.name, partial(self._admitted, code, budget, run_limits))
+
+    def _admitted(self, code: str, budget: Budget | None, run_limits: Limits) -> CallResult:
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self.run, code, limits=limits))
+            return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -177,11 +184,10 @@ class Session:
     async def arun(
         self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None
     ) -> CallResult:
-        """`run` on the Sandbox's worker threads (limits are checked here, before)."""
-        import asyncio  # lazily, as in Tool.acall
-
+        """`run` on the Sandbox's worker threads, admitted before it is queued for them (limits
+        are checked here, before)."""
         self._limits_for(limits)
-        return await asyncio.get_running_loop().run_in_executor(
+        return await self._gate.offload(
             self._executor, _telemetry.carried(partial(self.run, code, budget=budget, limits=limits))
         )
 
