@@ -91,7 +91,7 @@ def test_calls_past_the_bound_are_refused_at_once_and_counted(
     assert after.admission.admitted == 4 and after.calls == 5
 
 
-def test_exact_under_concurrent_threads(cache_dir: Path) -> None:
+def test_the_in_flight_bound_holds_exactly_under_concurrent_threads(cache_dir: Path) -> None:
     """Threads hammering a bound of 2: no more than 2 calls are ever inside at once, and every
     call is either admitted and run, or refused; nothing is lost or counted twice."""
     hold = Hold()

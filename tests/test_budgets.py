@@ -71,7 +71,7 @@ def test_fuel_and_output_are_charged_exactly_what_the_calls_used(box: wasmbox.Sa
     assert printed.used()["output"] == 21
 
 
-def test_exact_under_concurrent_threads(box: wasmbox.Sandbox) -> None:
+def test_a_call_budget_is_spent_exactly_under_concurrent_threads(box: wasmbox.Sandbox) -> None:
     echo = box.load(manifest("echo"))
     budget = Budget(calls=100)
     with ThreadPoolExecutor(8) as pool:
