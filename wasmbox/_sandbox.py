@@ -40,7 +40,7 @@ from ._backends.python.runner import (
     PythonSnippetRunner,
     PythonToolRunner,
 )
-from ._backends.python.session import Session, SessionLimits, SessionTable
+from ._backends.python.session import Kernel, PythonKernel, Session, SessionLimits, SessionTable
 from ._backends.python.signature import entry_problem, return_schema, signature_schema
 from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
@@ -95,6 +95,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 PythonRuntimeName = Literal["standard", "scientific"]
 # What `interpreter` runs snippets in: a Python runtime, or the JavaScript one.
 InterpreterName = Literal["standard", "scientific", "javascript"]
+SessionRuntime = Literal["python", "javascript"]
 
 
 class _Default(Enum):
@@ -817,39 +818,50 @@ class Sandbox:
 
     def session(
         self, manifest: ManifestSource | None = None, *, name: str | None = None,
-        limits: SessionLimits | None = None,
+        limits: SessionLimits | None = None, runtime: SessionRuntime | None = None,
     ) -> Session:  # fmt: skip
         """A `Session`: `run_python` runs that share one interpreter (variables, imports and
         files in its scratch `/tmp` persist), under `manifest`'s grants and per-call limits
-        and `limits`' totals (default: the Sandbox's `session_limits`). With `name`, the live
-        session of that name is returned if it has these grants (SessionError if it has
-        others: a session is never shared between grant sets), else a new one is opened.
-        Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
-        manifest. docs/python.md, "Sessions", has the failure rule and the costs."""
-        grants, key = self._python_grant_set(manifest)
-        if grants.python == "scientific":
-            raise ManifestError(
-                f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
-            )
-        runtime = self._python_runtime()
+        and `limits`' totals (default: the Sandbox's `session_limits`); `runtime="javascript"`:
+        `run_javascript` runs sharing one QuickJS context, under a grant set with runtime =
+        "javascript". With `name`, the live session of that name is returned if it has these
+        grants (SessionError if it has others: a session is never shared between grant sets),
+        else a new one is opened. Raises SessionError past `max_sessions`, and what
+        `run_python` (or `run_javascript`) raises for a bad manifest. docs/python.md,
+        "Sessions", has the failure rule and the costs."""
+        if runtime not in (None, "python", "javascript"):
+            raise ValueError(f'runtime must be "python" or "javascript", got {runtime!r}')
+        kernel: Callable[[Manifest], Kernel]
+        if runtime == "javascript":
+            from ._backends.javascript.session import JavaScriptKernel
+
+            grants, key = self._python_grant_set(manifest, "javascript")
+            kernel = partial(JavaScriptKernel, self._javascript_runtime())
+        else:
+            grants, key = self._python_grant_set(manifest)
+            if grants.python == "scientific":
+                raise ManifestError(
+                    f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
+                )
+            kernel = partial(PythonKernel, self._python_runtime())
         totals = limits if limits is not None else self._session_limits
         if not isinstance(totals, SessionLimits):
             raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
         if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
             raise ValueError("a session name is a non-empty str of at most 200 characters")
         return self._sessions.open(name, key, lambda: Session(
-            self._sessions, runtime, grants, key, name, totals, self._auditor, self._executor,
+            self._sessions, kernel, grants, key, name, totals, self._auditor, self._executor,
         ))  # fmt: skip
 
     async def asession(
         self, manifest: ManifestSource | None = None, *, name: str | None = None,
-        limits: SessionLimits | None = None,
+        limits: SessionLimits | None = None, runtime: SessionRuntime | None = None,
     ) -> Session:  # fmt: skip
         """`session` on the Sandbox's worker threads (opening one makes an instance)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        opening = partial(self.session, manifest, name=name, limits=limits)
+        opening = partial(self.session, manifest, name=name, limits=limits, runtime=runtime)
         return await loop.run_in_executor(self._executor, opening)
 
     async def arun_python(

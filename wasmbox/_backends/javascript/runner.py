@@ -215,6 +215,13 @@ class JavaScriptRunner:
         cap: int,
         env: bool,
     ) -> Any:
+        return self.evaluate(self.prepare(store, instance, memory, env), request, cap)
+
+    def prepare(
+        self, store: wasmtime.Store, instance: wasmtime.Instance, memory: _capi.Extern, env: bool
+    ) -> _Guest:
+        """A fresh instance made ready for code: its random state seeded, the call's
+        environment read (`env`), the host-call slot filled."""
         layout = self._layout
         context = _store.context(store)
         guest = _Guest(context, _Exports(store, instance), memory)
@@ -224,6 +231,11 @@ class JavaScriptRunner:
         _capi.set_table_func(
             context, _TABLE.get(store, instance), layout.host_slot, self._host_type, _host_call, self._handle
         )
+        return guest
+
+    def evaluate(self, guest: _Guest, request: Request, cap: int) -> Any:
+        """Run `request` in a prepared instance: its value (a Failure for its error reply)."""
+        layout = self._layout
         ctx = layout.context
         code = request.code.encode("utf-8", "surrogatepass")
         if len(code) < build.CODE_CAPACITY:  # (with its NUL)

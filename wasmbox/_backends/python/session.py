@@ -1,8 +1,9 @@
-"""Sessions: runs of Python snippets that share one CPython instance, like a notebook's cells.
+"""Sessions: runs of snippets that share one instance of a runtime, like a notebook's cells.
 
-A session keeps one Store and component instance of the runtime, and the guest driver keeps
-one `__main__` namespace in it, so variables, imports and files in the session's scratch
-`/tmp` persist from one run to the next. Each run has its manifest's per-call limits (fuel
+A session keeps one Store and instance of the runtime (its `Kernel`): in the Python runtime's
+(`PythonKernel`) the guest driver keeps one `__main__` namespace, in the JavaScript runtime's
+(`_backends/javascript/session.py`) QuickJS keeps one global scope, so variables, imports and
+files in the session's scratch `/tmp` persist from one run to the next. Each run has its manifest's per-call limits (fuel
 refilled, a deadline counted from the run's start, the output cap; the memory cap holds for
 the instance's whole life, since its memory only grows), clipped to what is left of the
 session's totals (`SessionLimits`).
@@ -29,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Protocol, Self
 
 import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -67,8 +68,72 @@ class SessionLimits(BaseModel):
     files: int = Field(64, gt=0, description="Files and folders its interpreter may keep open between runs.")
 
 
+class Kernel(Protocol):
+    """The instance a session keeps, of one runtime: `PythonKernel` here, the JavaScript
+    runtime's in `_backends/javascript/session.py`."""
+
+    runtime: str  # the runtime's name ("python", "javascript"), as telemetry names it
+
+    def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
+        """One run under `manifest`'s per-call limits: its result, and whether the guest
+        returned (False: it was stopped part way)."""
+        ...
+
+    def files_over(self, session: str, limits: SessionLimits) -> str | None:
+        """What the files it keeps open between runs pass, after a run; else None."""
+        ...
+
+    def discard(self) -> None:
+        """Free the instance and its scratch space."""
+        ...
+
+
+class PythonKernel:
+    """A session's instance of the Python runtime (its store, component and scratch `/tmp`)."""
+
+    runtime = "python"
+
+    def __init__(self, runner: PythonRuntimeRunner, manifest: Manifest) -> None:
+        """Raises SessionError when the runtime cannot make the instance."""
+        spare = runner.instantiate(manifest)
+        if spare.error is not None:
+            spare.discard()
+            raise SessionError(f"the runtime could not make its instance: {spare.error.message}")
+        self._runner = runner
+        self._spare = spare
+        self._before: frozenset[_descriptors.Descriptor] = frozenset()
+
+    def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
+        self._before = _descriptors.census()
+        return run_once(self._runner, self._spare, manifest, code)
+
+    def files_over(self, session: str, limits: SessionLimits) -> str | None:
+        """The session's own `SessionLimits.files`, or the process's budget for all sessions,
+        counted from the process's open files (`descriptors`) before and after the run."""
+        holdings = _descriptors.holdings
+        count, total = holdings.settle(session, self._before, holdings.held(session))
+        if count > limits.files:
+            return (
+                f"the session keeps {count} files open between runs, more than its {limits.files} "
+                "(SessionLimits.files): close files when done with them (`with open(...)`), or open the "
+                "session with a higher SessionLimits.files"
+            )
+        if total > holdings.limit:
+            return (
+                f"the sessions of this process keep {total} files open between runs, more than the "
+                f"{holdings.limit} they may together (a quarter of the process's RLIMIT_NOFILE): close "
+                "files when done with them, close sessions no longer used, or raise the limit (ulimit -n)"
+            )
+        return None
+
+    def discard(self) -> None:
+        self._spare.stdout.detach()
+        self._spare.stderr.detach()
+        self._spare.discard()
+
+
 class Session:
-    """Python runs that share one interpreter (see the module docstring for the rules).
+    """Runs that share one interpreter (see the module docstring for the rules).
 
     Made by `Sandbox.session`; thread-safe, one run at a time (a second waits). Usable as a
     context manager (sync and async), which closes it."""
@@ -76,7 +141,7 @@ class Session:
     def __init__(
         self,
         table: SessionTable,
-        runner: PythonRuntimeRunner,
+        kernel: Callable[[Manifest], Kernel],
         manifest: Manifest,
         key: str,
         name: str | None,
@@ -89,7 +154,6 @@ class Session:
         self.manifest_digest = key
         self.limits = limits
         self._table = table
-        self._runner = runner
         self._manifest = manifest
         self._auditor = auditor
         self._executor = executor
@@ -101,12 +165,11 @@ class Session:
         self._opened = self._last = table.clock()
         self._ended: str | None = None
         self._reported = False  # whether a run's result or a raised error told of the end
-        spare = runner.instantiate(manifest)
-        if spare.error is not None:
-            spare.discard()
-            message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
-            raise SessionError(message)
-        self._spare: _Prepared | None = spare
+        try:
+            self._kernel: Kernel | None = kernel(manifest)
+        except SessionError as exc:
+            raise SessionError(f"session {self.name!r}: {exc}") from None
+        self.runtime = self._kernel.runtime
 
     # -- totals (read-only) ----------------------------------------------------------------
 
@@ -154,7 +217,7 @@ class Session:
                     result = self._run(code)
                 else:  # a span as a tool call's, with the session's name
                     result = telemetry.tool_call(
-                        self._manifest.name, "python", partial(self._run, code), session=self.name
+                        self._manifest.name, self.runtime, partial(self._run, code), session=self.name
                     )
             finally:
                 self._running = False
@@ -196,11 +259,10 @@ class Session:
         manifest = self._run_manifest()
         if not isinstance(code, str):
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
-        assert self._spare is not None
+        assert self._kernel is not None
         finished = False
-        before = _descriptors.census()
         try:
-            result, returned = run_once(self._runner, self._spare, manifest, code)
+            result, returned = self._kernel.run(manifest, code)
             finished = True
         finally:
             if not finished:  # e.g. a KeyboardInterrupt out of a host function
@@ -210,7 +272,7 @@ class Session:
         self._time += result.duration_s
         error = result.error
         if error is None or (returned and error.kind in _SURVIVABLE):
-            over = self._files_over(before)
+            over = self._kernel.files_over(self.id, self.limits)
             if over is None:
                 return result
             self._end(over)
@@ -223,25 +285,6 @@ class Session:
         note = "; the session has ended (a run that fails this way may leave the interpreter half way " \
                "through an update): its variables and files are gone"  # fmt: skip
         return result.model_copy(update={"error": CallError(kind=error.kind, message=error.message + note)})
-
-    def _files_over(self, before: frozenset[_descriptors.Descriptor]) -> str | None:
-        """What the session's open files pass after a run (`before`: the census at its start):
-        its own `SessionLimits.files`, or the process's budget for all sessions; else None."""
-        holdings = _descriptors.holdings
-        count, total = holdings.settle(self.id, before, holdings.held(self.id))
-        if count > self.limits.files:
-            return (
-                f"the session keeps {count} files open between runs, more than its {self.limits.files} "
-                "(SessionLimits.files): close files when done with them (`with open(...)`), or open the "
-                "session with a higher SessionLimits.files"
-            )
-        if total > holdings.limit:
-            return (
-                f"the sessions of this process keep {total} files open between runs, more than the "
-                f"{holdings.limit} they may together (a quarter of the process's RLIMIT_NOFILE): close "
-                "files when done with them, close sessions no longer used, or raise the limit (ulimit -n)"
-            )
-        return None
 
     def _run_manifest(self) -> Manifest:
         """The manifest, its per-call fuel and deadline clipped to what is left of the totals."""
@@ -273,11 +316,9 @@ class Session:
         if self._ended is not None:
             return
         self._ended = reason
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.stdout.detach()
-            spare.stderr.detach()
-            spare.discard()
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.discard()
         _descriptors.holdings.forget(self.id)
         self._table.ended(self)
 
