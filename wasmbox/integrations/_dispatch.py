@@ -141,7 +141,7 @@ def call_one(
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
     text, or None. Never raises for the call's own faults."""
     job = _Job("", name)
-    _check_session(session, python)
+    _check_session(session, python, javascript)
     # ("openai": JSON text is parsed); the tool table is read, not copied
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
@@ -218,7 +218,7 @@ def _jobs(
     deadline: float | None = None,
     javascript: bool | ManifestSource = False,
 ) -> list[_Job]:
-    _check_session(session, python)
+    _check_session(session, python, javascript)
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
     if max_calls is not None and (
@@ -244,13 +244,29 @@ def _jobs(
     return jobs
 
 
-def _check_session(session: str | None, python: bool | ManifestSource) -> None:
+def _check_session(
+    session: str | None, python: bool | ManifestSource, javascript: bool | ManifestSource = False
+) -> None:
     if session is None:
         return
     if not isinstance(session, str) or not session:
         raise ValueError(f"session must be a non-empty str naming the conversation, got {session!r}")
-    if python is False:
-        raise ValueError("session= routes run_python calls to a session: give python= too")
+    if python is False and javascript is False:
+        raise ValueError(
+            "session= routes run_python and run_javascript calls to sessions: give python= or javascript= too"
+        )
+    if javascript is not False and len(javascript_session(session)) > _SESSION_NAME:
+        raise ValueError(f"session must be at most {_SESSION_NAME - len(_JS_SESSION)} characters with javascript=")
+
+
+_SESSION_NAME = 200  # (`Sandbox.session`'s longest name)
+_JS_SESSION = "#javascript"
+
+
+def javascript_session(session: str) -> str:
+    """The name of a conversation's JavaScript session (its Python session has the name itself):
+    each runtime's session of one conversation is a session of its own."""
+    return session + _JS_SESSION
 
 
 def _in_order(jobs: list[_Job], deadline: float | None) -> None:
@@ -322,7 +338,18 @@ def _plan(
     if job.name == RUN_JAVASCRIPT and javascript is not False:
         args = prepare_args(args, RUN_JAVASCRIPT_SCHEMA)
         grants = None if javascript is True else javascript
-        job.run = partial(_run_javascript, box, grants, args)
+        if session is None:
+            job.run = partial(_run_javascript, box, grants, args)
+            return
+        problem = _schema.validate(args, RUN_JAVASCRIPT_SCHEMA)
+        if problem is not None:
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        elif not hasattr(box, "session"):
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, "sessions need a Sandbox")
+        else:
+            box_ = cast("Sandbox", box)
+            job.run = partial(_session_run, box_, javascript_session(session), grants, args["code"], RUN_JAVASCRIPT)
+            job.in_session = True
         return
     names = sorted(name for name, tool in tools.items() if "model" in tool.manifest.callers)
     names += [RUN_PYTHON] if python is not False else []
@@ -347,22 +374,26 @@ def _run_javascript(box: Caller, grants: ManifestSource | None, args: dict[str, 
     return box.run_javascript(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
 
 
-def _session_run(box: Sandbox, name: str, grants: ManifestSource | None, code: str) -> CallResult:
-    """A run of the conversation's session `name` (opened if there is none). When the
-    session ended without a run's result saying so (a total spent, idle), this call gets an
-    error result that says so, once, and the next call opens a new session."""
+def _session_run(
+    box: Sandbox, name: str, grants: ManifestSource | None, code: str, tool: str = RUN_PYTHON
+) -> CallResult:
+    """A run of the conversation's session `name` (opened if there is none) for `tool`
+    (run_python, or run_javascript: a JavaScript session). When the session ended without a
+    run's result saying so (a total spent, idle), this call gets an error result that says so,
+    once, and the next call opens a new session."""
     ended = box._sessions.take_unreported_end(name)
+    runtime: Literal["python", "javascript"] = "javascript" if tool == RUN_JAVASCRIPT else "python"
     try:
         if ended is None:
-            return box.session(grants, name=name).run(code)
+            return box.session(grants, name=name, runtime=runtime).run(code)
     except SessionEndedError as exc:  # (a total spent, found as this run began)
         ended = exc.reason
     except SessionError as exc:  # too many sessions
-        return CallResult.failed(RUN_PYTHON, ErrorKind.HOST_ERROR, f"not run: {exc}")
+        return CallResult.failed(tool, ErrorKind.HOST_ERROR, f"not run: {exc}")
     return CallResult.failed(
-        RUN_PYTHON, ErrorKind.HOST_ERROR,
+        tool, ErrorKind.HOST_ERROR,
         f"not run: the session ended ({ended}); its variables and files are gone, and the next "
-        "run_python call starts a new session",
+        f"{tool} call starts a new session",
     )  # fmt: skip
 
 

@@ -14,9 +14,11 @@ GIF or WebP, an `EmbeddedResource` blob per other binary output. A tool with an 
 lists it as `outputSchema` and returns its value as `structuredContent` too (a value that is not
 an object wrapped as `{"result": value}`, as MCP before 2026-07-28 takes only objects).
 
-With `sessions=True`, `run_python` takes an optional `session`: a call without one opens a
-`Sandbox.session` and its result ends with a text block `session: <name>`; calls that pass that
-name run in that interpreter. (The SDK serves each request of the 2026-07 protocol on a
+With `sessions=True`, `run_python` and `run_javascript` take an optional `session`: a call
+without one opens a `Sandbox.session` (of the JavaScript runtime for run_javascript) and its
+result ends with a text block `session: <name>`; calls that pass that name run in that
+interpreter (a run_javascript call passing a name run_python was told runs in that
+conversation's JavaScript session, a session of its own). (The SDK serves each request of the 2026-07 protocol on a
 connection of its own, so there is no client connection to tie a session to.) Names are
 random tokens the server issued: a client cannot reach another's session without being told
 its name. A session ends as `Sandbox.session`'s do (idle, totals, a failed run).
@@ -64,6 +66,7 @@ from . import _dispatch
 from ._content import Content, result_content
 from ._formats import (
     RUN_JAVASCRIPT,
+    RUN_JAVASCRIPT_SCHEMA,
     RUN_PYTHON,
     RUN_PYTHON_SCHEMA,
     mcp_structured,
@@ -88,8 +91,8 @@ def build_server(
         raise ValueError(
             f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be served beside run_javascript"
         )
-    if sessions and python is False:
-        raise ValueError("sessions=True serves run_python sessions: give python= too")
+    if sessions and python is False and javascript is False:
+        raise ValueError("sessions=True serves run_python and run_javascript sessions: give python= or javascript= too")
     issued = _IssuedSessions() if sessions else None
 
     async def list_tools(
@@ -104,7 +107,7 @@ def build_server(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         arguments, session = params.arguments or {}, None
-        if issued is not None and params.name == RUN_PYTHON:
+        if issued is not None and params.name in (RUN_PYTHON, RUN_JAVASCRIPT):
             arguments = dict(arguments)
             session, problem = issued.resolve(arguments.pop("session", None))
             if problem is not None:
@@ -188,10 +191,24 @@ _SESSION_SCHEMA = {
 }
 
 
+_JAVASCRIPT_SESSION_SCHEMA = {
+    **RUN_JAVASCRIPT_SCHEMA,
+    "properties": {
+        **RUN_JAVASCRIPT_SCHEMA["properties"],
+        "session": {
+            "type": "string",
+            "description": "The session a previous run_javascript result named, to run in its context "
+            "(its global variables and functions, its /tmp files); omit it to start a new session",
+        },
+    },
+}
+
+
 def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec["name"] != RUN_PYTHON:
+    schema = {RUN_PYTHON: _SESSION_SCHEMA, RUN_JAVASCRIPT: _JAVASCRIPT_SESSION_SCHEMA}.get(spec["name"])
+    if schema is None:
         return spec
-    return {**spec, "inputSchema": _SESSION_SCHEMA}  # (described as a session's by `specs`)
+    return {**spec, "inputSchema": schema}  # (described as a session's by `specs`)
 
 
 async def serve_stdio(
