@@ -87,7 +87,7 @@ def test_a_run_stopped_by_a_limit_or_trap_ends_the_session(
 ) -> None:
     session = box.session({"name": "nb", "runtime": "python", "limits": limits, "scratch": "1MiB"}, name="s")
     assert session.run("x = 1").ok
-    scratch = session._kernel._spare.scratch.path  # type: ignore[union-attr]
+    scratch = session._kernel.scratch.path  # type: ignore[union-attr]
     assert scratch.is_dir()
     failed = session.run(code)
     assert failed.error is not None and failed.error.kind is kind

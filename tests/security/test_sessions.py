@@ -105,8 +105,8 @@ def test_a_closed_session_holds_no_descriptor(guarded: Guarded) -> None:
     grants = {"name": "nb", "runtime": "python", "scratch": "1MiB", "limits": QUICK,
               "preopens": guarded.preopen()}  # fmt: skip
     session = guarded.box.session(grants)
-    assert session._spare is not None and session._spare.scratch is not None
-    folders = (str(guarded.granted), str(session._spare.scratch.path))
+    assert session._kernel is not None and session._kernel.scratch is not None
+    folders = (str(guarded.granted), str(session._kernel.scratch.path))
 
     def held() -> list[str]:
         return [target for target in fd_targets() if any(folder in target for folder in folders)]

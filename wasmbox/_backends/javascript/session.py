@@ -22,6 +22,7 @@ import wasmtime
 
 from ... import _call, _outcome
 from ..._call import CallInput, CallState
+from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind, SessionError
 from ..._manifest import Manifest
 from ..._outcome import Failure
@@ -45,7 +46,9 @@ class JavaScriptKernel:
         limits = manifest.limits
         self._stdout, self._stderr = Output(limits.output), Output(limits.output)
         self._files: _wasi_files.OpenFiles | None = None
-        self._scratch = runner._scratch.create(manifest.scratch) if manifest.scratch is not None else None
+        self._scratch: _scratch.CallScratch | None = None
+        if manifest.scratch is not None:
+            self._scratch = runner._scratch.create(manifest.scratch)
         self._store: wasmtime.Store | None = None
         runner._ticker.enter()
         try:
@@ -72,6 +75,10 @@ class JavaScriptKernel:
             raise
         finally:
             runner._ticker.leave()
+
+    @property
+    def scratch(self) -> _scratch.CallScratch | None:
+        return self._scratch
 
     def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
         """One run in the instance, which stays open: its result, and whether the guest

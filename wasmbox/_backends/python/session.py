@@ -38,6 +38,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from ... import _call, _outcome, _telemetry
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
+from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
 from ..._results import CallError, CallResult
@@ -74,6 +75,11 @@ class Kernel(Protocol):
 
     runtime: str  # the runtime's name ("python", "javascript"), as telemetry names it
 
+    @property
+    def scratch(self) -> _scratch.CallScratch | None:
+        """Its scratch `/tmp` (kept for the session's life), if the manifest grants one."""
+        ...
+
     def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
         """One run under `manifest`'s per-call limits: its result, and whether the guest
         returned (False: it was stopped part way)."""
@@ -102,6 +108,10 @@ class PythonKernel:
         self._runner = runner
         self._spare = spare
         self._before: frozenset[_descriptors.Descriptor] = frozenset()
+
+    @property
+    def scratch(self) -> _scratch.CallScratch | None:
+        return self._spare.scratch
 
     def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
         self._before = _descriptors.census()
