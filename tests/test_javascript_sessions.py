@@ -91,9 +91,15 @@ def test_a_run_stopped_by_a_limit_or_an_exit_ends_the_session(
 
 def test_a_stack_overflow_ends_the_session(box: wasmbox.Sandbox) -> None:
     """Frames past the end of C's stack: the guard below it is found changed after the run."""
-    session = box.session({"name": "nb", "runtime": "javascript", "limits": {"fuel": 10**10}}, runtime="javascript")
+    session = box.session(
+        {"name": "nb", "runtime": "javascript", "limits": {"fuel": 10**10}}, runtime="javascript"
+    )
     assert session.run("var x = 1").ok
-    big = "function h(n) { " + "".join(f"let v{i} = n + {i}; " for i in range(1000)) + "return n ? h(n - 1) + 1 : v0 }\nh(300)"
+    big = (
+        "function h(n) { "
+        + "".join(f"let v{i} = n + {i}; " for i in range(1000))
+        + "return n ? h(n - 1) + 1 : v0 }\nh(300)"
+    )
     failed = session.run(big)
     assert failed.error is not None and failed.error.kind is ErrorKind.TRAP, failed.error
     assert "call stack exhausted" in failed.error.message and session.closed
@@ -108,7 +114,9 @@ def test_timers_an_earlier_run_left_never_fire_in_a_later_one(box: wasmbox.Sandb
     assert left.ok, left.error
     waited = session.run("await new Promise((r) => setTimeout(r, 30)); fired")
     assert waited.ok and waited.value == [], waited.error  # not the earlier run's, not its throw
-    thrown = session.run("setTimeout(() => { throw new Error('boom'); }, 0); await new Promise((r) => setTimeout(r, 5))")
+    thrown = session.run(
+        "setTimeout(() => { throw new Error('boom'); }, 0); await new Promise((r) => setTimeout(r, 5))"
+    )
     assert thrown.error is not None and "boom" in thrown.error.message
     assert session.run("await new Promise((r) => setTimeout(r, 5)); 'clean'").value == "clean"
 
@@ -148,7 +156,9 @@ def test_a_session_name_is_never_shared_between_runtimes(box: wasmbox.Sandbox) -
     box.session(name="conv")
     with pytest.raises(SessionError, match="runs under other grants"):
         box.session(name="conv", runtime="javascript")
-    with pytest.raises(wasmbox.ManifestError, match='run_javascript takes a manifest with runtime = "javascript"'):
+    with pytest.raises(
+        wasmbox.ManifestError, match='run_javascript takes a manifest with runtime = "javascript"'
+    ):
         box.session({"name": "py", "runtime": "python"}, runtime="javascript")
     with pytest.raises(ValueError, match='runtime must be "python" or "javascript"'):
         box.session(runtime="scientific")  # type: ignore[arg-type]
@@ -165,14 +175,20 @@ def test_javascript_sessions_from_asyncio(box: wasmbox.Sandbox) -> None:
 
 def _calls(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
     return [
-        {"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": json.dumps({"code": code})}}
+        {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": tool, "arguments": json.dumps({"code": code})},
+        }
         for i, (tool, code) in enumerate(pairs)
     ]
 
 
 def test_dispatch_routes_run_javascript_to_the_conversations_session(box: wasmbox.Sandbox) -> None:
     def turn(conversation: str, *pairs: tuple[str, str]) -> list[str]:
-        replies = box.dispatch(_calls(*pairs), format="openai", python=True, javascript=True, session=conversation)
+        replies = box.dispatch(
+            _calls(*pairs), format="openai", python=True, javascript=True, session=conversation
+        )
         return [reply["content"] for reply in replies]
 
     js, py = "run_javascript", "run_python"

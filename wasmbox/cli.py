@@ -375,7 +375,10 @@ def _mcp_serve(options: argparse.Namespace) -> int:
         print("wasmbox: nothing to serve: give manifests, --python or --javascript", file=sys.stderr)
         return 2
     if options.sessions and not any(interpreters):
-        print("wasmbox: --sessions is for run_python and run_javascript: add --python or --javascript", file=sys.stderr)
+        print(
+            "wasmbox: --sessions is for run_python and run_javascript: add --python or --javascript",
+            file=sys.stderr,
+        )
         return 2
     http_only = (
         options.auth_token_file,

@@ -256,7 +256,9 @@ def _check_session(
             "session= routes run_python and run_javascript calls to sessions: give python= or javascript= too"
         )
     if javascript is not False and len(javascript_session(session)) > _SESSION_NAME:
-        raise ValueError(f"session must be at most {_SESSION_NAME - len(_JS_SESSION)} characters with javascript=")
+        raise ValueError(
+            f"session must be at most {_SESSION_NAME - len(_JS_SESSION)} characters with javascript="
+        )
 
 
 _SESSION_NAME = 200  # (`Sandbox.session`'s longest name)
@@ -348,7 +350,9 @@ def _plan(
             job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, "sessions need a Sandbox")
         else:
             box_ = cast("Sandbox", box)
-            job.run = partial(_session_run, box_, javascript_session(session), grants, args["code"], RUN_JAVASCRIPT)
+            job.run = partial(
+                _session_run, box_, javascript_session(session), grants, args["code"], RUN_JAVASCRIPT
+            )
             job.in_session = True
         return
     names = sorted(name for name, tool in tools.items() if "model" in tool.manifest.callers)

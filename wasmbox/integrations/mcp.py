@@ -92,7 +92,9 @@ def build_server(
             f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be served beside run_javascript"
         )
     if sessions and python is False and javascript is False:
-        raise ValueError("sessions=True serves run_python and run_javascript sessions: give python= or javascript= too")
+        raise ValueError(
+            "sessions=True serves run_python and run_javascript sessions: give python= or javascript= too"
+        )
     issued = _IssuedSessions() if sessions else None
 
     async def list_tools(

@@ -154,4 +154,3 @@ class JavaScriptKernel:
         if self._scratch is not None:
             self._scratch.remove()
             self._scratch = None
-
