@@ -35,11 +35,13 @@ _local = threading.local()
 
 @dataclass(frozen=True)
 class CallInput:
-    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands."""
+    """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands; the
+    input files to write under /tmp/in (checked: `_capabilities.scratch.check_inputs`)."""
 
     args: Mapping[str, Any]
     argv: tuple[str, ...] = ()
     stdin: bytes = b""
+    files: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -346,7 +348,7 @@ def finish(
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
     call's Store in a reference cycle until the garbage collector runs. `files` are the output
-    files the call wrote (`command.outputs`); a failed call returns none."""
+    files the call wrote (`command.outputs`, `outputs`); a failed call returns none."""
     limits = state.manifest.limits
     clock = state.phases
     ran = time.perf_counter() if clock is not None else 0.0
@@ -404,10 +406,9 @@ def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> d
     if found:
         known["stdout"] = found
     if files:
-        assert command is not None
-        for output in command.outputs:
-            if output.path in files:
-                found = output.media_type or sniff(files[output.path])
-                if found:
-                    known[output.path] = found
+        declared = {output.path: output.media_type for output in command.outputs} if command else {}
+        for path, data in files.items():
+            found = declared.get(path) or sniff(data)
+            if found:
+                known[path] = found
     return known

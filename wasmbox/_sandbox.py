@@ -742,37 +742,41 @@ class Sandbox:
 
     def run_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None,
+        budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
-        `runtime="scientific"` runs it in the scientific runtime. The call of
-        `interpreter(manifest, runtime=runtime)` with `{"code": code}` (and `budget`).
+        `runtime="scientific"` runs it in the scientific runtime. `files` are written under
+        /tmp/in first (the manifest needs `inputs`); the manifest's `outputs` come back in
+        `CallResult.files`. The call of `interpreter(manifest, runtime=runtime)` with
+        `{"code": code}` (and `budget`, `files`).
         """
-        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget)
+        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget, files=files)
 
     def run_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+    ) -> CallResult:  # fmt: skip
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}` (and `budget`). Raises what `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call({"code": code}, budget=budget)
+        with `{"code": code}` (and `budget`, `files`, as `run_python` takes them). Raises what
+        `interpreter` does."""
+        return self.interpreter(manifest, runtime="javascript").call({"code": code}, budget=budget, files=files)
 
     async def arun_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run_javascript, code, manifest, budget=budget))
-        )
+        run = partial(self.run_javascript, code, manifest, budget=budget, files=files)
+        return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
@@ -866,16 +870,14 @@ class Sandbox:
 
     async def arun_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None,
+        budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
     ) -> CallResult:  # fmt: skip
         """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor,
-            _telemetry.carried(partial(self.run_python, code, manifest, runtime=runtime, budget=budget)),
-        )
+        run = partial(self.run_python, code, manifest, runtime=runtime, budget=budget, files=files)
+        return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False,

@@ -18,6 +18,7 @@ from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
 from ._budget import Budget
 from ._call import CallInput
+from ._capabilities import scratch as _scratch
 from ._errors import ErrorKind, ManifestError
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
@@ -27,6 +28,7 @@ from .integrations import _formats
 from .integrations._formats import SpecFormat, StrictMode
 
 _ids = itertools.count(1)
+_TAKES_FILES = frozenset({ToolKind.PYTHON, ToolKind.JAVASCRIPT})  # the runners that write `files`
 _open = threading.local()  # the ids of the calls running on this thread, outermost first
 
 
@@ -154,45 +156,51 @@ class Tool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        files: Mapping[str, bytes | str] | None = None,
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
         `args` go to ABI v1 and Python tools, and to command tools whose manifest maps them to
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
-        tools take `argv` (appended to the manifest's `args`) and `stdin` instead. With
-        `budget`, the call starts only if the budget admits it (else `over_budget`), and is
-        charged to it.
+        tools take `argv` (appended to the manifest's `args`) and `stdin` instead. `files`
+        (path below /tmp/in → bytes or str) are written there before the guest starts, for a
+        Python or JavaScript tool whose manifest has `inputs` (bad names or sizes:
+        `invalid_arguments`). With `budget`, the call starts only if the budget admits it
+        (else `over_budget`), and is charged to it.
         """
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            work = partial(self._counted, args, argv, stdin, budget)
+            work = partial(self._counted, args, argv, stdin, budget, files)
             return telemetry.tool_call(self.name, self.kind.value, work)
-        return self._counted(args, argv, stdin, budget)
+        return self._counted(args, argv, stdin, budget, files)
 
-    def _counted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+    def _counted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._budgeted(args, argv, stdin, budget)
+                result = self._budgeted(args, argv, stdin, budget, files)
             given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
             self._auditor.record(
                 result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
         else:
-            result = self._budgeted(args, argv, stdin, budget)
+            result = self._budgeted(args, argv, stdin, budget, files)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
-    def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None) -> CallResult:
+    def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None) -> CallResult:
         if budget is None:
-            return self._call(args, argv, stdin)
-        return budget.run(self.name, partial(self._call, args, argv, stdin))
+            return self._call(args, argv, stdin, files)
+        return budget.run(self.name, partial(self._call, args, argv, stdin, files))
 
-    def _call(self, args: Any, argv: Any, stdin: Any) -> CallResult:
+    def _call(self, args: Any, argv: Any, stdin: Any, files: Any = None) -> CallResult:
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
+        inputs: Mapping[str, bytes] = {}
+        if problem is None and files is not None:
+            inputs, problem = self._inputs(files)
         if problem is None and self._mapping is not None:
             try:
                 argv, stdin = self._mapping.render(args or {})
@@ -204,7 +212,7 @@ class Tool:
             )
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-            result = self._runner.call(CallInput(args or {}, tuple(argv), data))
+            result = self._runner.call(CallInput(args or {}, tuple(argv), data, inputs))
             if result.ok and self._output_validator is not None:
                 result = self._checked_value(result, self._output_validator)
         return result
@@ -225,13 +233,20 @@ class Tool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        files: Mapping[str, bytes | str] | None = None,
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget))
+        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget, files=files))
         return await loop.run_in_executor(self._executor, work)
+
+    def _inputs(self, files: object) -> tuple[Mapping[str, bytes], str | None]:
+        """The call's input files, checked against the manifest's `inputs`, or why not."""
+        if self.kind not in _TAKES_FILES and files:
+            return {}, "files are for Python and JavaScript calls"
+        return _scratch.check_inputs(files, self.manifest.inputs)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):

@@ -140,17 +140,20 @@ class JavaScriptRunner:
         real source costs: a `guest_error` with the SyntaxError, or success."""
         return self.call(_COMPILING, Request(source, filename, compile_only=True))
 
-    def call(self, manifest: Manifest, request: Request) -> CallResult:
-        """Run `request` in a fresh instance under `manifest`'s grants and limits."""
+    def call(
+        self, manifest: Manifest, request: Request, files: Mapping[str, bytes] = _scratch.NO_FILES
+    ) -> CallResult:
+        """Run `request` in a fresh instance under `manifest`'s grants and limits, with `files`
+        (checked input files) written under /tmp/in before it runs."""
         self._ticker.enter()
         scratch = None
         try:
             if manifest.scratch is not None:
-                scratch = self._scratch.create(manifest.scratch)
+                scratch = self._scratch.create(manifest.scratch, manifest.inputs)
             started = time.perf_counter()
             state = CallState.start(manifest, started)
             try:
-                return self._call(manifest, request, scratch, state, started)
+                return self._call(manifest, request, scratch, state, started, files)
             finally:
                 _wasi_files.release(state)
         finally:
@@ -165,6 +168,7 @@ class JavaScriptRunner:
         scratch: _scratch.CallScratch | None,
         state: CallState,
         started: float,
+        files: Mapping[str, bytes] = _scratch.NO_FILES,
     ) -> CallResult:
         limits = manifest.limits
         stdout, stderr = Output(limits.output), Output(limits.output)
@@ -174,8 +178,9 @@ class JavaScriptRunner:
         error: CallError | None = None
         scratch_over: str | None = None
         try:
-            extra = (scratch.preopen,) if scratch is not None else ()
+            extra = scratch.preopens if scratch is not None else ()
             store.set_wasi(_call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra))
+            _scratch.put_inputs(scratch, files)
             with _call.running(state):
                 if scratch is not None:
                     scratch.arm(store)
@@ -193,8 +198,9 @@ class JavaScriptRunner:
         if memory is not None and self._stack_overflowed(store, memory):
             error = CallError(kind=ErrorKind.TRAP, message=_STACK_OVERFLOW)
         peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
+        returned, error = _scratch.outputs(scratch, manifest, error, scratch_over)
         return _call.finish(
-            state, store, started, value, error, stdout, stderr, peak, scratch_over=scratch_over
+            state, store, started, value, error, stdout, stderr, peak, files=returned, scratch_over=scratch_over
         )
 
     def _stack_overflowed(self, store: wasmtime.Store, memory: _capi.Extern) -> bool:
@@ -557,7 +563,7 @@ class JavaScriptSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, Request(call.args["code"]))
+        return self._runtime.call(self._grants, Request(call.args["code"]), call.files)
 
 
 class JavaScriptToolRunner:
@@ -581,4 +587,4 @@ class JavaScriptToolRunner:
                 self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
             )
         request = Request(self._source, self._filename, self._entry, args)
-        return self._runtime.call(self._manifest, request)
+        return self._runtime.call(self._manifest, request, call.files)

@@ -48,12 +48,12 @@ class JavaScriptKernel:
         self._files: _wasi_files.OpenFiles | None = None
         self._scratch: _scratch.CallScratch | None = None
         if manifest.scratch is not None:
-            self._scratch = runner._scratch.create(manifest.scratch)
+            self._scratch = runner._scratch.create(manifest.scratch, manifest.inputs)
         self._store: wasmtime.Store | None = None
         runner._ticker.enter()
         try:
             self._store = _call.new_store(runner._engine, limits, runner._ticker, **_STORE_LIMITS)
-            extra = (self._scratch.preopen,) if self._scratch is not None else ()
+            extra = self._scratch.preopens if self._scratch is not None else ()
             self._store.set_wasi(_call.build_wasi(manifest, CallInput({}), self._stdout, self._stderr, extra))
             state = CallState.start(manifest, time.perf_counter())
             with _call.running(state):

@@ -114,15 +114,16 @@ class PythonRuntimeRunner:
         self._packages[packages] = (site, writable)
 
     def call(
-        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], *, prepare_next: bool = True
-    ) -> CallResult:
+        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], *, prepare_next: bool = True,
+        files: Mapping[str, bytes] = _scratch.NO_FILES,
+    ) -> CallResult:  # fmt: skip
         """Send one request to a fresh instance under `manifest`'s grants and limits;
         `grants_digest` is `manifest.digest()`, which names the grant set (callers compute it
         once). With `prepare_next`, a spare instance for the next call under these grants is made
-        meanwhile."""
+        meanwhile. `files` (checked input files) are written under /tmp/in before it runs."""
         self._ticker.enter()
         try:
-            return self._call(manifest, grants_digest, request, prepare_next)
+            return self._call(manifest, grants_digest, request, prepare_next, files)
         finally:
             self._ticker.leave()
 
@@ -140,8 +141,9 @@ class PythonRuntimeRunner:
         return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
     def _call(
-        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool
-    ) -> CallResult:
+        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool,
+        files: Mapping[str, bytes] = _scratch.NO_FILES,
+    ) -> CallResult:  # fmt: skip
         started = time.perf_counter()
         limits = manifest.limits
         if manifest.packages:
@@ -170,6 +172,7 @@ class PythonRuntimeRunner:
             if error is None:
                 if made_ahead:  # its preopens were opened when it was made: still the grants?
                     _call.check_preopens(manifest)
+                _scratch.put_inputs(prepared.scratch, files)
                 with _call.running(state):
                     if prepared.scratch is not None:
                         prepared.scratch.arm(prepared.store)
@@ -183,10 +186,11 @@ class PythonRuntimeRunner:
             prepared.stderr.detach()
             if prepared.scratch is not None:
                 scratch_over = prepared.scratch.settle()
+        returned, error = _scratch.outputs(prepared.scratch, manifest, error, scratch_over)
         try:
             return _call.finish(
                 state, prepared.store, started, value, error, prepared.stdout, prepared.stderr,
-                None, close=self._keeper.retire_store, scratch_over=scratch_over,
+                None, close=self._keeper.retire_store, files=returned, scratch_over=scratch_over,
             )  # fmt: skip
         finally:
             if prepared.scratch is not None:
@@ -335,8 +339,8 @@ class _Instances:
                     )
                 extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
             if manifest.scratch is not None:
-                prepared.scratch = self._scratch.create(manifest.scratch)
-                extra = (*extra, prepared.scratch.preopen)
+                prepared.scratch = self._scratch.create(manifest.scratch, manifest.inputs)
+                extra = (*extra, *prepared.scratch.preopens)
             wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
             store.set_wasi(wasi)
             with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
@@ -479,7 +483,7 @@ class PythonSnippetRunner:
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
         return self._runtime.call(
-            self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]}
+            self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]}, files=call.files
         )
 
 
@@ -504,4 +508,4 @@ class PythonToolRunner:
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}
-        return self._runtime.call(self._manifest, self._grants_digest, request)
+        return self._runtime.call(self._manifest, self._grants_digest, request, files=call.files)

@@ -16,6 +16,7 @@ import json
 import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,15 +128,17 @@ class ScientificRunner:
             )
         return None
 
-    def call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
+    def call(
+        self, manifest: Manifest, request: dict[str, Any], files: Mapping[str, bytes] = _scratch.NO_FILES
+    ) -> CallResult:
         """One request (`{"mode": "code", "code": str}` or a tool's, see `guest_driver`) in a
-        fresh instance under `manifest`'s grants and limits."""
+        fresh instance under `manifest`'s grants and limits, `files` written under /tmp/in."""
         self._ticker.enter()
         scratch = None
         try:
             if manifest.scratch is not None:
-                scratch = self._scratch.create(manifest.scratch)
-            return self._call(manifest, request, scratch)
+                scratch = self._scratch.create(manifest.scratch, manifest.inputs)
+            return self._call(manifest, request, scratch, files)
         finally:
             if scratch is not None:
                 scratch.remove()
@@ -146,6 +149,7 @@ class ScientificRunner:
         manifest: Manifest,
         request: dict[str, Any],
         scratch: _scratch.CallScratch | None,
+        files: Mapping[str, bytes] = _scratch.NO_FILES,
     ) -> CallResult:
         started = time.perf_counter()
         limits = manifest.limits
@@ -173,8 +177,9 @@ class ScientificRunner:
         try:
             extra: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
             if scratch is not None:
-                extra = (*extra, scratch.preopen)
+                extra = (*extra, *scratch.preopens)
             store.set_wasi(_call.build_wasi(manifest, _NO_OUTPUT, stdout, stderr, extra))
+            _scratch.put_inputs(scratch, files)
             _local.door = door
             with _call.running(state):
                 if scratch is not None:
@@ -199,11 +204,13 @@ class ScientificRunner:
             stderr.detach()
             if scratch is not None:
                 scratch_over = scratch.settle()
+        returned, error = _scratch.outputs(scratch, manifest, error, scratch_over)
         try:
             peak = memory.data_len(store) if memory is not None else None
             return _call.finish(
-                state, store, started, value, error, stdout, stderr, peak, scratch_over=scratch_over
-            )
+                state, store, started, value, error, stdout, stderr, peak, files=returned,
+                scratch_over=scratch_over,
+            )  # fmt: skip
         finally:
             _wasi_files.release(state)
 
@@ -310,7 +317,7 @@ class ScientificSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, {"mode": "code", "code": call.args["code"]})
+        return self._runtime.call(self._grants, {"mode": "code", "code": call.args["code"]}, call.files)
 
 
 class ScientificToolRunner:
@@ -327,4 +334,4 @@ class ScientificToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)})
+        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)}, call.files)
