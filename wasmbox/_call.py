@@ -406,9 +406,9 @@ def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> d
     if found:
         known["stdout"] = found
     if files:
-        declared = {output.path: output.media_type for output in command.outputs} if command else {}
+        named = {output.path: output.media_type for output in command.outputs} if command else {}
         for path, data in files.items():
-            found = declared.get(path) or sniff(data)
+            found = named.get(path) or sniff(data)
             if found:
                 known[path] = found
     return known

@@ -495,9 +495,16 @@ class Manifest(_Strict):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
         if (self.inputs is not None or self.outputs) and self.scratch is None:
             raise ValueError("`inputs` and `outputs` are files in /tmp: they need `scratch`")
-        if self.inputs is not None and self.inputs.writable and self.scratch is not None:
-            if self.inputs.size > self.scratch:
-                raise ValueError("writable inputs are part of the scratch space: `scratch` must be at least inputs.size")
+        writable = self.inputs is not None and self.inputs.writable
+        if (
+            writable
+            and self.scratch is not None
+            and self.inputs is not None
+            and self.inputs.size > self.scratch
+        ):
+            raise ValueError(
+                "writable inputs are part of the scratch space: `scratch` must be at least inputs.size"
+            )
         if self.outputs and self.runtime is None:
             raise ValueError("`outputs` are for Python and JavaScript calls; a command lists command.outputs")
         self._check_packages()

@@ -765,7 +765,9 @@ class Sandbox:
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
         with `{"code": code}` (and `budget`, `files`, as `run_python` takes them). Raises what
         `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call({"code": code}, budget=budget, files=files)
+        return self.interpreter(manifest, runtime="javascript").call(
+            {"code": code}, budget=budget, files=files
+        )
 
     async def arun_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,

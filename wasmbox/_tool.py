@@ -174,7 +174,9 @@ class Tool:
             return telemetry.tool_call(self.name, self.kind.value, work)
         return self._counted(args, argv, stdin, budget, files)
 
-    def _counted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None) -> CallResult:
+    def _counted(
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None
+    ) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
@@ -190,7 +192,9 @@ class Tool:
             self._counts.add(result)
         return result
 
-    def _budgeted(self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None) -> CallResult:
+    def _budgeted(
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None
+    ) -> CallResult:
         if budget is None:
             return self._call(args, argv, stdin, files)
         return budget.run(self.name, partial(self._call, args, argv, stdin, files))
@@ -239,7 +243,9 @@ class Tool:
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        work = _telemetry.carried(partial(self.call, args, argv=argv, stdin=stdin, budget=budget, files=files))
+        work = _telemetry.carried(
+            partial(self.call, args, argv=argv, stdin=stdin, budget=budget, files=files)
+        )
         return await loop.run_in_executor(self._executor, work)
 
     def _inputs(self, files: object) -> tuple[Mapping[str, bytes], str | None]:

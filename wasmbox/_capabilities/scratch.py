@@ -278,7 +278,7 @@ def check_inputs(files: object, inputs: Inputs | None) -> tuple[dict[str, bytes]
     if not files:
         return {}, None
     if inputs is None:
-        return {}, "this call takes no files: its manifest has no `inputs` (e.g. inputs = {size = \"4MiB\"})"
+        return {}, 'this call takes no files: its manifest has no `inputs` (e.g. inputs = {size = "4MiB"})'
     if len(files) > inputs.count:
         return {}, f"{len(files)} files, more than the {inputs.count} a call may bring (inputs.count)"
     checked: dict[str, bytes] = {}
@@ -304,7 +304,10 @@ def check_inputs(files: object, inputs: Inputs | None) -> tuple[dict[str, bytes]
         checked[relative] = data
         total += len(data)
         if total > inputs.size:
-            return {}, f"the input files hold more than the {format_size(inputs.size)} a call may bring (inputs.size)"
+            return (
+                {},
+                f"the input files hold more than the {format_size(inputs.size)} a call may bring (inputs.size)",
+            )
     names = set(checked)
     for relative in checked:  # a file cannot also be a folder of another
         parts = relative.split("/")

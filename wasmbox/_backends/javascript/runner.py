@@ -200,7 +200,16 @@ class JavaScriptRunner:
         peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
         returned, error = _scratch.outputs(scratch, manifest, error, scratch_over)
         return _call.finish(
-            state, store, started, value, error, stdout, stderr, peak, files=returned, scratch_over=scratch_over
+            state,
+            store,
+            started,
+            value,
+            error,
+            stdout,
+            stderr,
+            peak,
+            files=returned,
+            scratch_over=scratch_over,
         )
 
     def _stack_overflowed(self, store: wasmtime.Store, memory: _capi.Extern) -> bool:

@@ -123,9 +123,10 @@ class JavaScriptKernel:
             if runner._stack_overflowed(store, self._memory):
                 error, returned = CallError(kind=ErrorKind.TRAP, message=_STACK_OVERFLOW), False
             peak = _capi.memory_view(_store.context(store), self._memory)[1]
+            kept, error = _scratch.outputs(self._scratch, manifest, error, scratch_over)
             result = _call.finish(
                 state, store, started, value, error, self._stdout, self._stderr, peak,
-                close=_keep_open, scratch_over=scratch_over,
+                close=_keep_open, files=kept, scratch_over=scratch_over,
             )  # fmt: skip
             return result, returned
         finally:

@@ -27,7 +27,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from functools import partial
 from typing import Annotated, Any, Protocol, Self
@@ -41,6 +41,7 @@ from ..._budget import Budget
 from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, Manifest
+from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
@@ -208,13 +209,17 @@ class Session:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def run(self, code: str, *, budget: Budget | None = None) -> CallResult:
+    def run(
+        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None
+    ) -> CallResult:
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
-        run (else `over_budget`, and the session stays as it was). Raises `SessionEndedError`
-        when the session has ended (or ends now: idle, too old, a total spent)."""
+        run (else `over_budget`, and the session stays as it was). `files` are written under
+        /tmp/in first, replacing those of the same name (the manifest needs `inputs`); the
+        manifest's `outputs` come back in `CallResult.files`. Raises `SessionEndedError` when
+        the session has ended (or ends now: idle, too old, a total spent)."""
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self.run, code))
+            return budget.run(self._manifest.name, partial(self.run, code, files=files))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -224,10 +229,10 @@ class Session:
             try:
                 telemetry = _telemetry.active
                 if telemetry is None:
-                    result = self._run(code)
+                    result = self._run(code, files)
                 else:  # a span as a tool call's, with the session's name
                     result = telemetry.tool_call(
-                        self._manifest.name, self.runtime, partial(self._run, code), session=self.name
+                        self._manifest.name, self.runtime, partial(self._run, code, files), session=self.name
                     )
             finally:
                 self._running = False
@@ -240,13 +245,46 @@ class Session:
             )  # fmt: skip
         return result
 
-    async def arun(self, code: str, *, budget: Budget | None = None) -> CallResult:
+    async def arun(
+        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None
+    ) -> CallResult:
         """`run` on the Sandbox's worker threads."""
         import asyncio  # lazily, as in Tool.acall
 
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run, code, budget=budget))
+            self._executor, _telemetry.carried(partial(self.run, code, budget=budget, files=files))
         )
+
+    def files(self) -> dict[str, int]:
+        """The regular files in the session's scratch `/tmp` now (what its runs left), by guest
+        path, with their sizes; empty without `scratch`. Raises `SessionEndedError` once it
+        has ended (its files are gone)."""
+        with self._lock:
+            self._check_running("listed")
+            scratch = self._kernel.scratch if self._kernel is not None else None
+            return scratch.listing() if scratch is not None else {}
+
+    def read(self, path: str) -> bytes:
+        """The file at guest `path` in the session's scratch `/tmp` (e.g. "/tmp/out/chart.png"),
+        at most the manifest's `limits.output` bytes. Raises `SessionEndedError` once it has
+        ended, FileNotFoundError when there is no regular file there (links are not followed),
+        ValueError when it is bigger than the cap."""
+        with self._lock:
+            self._check_running("read")
+            scratch = self._kernel.scratch if self._kernel is not None else None
+            cap = self._manifest.limits.output
+            data = scratch.read(path, cap) if scratch is not None and isinstance(path, str) else None
+        if data is None:
+            raise FileNotFoundError(f"session {self.name!r} has no file {path!r} under /tmp")
+        if len(data) > cap:
+            raise ValueError(f"{path} is bigger than the session's output cap (limits.output)")
+        return data
+
+    def _check_running(self, what: str) -> None:
+        if self._running:
+            raise WasmboxError(f"a session's files cannot be {what} inside its own run (a host function)")
+        if self._ended is not None:
+            raise SessionEndedError(self.name, self._ended)
 
     def _check_open(self) -> None:
         if self._ended is None:
@@ -265,11 +303,18 @@ class Session:
             self._reported = True  # (the caller is told now)
             raise SessionEndedError(self.name, self._ended)
 
-    def _run(self, code: str) -> CallResult:
+    def _run(self, code: str, files: object = None) -> CallResult:
         manifest = self._run_manifest()
         if not isinstance(code, str):
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         assert self._kernel is not None
+        inputs, problem = _scratch.check_inputs(files, manifest.inputs)
+        if problem is not None:  # (the session goes on, as after a refused run)
+            return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        try:
+            _scratch.put_inputs(self._kernel.scratch, inputs)
+        except Failure as failure:
+            return CallResult.failed(manifest.name, failure.error.kind, failure.error.message)
         finished = False
         try:
             result, returned = self._kernel.run(manifest, code)
@@ -405,9 +450,10 @@ def run_once(
         finally:
             if spare.scratch is not None:
                 scratch_over = spare.scratch.settle()
+        kept, error = _scratch.outputs(spare.scratch, manifest, error, scratch_over)
         result = _call.finish(
             state, spare.store, started, value, error, spare.stdout, spare.stderr, None,
-            close=_keep_open, scratch_over=scratch_over,
+            close=_keep_open, files=kept, scratch_over=scratch_over,
         )  # fmt: skip
         return result, returned
     finally:
