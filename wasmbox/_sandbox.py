@@ -72,10 +72,11 @@ from ._manifest import (
 from ._progress import Progress, Step, quiet, stderr_progress
 from ._results import CallResult
 from ._stats import CallCounts, SandboxStats
-from ._tool import Tool
+from ._tool import Tool, on_the_loop
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
+from ._wasmtime.output import OutputListener
 from .integrations import _dispatch, _formats
 from .integrations._dispatch import CallFormat
 from .integrations._formats import (
@@ -743,41 +744,45 @@ class Sandbox:
     def run_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
         budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
         `runtime="scientific"` runs it in the scientific runtime. `files` are written under
         /tmp/in first (the manifest needs `inputs`); the manifest's `outputs` come back in
-        `CallResult.files`. The call of `interpreter(manifest, runtime=runtime)` with
-        `{"code": code}` (and `budget`, `files`).
+        `CallResult.files`. `on_output(stream, text)` gets stdout and stderr as they are written
+        (`Tool.call`). The call of `interpreter(manifest, runtime=runtime)` with `{"code": code}`
+        (and `budget`, `files`, `on_output`).
         """
-        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget, files=files)
+        tool = self.interpreter(manifest, runtime=runtime)
+        return tool.call({"code": code}, budget=budget, files=files, on_output=on_output)
 
     def run_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        files: Mapping[str, bytes | str] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}` (and `budget`, `files`, as `run_python` takes them). Raises what
-        `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call(
-            {"code": code}, budget=budget, files=files
-        )
+        with `{"code": code}` (and `budget`, `files`, `on_output`, as `run_python` takes them).
+        Raises what `interpreter` does."""
+        tool = self.interpreter(manifest, runtime="javascript")
+        return tool.call({"code": code}, budget=budget, files=files, on_output=on_output)
 
     async def arun_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        files: Mapping[str, bytes | str] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
-        """`run_javascript` on the Sandbox's worker threads (the grant set is read there too)."""
+        """`run_javascript` on the Sandbox's worker threads (the grant set is read there too);
+        `on_output` is called on the event loop."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        run = partial(self.run_javascript, code, manifest, budget=budget, files=files)
+        listener = on_the_loop(loop, on_output) if on_output is not None else None
+        run = partial(self.run_javascript, code, manifest, budget=budget, files=files, on_output=listener)
         return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
@@ -873,12 +878,17 @@ class Sandbox:
     async def arun_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
         budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
-        """`run_python` on the Sandbox's worker threads (the grant set is read there too)."""
+        """`run_python` on the Sandbox's worker threads (the grant set is read there too);
+        `on_output` is called on the event loop, in the order written."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
-        run = partial(self.run_python, code, manifest, runtime=runtime, budget=budget, files=files)
+        listener = on_the_loop(loop, on_output) if on_output is not None else None
+        run = partial(
+            self.run_python, code, manifest, runtime=runtime, budget=budget, files=files, on_output=listener
+        )
         return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def specs(

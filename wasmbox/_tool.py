@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _outcome, _schema, _telemetry
+from . import _call, _outcome, _schema, _telemetry
 from ._audit import Auditor
 from ._backends.core import abi as _abi
 from ._backends.core.command import CommandMapping
@@ -24,6 +24,8 @@ from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
 from ._stats import CallCounts
+from ._wasmtime import output as _output
+from ._wasmtime.output import OutputListener
 from .integrations import _formats
 from .integrations._formats import SpecFormat, StrictMode
 
@@ -157,6 +159,7 @@ class Tool:
         stdin: bytes | str = b"",
         budget: Budget | None = None,
         files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
@@ -166,8 +169,19 @@ class Tool:
         (path below /tmp/in → bytes or str) are written there before the guest starts, for a
         Python or JavaScript tool whose manifest has `inputs` (bad names or sizes:
         `invalid_arguments`). With `budget`, the call starts only if the budget admits it
-        (else `over_budget`), and is charged to it.
+        (else `over_budget`), and is charged to it. `on_output(stream, text)` gets what the
+        guest writes to "stdout" and "stderr" as it writes it (within the output cap), one
+        write at a time in the order written (on the calling thread or one of Wasmtime's);
+        the result holds it all the same. A listener that raises is told
+        nothing more (logged); a slow one slows the call, whose deadline runs on.
         """
+        if on_output is not None or (_output.listening() and _call.inside_call()):
+            # (a call made by a host function of a streamed call streams only its own listener's)
+            with _output.streaming(on_output):
+                return self._traced(args, argv, stdin, budget, files)
+        return self._traced(args, argv, stdin, budget, files)
+
+    def _traced(self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any) -> CallResult:
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
             work = partial(self._counted, args, argv, stdin, budget, files)
@@ -238,13 +252,16 @@ class Tool:
         stdin: bytes | str = b"",
         budget: Budget | None = None,
         files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:
-        """`call` on the Sandbox's worker threads, so the event loop keeps running."""
+        """`call` on the Sandbox's worker threads, so the event loop keeps running; `on_output`
+        is called on the event loop, in the order written."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         loop = asyncio.get_running_loop()
+        listener = on_the_loop(loop, on_output) if on_output is not None else None
         work = _telemetry.carried(
-            partial(self.call, args, argv=argv, stdin=stdin, budget=budget, files=files)
+            partial(self.call, args, argv=argv, stdin=stdin, budget=budget, files=files, on_output=listener)
         )
         return await loop.run_in_executor(self._executor, work)
 
@@ -282,3 +299,12 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"<Tool {self.name!r} {self.kind.value}>"
+
+
+def on_the_loop(loop: Any, listener: OutputListener) -> OutputListener:
+    """`listener` called on the event loop `loop` (from the worker thread a call runs on)."""
+
+    def forward(stream: str, text: str) -> None:
+        loop.call_soon_threadsafe(listener, stream, text)
+
+    return forward

@@ -162,6 +162,8 @@ class PythonRuntimeRunner:
             prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
         else:
             prepared.renew(self._ticker)
+        prepared.stdout.listen_here()  # (a spare was made on another thread)
+        prepared.stderr.listen_here()
         if prepare_next:  # the next call under these grants finds one ready
             self._keeper.request_spare(manifest, grants_digest)
         state.ready(made_ahead)

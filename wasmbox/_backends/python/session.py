@@ -45,6 +45,8 @@ from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
+from ..._wasmtime import output as _output
+from ..._wasmtime.output import OutputListener
 from . import descriptors as _descriptors
 from .runner import PythonRuntimeRunner, _Prepared, encode_request
 
@@ -210,16 +212,24 @@ class Session:
     # -- runs ------------------------------------------------------------------------------
 
     def run(
-        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None
-    ) -> CallResult:
+        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> CallResult:  # fmt: skip
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
         run (else `over_budget`, and the session stays as it was). `files` are written under
         /tmp/in first, replacing those of the same name (the manifest needs `inputs`); the
-        manifest's `outputs` come back in `CallResult.files`. Raises `SessionEndedError` when
-        the session has ended (or ends now: idle, too old, a total spent)."""
+        manifest's `outputs` come back in `CallResult.files`; `on_output` gets stdout and stderr
+        as they are written (`Tool.call`). Raises `SessionEndedError` when the session has ended
+        (or ends now: idle, too old, a total spent)."""
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self.run, code, files=files))
+            return budget.run(self._manifest.name, partial(self.run, code, files=files, on_output=on_output))
+        if on_output is not None:
+            with _output.streaming(on_output):
+                return self._run_audited(code, files)
+        return self._run_audited(code, files)
+
+    def _run_audited(self, code: str, files: object) -> CallResult:
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -246,14 +256,18 @@ class Session:
         return result
 
     async def arun(
-        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None
-    ) -> CallResult:
-        """`run` on the Sandbox's worker threads."""
+        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> CallResult:  # fmt: skip
+        """`run` on the Sandbox's worker threads; `on_output` is called on the event loop."""
         import asyncio  # lazily, as in Tool.acall
 
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, _telemetry.carried(partial(self.run, code, budget=budget, files=files))
-        )
+        from ..._tool import on_the_loop
+
+        loop = asyncio.get_running_loop()
+        listener = on_the_loop(loop, on_output) if on_output is not None else None
+        run = partial(self.run, code, budget=budget, files=files, on_output=listener)
+        return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def files(self) -> dict[str, int]:
         """The regular files in the session's scratch `/tmp` now (what its runs left), by guest
