@@ -15,6 +15,9 @@ from .._budget import Budget
 from .._errors import ErrorKind, SessionEndedError, SessionError
 from .._manifest import ManifestSource
 from .._results import CallResult
+from .._tool import on_the_loop
+from .._wasmtime import output as _output
+from .._wasmtime.output import OutputListener
 from ._content import Content, result_content
 from ._formats import RUN_JAVASCRIPT, RUN_JAVASCRIPT_SCHEMA, RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 
@@ -152,15 +155,26 @@ def call_one(
 async def acall_one(
     box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
     javascript: bool | ManifestSource = False, budget: Budget | None = None,
+    on_output: OutputListener | None = None,
 ) -> CallResult:  # fmt: skip
-    """`call_one` on the Sandbox's worker threads."""
+    """`call_one` on the Sandbox's worker threads; `on_output` (called on the event loop) gets
+    the call's stdout and stderr as they are written."""
     import asyncio  # lazily, as in Tool.acall
 
     loop = asyncio.get_running_loop()
     call = partial(
         call_one, box, name, args, python=python, session=session, javascript=javascript, budget=budget
     )
+    if on_output is not None:
+        call = partial(_streamed, on_the_loop(loop, on_output), call)
     return await loop.run_in_executor(box._executor, _telemetry.carried(call))
+
+
+def _streamed(listener: OutputListener, call: Callable[[], CallResult]) -> CallResult:
+    """`call()` with what it writes sent to `listener` (the tool, interpreter or session it
+    runs takes the listener of the thread it starts on)."""
+    with _output.streaming(listener):
+        return call()
 
 
 def _deadline(deadline_s: float | None) -> float | None:

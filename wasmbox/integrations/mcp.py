@@ -23,6 +23,10 @@ connection of its own, so there is no client connection to tie a session to.) Na
 random tokens the server issued: a client cannot reach another's session without being told
 its name. A session ends as `Sandbox.session`'s do (idle, totals, a failed run).
 
+A client that sends a progress token with a `tools/call` gets what the call prints as it
+prints it: each write to stdout or stderr is one progress notification, its text the
+`message` (stderr's prefixed "stderr: "), all sent before the result.
+
 Over HTTP, `auth_token` makes every request need `Authorization: Bearer <token>` (the SDK's
 resource-server side: its bearer middleware over a `TokenVerifier` that compares the token in
 constant time); a request without it, or with another, is a 401 with `WWW-Authenticate:
@@ -33,6 +37,7 @@ through, beside loopback's own.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import os
@@ -114,7 +119,9 @@ def build_server(
             session, problem = issued.resolve(arguments.pop("session", None))
             if problem is not None:
                 return types.CallToolResult(content=[types.TextContent(text=problem)], is_error=True)
-        result = await _call(box, params.name, arguments, python, session, javascript, budget)
+        progress = _Progress(ctx)  # (sent only to a client that asked: the SDK drops the rest)
+        result = await _call(box, params.name, arguments, python, session, javascript, budget, progress)
+        await progress.sent()
         content = result_content(result)
         blocks = _blocks(content)
         if session is not None:
@@ -145,15 +152,38 @@ def _blocks(content: Content) -> list[types.ContentBlock]:
 
 async def _call(
     box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None,
-    javascript: bool | ManifestSource, budget: Budget | None,
+    javascript: bool | ManifestSource, budget: Budget | None, progress: _Progress | None = None,
 ) -> CallResult:  # fmt: skip
     listed = name in box.tools or (python is not False and name == RUN_PYTHON)
     if not listed and not (javascript is not False and name == RUN_JAVASCRIPT):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
     return await _dispatch.acall_one(
-        box, name, arguments, python=python, session=session, javascript=javascript, budget=budget
-    )
+        box, name, arguments, python=python, session=session, javascript=javascript, budget=budget,
+        on_output=progress.line if progress is not None else None,
+    )  # fmt: skip
+
+
+class _Progress:
+    """A call's stdout and stderr, as written, as progress notifications of the request (for a
+    client that sent a progress token): each write's text is one notification's `message`,
+    its count the `progress` (stderr's prefixed "stderr: ")."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._session = ctx.session
+        self._count = 0
+        self._sending: list[asyncio.Task[None]] = []
+
+    def line(self, stream: str, text: str) -> None:
+        """On the event loop (`acall_one` forwards it there), in the order written."""
+        self._count += 1
+        message = text if stream == "stdout" else f"stderr: {text}"
+        self._sending.append(asyncio.ensure_future(self._session.report_progress(self._count, None, message)))
+
+    async def sent(self) -> None:
+        """Wait until every notification is sent, before the result goes out (after them)."""
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
 
 
 class _IssuedSessions:
