@@ -176,6 +176,8 @@ class ScientificRunner:
         scratch_over: str | None = None
         try:
             extra: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
+            if self._runtime.mpl_data is not None:  # (matplotlib reads its data by path)
+                extra = (*extra, (self._runtime.mpl_data, build.MPL_DATA_GUEST, False))
             if scratch is not None:
                 extra = (*extra, *scratch.preopens)
             store.set_wasi(_call.build_wasi(manifest, _NO_OUTPUT, stdout, stderr, extra))
