@@ -108,13 +108,19 @@ def matplotlib_data(target: Path) -> Path | None:
         with zipfile.ZipFile(io.BytesIO(inner_bytes)) as inner:
             for info in inner.infolist():
                 parts = info.filename.rstrip("/").split("/")
-                if info.filename.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in info.filename:
+                if (
+                    info.filename.startswith("/")
+                    or any(p in ("", ".", "..") for p in parts)
+                    or "\\" in info.filename
+                ):
                     raise RuntimeBuildError(f"matplotlib's data holds the member {info.filename!r}")
                 if info.is_dir():
                     continue
                 total += info.file_size
                 if total > _MPL_DATA_MAX or (info.external_attr >> 16) & 0o170000 not in (0, 0o100000):
-                    raise RuntimeBuildError(f"matplotlib's data holds {info.filename!r}, not a small regular file")
+                    raise RuntimeBuildError(
+                        f"matplotlib's data holds {info.filename!r}, not a small regular file"
+                    )
                 path = stage.joinpath(*parts)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(inner.read(info))
