@@ -15,6 +15,7 @@ Fixtures: `wasmbox_cache_dir` and `wasmbox_sandbox` (one per run), `wasmbox_tool
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,7 +103,13 @@ def _state(config: pytest.Config) -> _State:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip (before any fixture is made) a marked test whose needs are not met, saying why."""
+    """Skip (before any fixture is made) a marked test whose needs are not met, saying why;
+    and give Wasmtime back its trap handlers if the last test let another handler take them
+    (a pytest run in-process, as pytester's, enables and disables faulthandler: a guest's trap
+    would then kill the test run). Nothing is imported that the run has not imported."""
+    signals = sys.modules.get("wasmbox._wasmtime.signals")
+    if signals is not None:
+        signals.restore()
     if item.get_closest_marker("wasmbox_network") and not item.config.getoption("wasmbox_network"):
         pytest.skip("needs the network (marked wasmbox_network): run pytest with --wasmbox-network")
     for marker in item.iter_markers("wasmbox_runtime"):

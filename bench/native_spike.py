@@ -31,8 +31,7 @@ from typing import Any
 import wasmtime
 
 import wasmbox
-from wasmbox import _bench
-from wasmbox._backends.core import abi as _abi
+from wasmbox import _abi, _bench
 from wasmbox._backends.python.runner import encode_request
 from wasmbox._wasmtime.engine import WASMTIME_VERSION
 
@@ -59,7 +58,7 @@ def native_python(box: wasmbox.Sandbox, engine: object, spare: bool) -> tuple[An
     """The native Python call of SNIPPET, checked once; its compiled form cached by digest.
     With `spare`, the next call's instance is made ahead on a Rust thread. Returns the
     `_native.PythonRuntime` and the call."""
-    runner = box._python_runtime()
+    runner = box._runtimes.python()
     component = Path(runner.component_path)
     digest = hashlib.sha256(component.read_bytes()).hexdigest()[:16]
     compiled = (

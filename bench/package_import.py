@@ -95,7 +95,7 @@ def main() -> None:
                 for folder in hidden:  # the same set without its bytecode, for a while
                     folder.rename(folder.with_name("__pycache__.off"))
                 try:
-                    box._python_runtime()._spares.drain()  # none prepared before
+                    box._runtimes.python()._spares.drain()  # none prepared before
                     without_time, without_fuel = measure(box, code, grants, max(3, rounds // 4))
                 finally:
                     for folder in hidden:

@@ -28,12 +28,10 @@ from functools import partial
 from pathlib import Path
 
 import wasmbox
-from wasmbox import _call
-from wasmbox._backends.core import abi as _abi
+from wasmbox import _abi, _call
 from wasmbox._backends.python.runner import (
     _INSTANTIATING,
     PythonRuntimeRunner,
-    _Prepared,
     encode_request,
 )
 from wasmbox._wasmtime import component_io as _component_io
@@ -53,9 +51,9 @@ def main() -> int:
     options = parser.parse_args()
     if sys.platform == "linux":  # first: a pool whose slots were all reset to the image
         with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=0)) as box:
-            written, touched, image = _dirty(box._python_runtime())
+            written, touched, image = _dirty(box._runtimes.python())
     with wasmbox.Sandbox(settings=EngineSettings(pool_keep_resident=options.keep_resident)) as box:
-        timings = _timings(box._python_runtime(), options.calls)
+        timings = _timings(box._runtimes.python(), options.calls)
     for name, values in timings.items():
         print(f"{name:34} {statistics.median(values):8.0f}")
     if sys.platform == "linux":
@@ -94,10 +92,10 @@ def _timed(action: Callable[[], object]) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
-def _run(spare: _Prepared) -> None:
-    assert spare.run is not None, spare.error
+def _run(spare: _call.Instance) -> None:
+    assert spare.entry is not None, spare.error
     with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
-        reply = _component_io.call_bytes(spare.store, spare.run, REQUEST)
+        reply = _component_io.call_bytes(spare.store, spare.entry, REQUEST)
     assert _abi.unpack(reply) == {"ok": 4950}
 
 

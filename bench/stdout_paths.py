@@ -41,7 +41,7 @@ def main() -> int:
     libc_write = ctypes.cast(ctypes.CDLL(None).write, _output._WriteCallback)
     null = os.open(os.devnull, os.O_WRONLY)
     with wasmbox.Sandbox() as box, tempfile.TemporaryDirectory() as tmp:
-        runtime = box._python_runtime()._runtime
+        runtime = box._runtimes.python()._runtime
         engine, compiled, linker = _bench.plain_component(runtime.component)
 
         def call(writes: int, kind: str) -> float:

@@ -15,7 +15,7 @@ import pytest
 import wasmtime
 
 import wasmbox
-from wasmbox._backends.core import abi as _abi
+from wasmbox import _abi
 from wasmbox._backends.python.runner import encode_request
 from wasmbox._bench import GREET_PY, plain_component
 from wasmbox.testing import ToolBench
@@ -66,7 +66,7 @@ def test_python_session_run_sum(benchmark, box: wasmbox.Sandbox) -> None:  # typ
 
 def test_python_plain_wasmtime_py_component_call(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
     """The baseline: the same component and request, new Store + Linker.instantiate, no limits."""
-    runtime = box._python_runtime()._runtime
+    runtime = box._runtimes.python()._runtime
     engine, compiled, linker = plain_component(runtime.component)
     request = encode_request({"mode": "code", "code": "sum(range(100))"}, 64 * 1024)
 

@@ -25,8 +25,7 @@ import atheris
 
 with atheris.instrument_imports(include=["wasmbox"]):
     import wasmbox
-    from wasmbox import ErrorKind
-    from wasmbox._backends.core import abi as _abi
+    from wasmbox import ErrorKind, _abi
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

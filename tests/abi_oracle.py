@@ -8,8 +8,7 @@ from typing import Any
 import msgpack
 
 import wasmbox
-from wasmbox import ErrorKind
-from wasmbox._backends.core import abi as _abi
+from wasmbox import ErrorKind, _abi
 from wasmbox._outcome import _OOM_WORDING
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wasmbox._backends.core import abi as _abi
+from wasmbox import _abi
 
 u32 = st.integers(min_value=0, max_value=2**32 - 1)
 

@@ -28,7 +28,7 @@ def test_every_call_produces_a_record(cache_dir: Path, built_examples: Path) -> 
     assert first.tool == "word_count" and first.ok and first.error_kind is None
     assert first.code_digest == hashlib.sha256(wasm).hexdigest()
     assert first.manifest_digest == tool.manifest.digest()
-    assert first.args_digest == hashlib.sha256(wasmbox._backends.core.abi.pack({"text": "a b c"})).hexdigest()
+    assert first.args_digest == hashlib.sha256(wasmbox._abi.pack({"text": "a b c"})).hexdigest()
     assert first.fuel_used == ok.fuel_used and first.duration_s == ok.duration_s
     assert first.peak_memory == ok.peak_memory and ok.peak_memory is not None and ok.peak_memory > 0
     assert first.limits == tool.manifest.limits
@@ -138,10 +138,7 @@ def test_audit_log_chain_verifies_and_continues_across_opens(tmp_path: Path, cac
     outcome = wasmbox.verify_audit_log(path, head)
     assert outcome.ok and outcome.records == 5 and outcome.head == head
     lines = path.read_text().splitlines()
-    assert (
-        json.loads(lines[0])["args_digest"]
-        == hashlib.sha256(wasmbox._backends.core.abi.pack({"n": 0})).hexdigest()
-    )
+    assert json.loads(lines[0])["args_digest"] == hashlib.sha256(wasmbox._abi.pack({"n": 0})).hexdigest()
     assert (path.stat().st_mode & 0o777) == 0o600
 
 

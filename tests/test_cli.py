@@ -47,7 +47,7 @@ def test_run_bad_manifest_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_inspect_lists_imports_and_grants(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", wat("forward"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["kind"] == "reactor"
+    assert report["kind"] == "abi"
     assert report["grants_needed"]["host_functions"] == ["host.fn"]
     assert {"name": "wasmbox_call", "type": "(i32, i32) -> i64"} in report["exports"]
     assert main(["inspect", wat("foreign_import")]) == 0
@@ -164,7 +164,7 @@ def test_inspect_escapes_the_modules_names(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     assert _inert(out), out
     assert [line for line in out.splitlines() if not line.startswith("  ")] == [
-        f"{tmp_path}/names\\x1b[8m.wat: reactor", "imports:", "exports:", "grants needed:",
+        f"{tmp_path}/names\\x1b[8m.wat: abi", "imports:", "exports:", "grants needed:",
     ]  # fmt: skip
     assert "  wasi_snapshot_preview1 fd_write\\x1b[2J\\x1b]0;owned\\x07 (i32, i32, i32, i32) -> i32" in out
     assert "  evil\\x1b[31m\\x9b x\\u202ey () -> ()" in out
@@ -238,7 +238,7 @@ def test_inspect_and_lint_read_the_module_without_compiling_it(
     monkeypatch.setattr(wasmbox._inspect.wasmtime, "Module", no_compile)
     assert main(["inspect", wat("asks_secret"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["kind"] == "reactor" and report["grants_needed"]["host_functions"] == ["secret.get"]
+    assert report["kind"] == "abi" and report["grants_needed"]["host_functions"] == ["secret.get"]
     assert main(["lint", str(_write(tmp_path, "echo"))]) == 0
     capsys.readouterr()
     garbage = tmp_path / "garbage.wasm"
@@ -273,7 +273,7 @@ def test_inspect_reads_a_manifests_module(capsys: pytest.CaptureFixture[str], bu
     assert main(["inspect", str(manifest), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert Path(report["module"]).resolve() == built_examples / "word_count.wasm"
-    assert report["manifest"] == str(manifest) and report["kind"] == "reactor"
+    assert report["manifest"] == str(manifest) and report["kind"] == "abi"
     assert main(["inspect", str(manifest)]) == 0
     assert f"manifest: {manifest}" in capsys.readouterr().out.splitlines()[1]
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox.integrations._content import INLINE_BASE64, result_content
+from wasmbox._content import INLINE_BASE64, result_content
 
 from .conftest import CAPABILITIES
 

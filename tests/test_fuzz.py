@@ -20,8 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wasmbox
-from wasmbox import CapabilityError, ErrorKind, Manifest, ManifestError
-from wasmbox._backends.core import abi as _abi
+from wasmbox import CapabilityError, ErrorKind, Manifest, ManifestError, _abi
 
 from .abi_oracle import check_echo, check_pointer, check_reply
 from .conftest import manifest, wat

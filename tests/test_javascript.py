@@ -19,7 +19,7 @@ import pytest
 
 import wasmbox
 from wasmbox import ErrorKind, ManifestError
-from wasmbox._backends.core import abi
+from wasmbox import _abi as abi
 from wasmbox._inputs import InputUnavailable
 
 # limits under which a guest can spend whatever it likes on the cap under test

@@ -41,6 +41,17 @@ CASES = [
         ),
         ErrorKind.HOST_ERROR,
     ),
+    ("a stack past its guard beats success", Evidence(LIMITS, None, overflowed="stack"), ErrorKind.TRAP),
+    (
+        "a stack past its guard beats the guest's own claim",
+        Evidence(LIMITS, err(ErrorKind.GUEST_ERROR, "MemoryError"), overflowed="stack", scratch_over="over"),
+        ErrorKind.TRAP,
+    ),
+    (
+        "the host's stop beats a stack past its guard",
+        Evidence(LIMITS, None, abort=HOST, overflowed="stack"),
+        ErrorKind.HOST_ERROR,
+    ),
     ("scratch over on success", Evidence(LIMITS, None, scratch_over="over"), ErrorKind.OUTPUT_LIMIT),
     (
         "scratch over beats a host function's failure",
@@ -115,6 +126,6 @@ def test_every_rule_decides_some_case() -> None:
     used = set()
     for _, evidence, kind in CASES:
         first = next(i for i, (_, applies, _) in enumerate(RULES) if applies(evidence))
-        if kind is not ErrorKind.OUTPUT_LIMIT or first == 1:
+        if kind is not ErrorKind.OUTPUT_LIMIT or RULES[first][0].startswith("the scratch folder"):
             used.add(first)
     assert used == set(range(len(RULES)))

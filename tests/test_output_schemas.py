@@ -165,7 +165,7 @@ def test_each_format_carries_what_it_has_a_field_for(box: wasmbox.Sandbox) -> No
 
 
 def test_strict_examples_are_filled_at_any_depth() -> None:
-    from wasmbox.integrations._formats import filled
+    from wasmbox._formats import filled
 
     schema = {
         "type": "object",

@@ -737,7 +737,7 @@ def test_spare_instances_get_full_fuel_and_a_fresh_deadline(box: wasmbox.Sandbox
     import time
 
     manifest = wasmbox.Manifest.load(grants(limits={"fuel": 3_000_000, "timeout": "60s"}))
-    spares = box._python_runtime()._spares
+    spares = box._runtimes.python()._spares
     for _ in range(3):
         box.run_python("1", manifest)  # a spare for the next call under these grants is made
         stop = time.monotonic() + 30  # (only so that a broken run cannot hang)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -159,3 +161,34 @@ def test_stats_count_calls_errors_and_what_is_live(cache_dir: Path) -> None:
     assert (stats.tools, stats.calls, stats.in_flight, stats.sessions) == (2, 5, 0, 1)
     assert stats.errors == {"trap": 2, "invalid_arguments": 1}
     assert stats.cache.compiles + stats.cache.hits >= 2
+
+
+def test_traps_stay_traps_after_faulthandler_takes_the_handlers(tmp_path: Path) -> None:
+    """`faulthandler.enable()` after the process's first Engine (as a pytest run in-process
+    does) takes SIGSEGV, SIGILL and SIGFPE from Wasmtime: without a fix the next guest fault
+    kills the process (-4, SIGILL). A new Sandbox puts Wasmtime's handlers back."""
+    abi = '(memory (export "memory") 1) (func (export "wasmbox_alloc") (param i32) (result i32) (i32.const 1024))'
+    bodies = {  # a guest fault of each signal Wasmtime handles
+        "sigfpe": "(i64.extend_i32_u (i32.div_u (i32.const 1) (i32.sub (local.get 1) (i32.const 1))))",  # {} is 1 byte
+        "sigsegv": "(i64.load (i32.const 0x7fff0000))",
+        "sigill": "unreachable",
+    }
+    for name, body in bodies.items():
+        call = f'(func (export "wasmbox_call") (param i32 i32) (result i64) (drop (local.get 0)) {body})'
+        (tmp_path / f"{name}.wat").write_text(f"(module {abi} {call})")
+    program = f"""
+import faulthandler, pathlib, wasmbox
+first = wasmbox.Sandbox(cache_dir=None)
+tools = [first.load({{"name": p.stem, "module": str(p)}}) for p in sorted(pathlib.Path({str(tmp_path)!r}).glob("*.wat"))]
+kinds = lambda: [t.call({{}}).error.kind.value for t in tools]
+print(kinds(), flush=True)
+faulthandler.enable()  # takes the trap signals
+wasmbox.Sandbox(cache_dir=None).close()  # gives them back
+print(kinds(), flush=True)
+first.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.splitlines() == [str(["trap"] * 3)] * 2

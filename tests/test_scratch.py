@@ -113,7 +113,7 @@ def test_nothing_is_left_on_the_host_whatever_the_outcome(
     assert (result.error.kind if result.error else None) is kind
     spares = set(calls_left(box))  # the next call's directory may be made ahead
     assert len(spares) <= 2
-    box._python_runtime().close()  # frees the spares, and their directories with them
+    box._runtimes.python().close()  # frees the spares, and their directories with them
     assert calls_left(box) == []
 
 

@@ -72,7 +72,7 @@ def test_a_call_is_an_execute_tool_span_with_wasmboxs_attributes(
     assert ok.name == "execute_tool echo" and failed.name == "execute_tool trap"
     assert ok.attributes is not None and failed.attributes is not None
     assert ok.attributes["gen_ai.operation.name"] == "execute_tool"
-    assert ok.attributes["gen_ai.tool.name"] == "echo" and ok.attributes["wasmbox.tool.kind"] == "reactor"
+    assert ok.attributes["gen_ai.tool.name"] == "echo" and ok.attributes["wasmbox.tool.kind"] == "abi"
     assert ok.attributes["wasmbox.fuel_used"] > 0 and "error.type" not in ok.attributes
     assert ok.status.status_code is StatusCode.UNSET
     assert failed.attributes["error.type"] == "trap" and failed.status.status_code is StatusCode.ERROR

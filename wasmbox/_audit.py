@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from ._backends.core import abi as _abi
+from . import _abi
 from ._errors import WasmboxError
 from ._manifest import Limits
 from ._results import CallResult, HostCallRecord

@@ -17,7 +17,7 @@ from typing import Any
 
 import wasmtime
 
-from ._backends.core import abi as _abi
+from . import _abi
 from ._sandbox import Sandbox
 
 # {"ok": <args>}: the smallest ABI v1 tool.

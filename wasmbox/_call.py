@@ -1,5 +1,6 @@
-"""What every call shares, whatever runs it: the per-call state that host functions see, the
-WASI context built from the manifest alone, and turning the outcome into a `CallResult`.
+"""What every call shares, whatever runs it: the call skeleton (`perform`, over a runtime's
+`Backend` hooks), the per-call state that host functions see, the WASI context built from the
+manifest alone, and turning the outcome into a `CallResult`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import wasmtime
 
@@ -21,7 +22,7 @@ from . import _outcome, _phases, _telemetry
 from ._capabilities import grants as _grants
 from ._capabilities.hostfuncs import HostFunction, HostReply, not_granted, refusal
 from ._errors import ErrorKind, WasmboxError
-from ._manifest import Limits, Manifest, Preopen
+from ._manifest import Inputs, Limits, Manifest, Preopen
 from ._outcome import Failure
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._units import format_size
@@ -67,6 +68,11 @@ class CallState:
         if _phases.active:
             state.phases = _phases.clock(started, getattr(_local, "depth", 0))
         return state
+
+    def release_files(self) -> None:
+        """Give the call's open descriptors back to the process budget (once its store is closed)."""
+        if self.files is not None:
+            self.files.release()
 
     def ready(self, made_ahead: bool | None = None) -> None:
         """Mark the instance made (a recorded call's instantiate phase ends here); `made_ahead`:
@@ -330,40 +336,213 @@ def check_result_size(size: int, cap: int) -> None:
         )
 
 
+class CallScratch(Protocol):
+    """A call's scratch folder as the skeleton uses it (`_capabilities.scratch.CallScratch`)."""
+
+    @property
+    def preopens(self) -> tuple[tuple[Path, str, bool], ...]: ...
+
+    def put(self, files: Mapping[str, bytes]) -> None: ...
+
+    def arm(self, store: wasmtime.Store) -> None: ...
+
+    def settle(self) -> str | None: ...
+
+    def collect(self, paths: tuple[str, ...], cap: int) -> dict[str, bytes]: ...
+
+    def collect_globs(self, patterns: tuple[str, ...], cap: int) -> dict[str, bytes]: ...
+
+    def listing(self) -> dict[str, int]: ...
+
+    def read(self, guest: str, cap: int) -> bytes | None: ...
+
+    def remove(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Instance:
+    """One call's store and what its guest writes to, made for the call (`fresh_instance`) or
+    ahead of it; a backend records on it what the run left (`Backend.after`)."""
+
+    manifest: Manifest  # the grants and limits it was made under
+    store: wasmtime.Store
+    stdout: Output
+    stderr: Output
+    scratch: CallScratch | None = None  # the call's /tmp
+    error: CallError | None = None  # making it failed: the call ends with this, its guest unrun
+    kept: bool = False  # a session's: its store, streams and scratch outlive the call
+    memory: Any = None  # the guest's memory export, once instantiated (for `Backend.after`)
+    entry: Any = None  # what the backend's `run` takes from preparing (a component's `run`, a door)
+
+    def renew(self, ticker: EpochTicker) -> None:
+        """Full fuel and a deadline counted from now (for one made ahead of its call)."""
+        renew(self.store, self.manifest.limits, ticker)
+
+    def discard(self) -> None:
+        """Free it unused: its store and its scratch directory."""
+        _store.close_store(self.store)
+        if self.scratch is not None:
+            self.scratch.remove()
+
+    peak_memory: int | None = None  # the guest memory's size when it stopped, if known
+    files: dict[str, bytes] | None = None  # the output files the call left (`command.outputs`)
+    overflowed: str | None = None  # the guest's stack ran past its guard: why, in words
+
+
+Request_contra = TypeVar("Request_contra", contravariant=True)
+
+
+class Backend(Protocol[Request_contra]):
+    """What a runtime supplies to `perform` for one call of its: hooks that gather evidence.
+    None of them decides the call's error: that is `_outcome.decide`'s, in `finish`."""
+
+    @property
+    def exit_is_an_end(self) -> bool:
+        """Whether a WASI exit ends the call as a `guest_error` (a command, a script's
+        `std.exit`) rather than a trap (a runtime whose driver never exits)."""
+        ...
+
+    def prepare(self, state: CallState, request: Request_contra) -> Instance:
+        """The call's store and WASI world, made now or taken ready (mark `state.ready` when it
+        comes made). Raises `Failure` for a call refused before any store is made."""
+        ...
+
+    def run(self, instance: Instance, state: CallState, request: Request_contra) -> Any:
+        """Inside `running(state)` with the scratch armed: instantiate (marking `state.ready`)
+        unless made ahead, run the guest, and read its reply into the call's value. Raises what
+        `_outcome.RUN_ENDS` lists."""
+        ...
+
+    def after(self, instance: Instance, ok: bool) -> None:
+        """Once the guest has stopped: record on `instance` what bears on the outcome (its
+        memory's size, a stack past its guard; the output files, when the call is `ok` so
+        far). Raises `Failure` for a check of the runner's own (files over the output cap)."""
+        ...
+
+    def dispose(self, store: wasmtime.Store) -> None:
+        """Free the call's store (at once, by a housekeeping thread, or not at all: a session's)."""
+        ...
+
+
+def perform(
+    backend: Backend[Request_contra], manifest: Manifest, request: Request_contra, ticker: EpochTicker,
+    files: Mapping[str, bytes] | None = None,
+) -> CallResult:  # fmt: skip
+    """One call, in the order every runtime's call takes: its state, its instance, the input
+    `files` written into its scratch space (checked already), the run under `running`, the
+    evidence, the manifest's `outputs` read back, the outcome (`finish`), then the clean-up.
+    Raises only what a host function re-raises on the caller's thread (an interrupt)."""
+    ticker.enter()
+    started = time.perf_counter()
+    state = CallState.start(manifest, started)
+    instance: Instance | None = None
+    try:
+        try:
+            instance = backend.prepare(state, request)
+        except Failure as refused:
+            took = time.perf_counter() - started
+            return CallResult.failed(manifest.name, refused.error.kind, refused.error.message, took)
+        value: Any = None
+        error = instance.error
+        scratch_over: str | None = None
+        try:
+            if error is None:
+                if files and instance.scratch is not None:
+                    instance.scratch.put(files)
+                with running(state):
+                    if instance.scratch is not None:
+                        instance.scratch.arm(instance.store)
+                    value = backend.run(instance, state, request)
+        except _outcome.RUN_ENDS as exc:
+            error = _outcome.ended_with(exc, manifest.limits, exit_is_an_end=backend.exit_is_an_end)
+        finally:
+            if not instance.kept:
+                instance.stdout.detach()
+                instance.stderr.detach()
+            if instance.scratch is not None:
+                scratch_over = instance.scratch.settle()
+        ok = error is None and scratch_over is None
+        try:
+            backend.after(instance, ok)
+            if ok and manifest.outputs and instance.scratch is not None:
+                instance.files = instance.scratch.collect_globs(manifest.outputs, manifest.limits.output)
+        except Failure as failure:  # a check of the runner's own (output files over the cap)
+            error = failure.error
+        return finish(state, instance, started, value, error, backend.dispose, scratch_over)
+    finally:
+        if instance is not None and instance.scratch is not None and not instance.kept:
+            instance.scratch.remove()
+        state.release_files()  # its store is closed, or is a session's, which keeps its files
+        ticker.leave()
+
+
+def fresh_instance(
+    engine: wasmtime.Engine,
+    manifest: Manifest,
+    ticker: EpochTicker,
+    call: CallInput = CallInput({}),
+    *,
+    wasi: bool = True,
+    preopens: tuple[tuple[Path, str, bool], ...] = (),
+    scratch: Callable[[int, Inputs | None], CallScratch] | None = None,
+    store_limits: Mapping[str, int] | None = None,
+) -> Instance:
+    """A new store for one call under `manifest`, with its streams, its scratch (`scratch`
+    makes one when the manifest asks) and, with `wasi`, its WASI world (`build_wasi`, with the
+    Sandbox's own `preopens` and the scratch's). A failure opening the world becomes the
+    instance's `error`; raises WasmboxError when the Sandbox is closed."""
+    limits = manifest.limits
+    store = new_store(engine, limits, ticker, **(store_limits or {}))
+    instance = Instance(manifest, store, Output(limits.output), Output(limits.output))
+    try:
+        if wasi:
+            if scratch is not None and manifest.scratch is not None:
+                instance.scratch = scratch(manifest.scratch, manifest.inputs)
+                preopens = (*preopens, *instance.scratch.preopens)
+            instance.store.set_wasi(build_wasi(manifest, call, instance.stdout, instance.stderr, preopens))
+    except Failure as failure:
+        instance.error = failure.error
+    return instance
+
+
 def finish(
     state: CallState,
-    store: wasmtime.Store,
+    instance: Instance,
     started: float,
     value: Any,
     error: CallError | None,
-    stdout: Output,
-    stderr: Output,
-    peak_memory: int | None,
-    close: Callable[[wasmtime.Store], None] | None = None,
-    files: dict[str, bytes] | None = None,
+    close: Callable[[wasmtime.Store], None] = _store.close_store,
     scratch_over: str | None = None,
 ) -> CallResult:
     """The CallResult of a finished call, its error decided by `_outcome.decide` from `error`
-    (what the guest's run ended with) and the rest of the evidence.
+    (what the guest's run ended with) and the rest of the evidence on `instance`.
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
-    call's Store in a reference cycle until the garbage collector runs. `files` are the output
-    files the call wrote (`command.outputs`, `outputs`); a failed call returns none."""
+    call's Store in a reference cycle until the garbage collector runs. A failed call returns
+    no output files (`command.outputs`, `outputs`)."""
     limits = state.manifest.limits
     clock = state.phases
     ran = time.perf_counter() if clock is not None else 0.0
+    stdout, stderr = instance.stdout, instance.stderr
     truncated = "stdout" if stdout.truncated else "stderr" if stderr.truncated else None
-    if error is not None or state.abort is not None or truncated is not None or scratch_over is not None:
+    if (
+        error is not None or state.abort is not None or truncated is not None or scratch_over is not None
+        or instance.overflowed is not None
+    ):  # fmt: skip
         error = _outcome.decide(
-            _outcome.Evidence(limits, error, state.abort, state.failure, peak_memory, truncated, scratch_over)
-        )
+            _outcome.Evidence(
+                limits, error, state.abort, state.failure, instance.peak_memory, truncated, scratch_over,
+                instance.overflowed,
+            )
+        )  # fmt: skip
     # (else every rule of the table gives success: the common case skips building the evidence)
+    store = instance.store
     fuel = (
         _store.fuel_left(_store.context(store))
         if state.fuel_left_at_abort is None
         else state.fuel_left_at_abort
     )
-    (close or _store.close_store)(store)
+    close(store)
     if clock is not None:
         clock.into.append(
             (state.manifest.name, clock, ran, time.perf_counter(), state.records, limits.fuel - fuel)
@@ -373,7 +552,7 @@ def finish(
     out, err = stdout.data(), stderr.data()
     out_text, out_bytes = views(out) if out else _NO_OUTPUT
     err_text, err_bytes = views(err) if err else _NO_OUTPUT
-    files = files if files and error is None else {}
+    files = instance.files if instance.files and error is None else {}
     return construct_result(
         tool=state.manifest.name,
         ok=error is None,
@@ -388,7 +567,7 @@ def finish(
         truncated=truncated is not None,
         fuel_used=limits.fuel - fuel,
         duration_s=time.perf_counter() - started,
-        peak_memory=peak_memory,
+        peak_memory=instance.peak_memory,
         host_calls=state.records,
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import wasmtime
 
-from ._backends.core import abi as _abi
+from . import _abi
 from ._capabilities.hostfuncs import not_granted
 from ._errors import CapabilityError, ManifestError
 from ._files import read_regular_file
@@ -24,11 +24,11 @@ _WASM_PAGE = 64 * 1024
 
 
 class ToolKind(str, Enum):
-    """How a tool is called: wasmbox ABI v1 (reactor), a WASI command (`_start`), a module's
+    """How a tool is called: wasmbox ABI v1 (abi), a WASI command (`_start`), a module's
     own exports by the C calling convention its manifest's `[reactor]` declares (c_reactor),
     Python source run by the CPython runtime, or JavaScript run by the QuickJS runtime."""
 
-    REACTOR = "reactor"
+    ABI = "abi"
     COMMAND = "command"
     C_REACTOR = "c_reactor"
     PYTHON = "python"
@@ -120,7 +120,7 @@ def _info(imports: tuple[ModuleImport, ...], exports: tuple[tuple[str, str], ...
     types = dict(exports)
     kind = None
     if _has_reactor_exports(types):
-        kind = ToolKind.REACTOR
+        kind = ToolKind.ABI
     elif types.get(_abi.EXPORT_START) == _VOID:
         kind = ToolKind.COMMAND
     return ModuleInfo(imports, exports, kind)

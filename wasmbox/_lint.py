@@ -12,11 +12,11 @@ import ipaddress
 import os
 from pathlib import Path
 
-from ._backends.core.command import Template
 from ._backends.core.reactor import command_c_api
 from ._backends.python.packages import is_hashed, pin_project
 from ._cache import default_cache_dir
 from ._capabilities.allowlist import AddressRule, forbidden_reason, parse_rules
+from ._command import Template
 from ._files import read_regular_file
 from ._inspect import inspect_file, memory_problem
 from ._manifest import Manifest

@@ -26,8 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import _schema
-from ._backends.core import command as _command
+from . import _command, _schema
 from ._backends.python import packages as _packages
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH, parse_rules
@@ -212,7 +211,7 @@ OutputGlob = Annotated[str, AfterValidator(_output_glob)]
 
 
 class Command(_Strict):
-    """How a WASI command tool is called with args (see `_backends/core/command.py`), and what it returns."""
+    """How a WASI command tool is called with args (see `_command.py`), and what it returns."""
 
     argv: tuple[str, ...] | None = Field(
         None, strict=False,

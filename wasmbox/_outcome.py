@@ -7,7 +7,7 @@ ARCHITECTURE.md ("The outcome table") has the same rows. The evidence comes from
 - Wasmtime: a trap or error while the guest ran, mapped to a kind by `from_trap`;
 - the guest: its error reply (a kind it claims is taken only from `GUEST_CLAIMS`);
 - caps measured once the guest has stopped: the scratch folder's size, the memory's size,
-  stdout and stderr cut at the output cap.
+  stdout and stderr cut at the output cap, and the guard below a runtime's C stack.
 
 `decide` reads the rules top to bottom; the first that applies gives the call's error, and then
 `CUT`: stdout or stderr cut at the cap explains a success or an error the cut can cause, whoever
@@ -97,6 +97,7 @@ class Evidence:
     peak_memory: int | None = None  # the guest memory's size when it stopped, if known
     truncated: str | None = None  # "stdout" or "stderr" when it was cut at the output cap
     scratch_over: str | None = None  # why the scratch folder ended over its cap
+    overflowed: str | None = None  # the guest's stack ran past its guard (its reply is not to be trusted)
 
 
 def _guest_failed(e: Evidence) -> bool:
@@ -127,6 +128,11 @@ RULES: tuple[Rule, ...] = (
         "the host stopped the guest: its verdict stands, whatever the guest did after",
         lambda e: e.abort is not None,
         lambda e: e.abort,
+    ),
+    (
+        "the guest's stack ran past its guard: whatever it returned or reported is not to be trusted",
+        lambda e: e.overflowed is not None,
+        lambda e: CallError(kind=ErrorKind.TRAP, message=str(e.overflowed)),
     ),
     (
         "the scratch folder ended over its cap, and the guest succeeded or reported an error",

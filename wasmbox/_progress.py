@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -78,3 +80,18 @@ class Step:
         self.end()
         if kind is None and self._done is not None:
             self._progress(f"{self._done} in {self.seconds:.1f} s")
+
+
+# Modules from this size on get a progress line when they are compiled, with an estimate from
+# this rate (the big-module figures are in bench/README.md).
+BIG_MODULE = 8 * 1024**2
+_COMPILE_BYTES_PER_S = 1.5e6
+
+
+def compile_step(progress: Progress | None, module: Path, size: int) -> AbstractContextManager[object]:
+    """The context a module's compile runs in: for a big module, a `Step` with an estimate
+    from its size; else nothing."""
+    if progress is None or size < BIG_MODULE:
+        return nullcontext()
+    about = f"{size / 1024**2:.0f} MiB, once per cache; about {max(1, round(size / _COMPILE_BYTES_PER_S))} s"
+    return Step(progress, f"compiling {module.name}", about, done=f"compiled {module.name}")

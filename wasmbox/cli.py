@@ -13,7 +13,7 @@ from typing import Any
 
 import wasmtime
 
-from ._backends.core import abi as _abi
+from . import _abi
 from ._backends.core.reactor import command_c_api
 from ._errors import WasmboxError
 from ._inspect import inspect_file

@@ -454,7 +454,7 @@ def test_js_has_no_processes_or_sockets(guarded: Guarded, listener: Listener) ->
     assert all(isinstance(v, str) and REFUSED.fullmatch(v) for v in said.values()), said
     listener.stop()  # its thread, before the thread count is checked
     assert listener.accepted == []
-    imports = inspect_file(guarded.box._javascript_runtime()._runtime.module).imports
+    imports = inspect_file(guarded.box._runtimes.javascript()._runtime.module).imports
     assert {i.module for i in imports} == {"wasi_snapshot_preview1"}
     names = {i.name for i in imports}
     assert not {n for n in names if n.startswith(("sock_", "proc_raise"))}

@@ -15,8 +15,7 @@ from typing import Any
 
 import pydantic
 
-from .. import _telemetry
-from .._backends.core import abi as _abi
+from .. import _abi, _telemetry
 from .._errors import ErrorKind, ToolError
 from .._manifest import HOST_FUNCTION_NAME
 from .._results import HostCallRecord, HostCallVerdict

@@ -42,10 +42,9 @@ import wasmtime
 
 from .. import _call, _outcome
 from .._errors import ErrorKind
-from .._manifest import INPUTS_GUEST_PATH, Inputs, Manifest
+from .._manifest import INPUTS_GUEST_PATH, Inputs
 from .._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
 from .._outcome import Failure
-from .._results import CallError
 from .._units import format_size
 from .._wasmtime import capi as _capi
 from .._wasmtime import store as _store
@@ -184,7 +183,7 @@ class CallScratch:
         except OSError as exc:
             raise Failure(ErrorKind.HOST_ERROR, f"input files could not be written: {exc.strerror}") from None
 
-    def collect_globs(self, patterns: tuple[str, ...], cap: int) -> tuple[dict[str, bytes], CallError | None]:
+    def collect_globs(self, patterns: tuple[str, ...], cap: int) -> dict[str, bytes]:
         """`collect` of the regular files under /tmp that `patterns` (paths and globs) match,
         in path order; at most `MAX_OUTPUTS` of them."""
         return self.collect(tuple(matching(self.path, patterns)), cap)
@@ -217,10 +216,10 @@ class CallScratch:
     def message(self) -> str:
         return f"scratch space {GUEST_PATH} exceeded its {format_size(self.cap)} cap"
 
-    def collect(self, paths: tuple[str, ...], cap: int) -> tuple[dict[str, bytes], CallError | None]:
-        """The regular files at guest `paths` (under /tmp) that the call left, by path, and
-        None; or no files and an `output_limit` error when together they hold more than `cap`
-        bytes. A path that is missing, or is not a regular file, is left out."""
+    def collect(self, paths: tuple[str, ...], cap: int) -> dict[str, bytes]:
+        """The regular files at guest `paths` (under /tmp) that the call left, by path. A path
+        that is missing, or is not a regular file, is left out. Raises an `output_limit`
+        Failure when together they hold more than `cap` bytes."""
         files: dict[str, bytes] = {}
         room = cap
         for guest in paths:
@@ -229,10 +228,10 @@ class CallScratch:
                 continue
             if len(data) > room:
                 message = f"output files exceed the {format_size(cap)} output cap (at {guest})"
-                return {}, CallError(kind=ErrorKind.OUTPUT_LIMIT, message=message)
+                raise _outcome.Failure(ErrorKind.OUTPUT_LIMIT, message)
             files[guest] = data
             room -= len(data)
-        return files, None
+        return files
 
     def remove(self) -> None:
         """Delete the directory and all in it (again is a no-op), and the input files' folder."""
@@ -242,23 +241,6 @@ class CallScratch:
 
 
 NO_FILES: Mapping[str, bytes] = MappingProxyType({})
-
-
-def put_inputs(scratch: CallScratch | None, files: Mapping[str, bytes]) -> None:
-    """A runner's step before its guest runs: write the call's input files (`CallScratch.put`;
-    none without a scratch space, which a manifest with `inputs` always has)."""
-    if files and scratch is not None:
-        scratch.put(files)
-
-
-def outputs(
-    scratch: CallScratch | None, manifest: Manifest, error: CallError | None, scratch_over: str | None
-) -> tuple[dict[str, bytes], CallError | None]:
-    """A runner's step once its guest has stopped: the files `manifest.outputs` names, when
-    the call succeeded so far, and its error (`output_limit` when they pass `limits.output`)."""
-    if scratch is None or not manifest.outputs or error is not None or scratch_over is not None:
-        return {}, error
-    return scratch.collect_globs(manifest.outputs, manifest.limits.output)
 
 
 MAX_NAME = 255  # bytes of one part of an input file's path (as most file systems allow)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from .._backends.core import abi as _abi
+from .. import _abi
 
 T = TypeVar("T")
 

@@ -61,6 +61,7 @@ def make_engine(settings: EngineSettings) -> wasmtime.Engine:
         _use_pooling_allocator(config, settings)
     engine = wasmtime.Engine(config)
     signals.keep()  # Wasmtime's trap handlers, installed by the process's first Engine
+    signals.restore()  # and back in place if a library took them since (faulthandler, Ray)
     return engine
 
 

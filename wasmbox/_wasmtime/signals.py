@@ -3,9 +3,12 @@
 Wasmtime turns a guest's faults (an out-of-bounds access, `unreachable`, a division by zero)
 into traps with handlers for SIGSEGV, SIGILL, SIGFPE and SIGBUS, installed once per process
 when the first Engine is made. A library that installs its own handlers afterwards (Ray's
-`ray.init` installs a crash reporter for them) takes those faults away from Wasmtime, and the
-next trap kills the process. `keep` saves Wasmtime's handlers (after the first Engine);
-`restore` puts them back where another library replaced them.
+`ray.init` installs a crash reporter for them; `faulthandler.enable()`, which a pytest run
+in-process calls, installs its own) takes those faults away from Wasmtime, and the next trap
+kills the process. `keep` saves Wasmtime's handlers (after the first Engine); `restore` puts
+them back where another library replaced them: at every new Engine (so every new Sandbox),
+after `ray.init`, and before each test under wasmbox's pytest plugin. Between those points a
+library that takes the handlers leaves traps fatal (SECURITY.md, known gaps).
 """
 
 from __future__ import annotations

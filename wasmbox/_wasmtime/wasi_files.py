@@ -29,8 +29,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 
-from .. import _call, _outcome
-from .._backends.core import abi as _abi
+from .. import _abi, _call, _outcome
 from . import capi as _capi
 
 MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once

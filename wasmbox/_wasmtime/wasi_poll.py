@@ -15,8 +15,7 @@ import time
 
 import wasmtime
 
-from .. import _call
-from .._backends.core import abi as _abi
+from .. import _abi, _call
 from .._errors import ErrorKind
 from . import capi as _capi
 

@@ -5,8 +5,8 @@ Importing this package imports no provider SDK; adapters for optional SDKs live 
 submodules and import theirs lazily.
 """
 
-from ._content import Attachment, Content, result_content
-from ._formats import FORMATS, SpecFormat, StrictMode, prepare_args, strict_schema
+from .._content import Attachment, Content, result_content
+from .._formats import FORMATS, SpecFormat, StrictMode, prepare_args, strict_schema
 
 __all__ = [
     "FORMATS",

@@ -26,11 +26,11 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
         "wasmbox.integrations.agents needs the OpenAI Agents SDK: pip install 'wasmbox[agents]'"
     ) from exc
 
+from .. import _dispatch
+from .._content import result_content
+from .._formats import StrictMode
 from .._manifest import ManifestSource
 from .._sandbox import Sandbox
-from . import _dispatch
-from ._content import result_content
-from ._formats import StrictMode
 
 
 def tools(

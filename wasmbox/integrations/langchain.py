@@ -22,11 +22,11 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
         "wasmbox.integrations.langchain needs langchain-core: pip install 'wasmbox[langchain]'"
     ) from exc
 
+from .. import _dispatch
+from .._content import result_content
 from .._manifest import ManifestSource
 from .._results import CallResult
 from .._sandbox import Sandbox
-from . import _dispatch
-from ._content import result_content
 
 
 class WasmboxTool(StructuredTool):

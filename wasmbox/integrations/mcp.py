@@ -63,19 +63,19 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.mcp needs the mcp SDK: pip install 'wasmbox[mcp]'") from exc
 
+from .. import _dispatch
 from .._budget import Budget
-from .._manifest import ManifestSource
-from .._results import CallResult
-from .._sandbox import Sandbox
-from . import _dispatch
-from ._content import Content, result_content
-from ._formats import (
+from .._content import Content, result_content
+from .._formats import (
     RUN_JAVASCRIPT,
     RUN_JAVASCRIPT_SCHEMA,
     RUN_PYTHON,
     RUN_PYTHON_SCHEMA,
     mcp_structured,
 )
+from .._manifest import ManifestSource
+from .._results import CallResult
+from .._sandbox import Sandbox
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -28,11 +28,11 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     ) from exc
 from pydantic_core import SchemaValidator, core_schema
 
+from .. import _dispatch
+from .._content import result_content
 from .._errors import ErrorKind
 from .._manifest import ManifestSource
 from .._sandbox import Sandbox
-from . import _dispatch
-from ._content import result_content
 
 # The args arrive as the model's JSON object; wasmbox checks them against the tool's schema.
 _ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))

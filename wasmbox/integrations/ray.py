@@ -55,10 +55,13 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.ray needs Ray: pip install 'wasmbox[ray]'") from exc
 
+from .. import _dispatch, _formats
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
 from .._capabilities.hostfuncs import HostFunction
+from .._dispatch import CallFormat
 from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
 from .._files import read_regular_file
+from .._formats import SpecFormat, StrictMode
 from .._inspect import ToolKind
 from .._manifest import Limits, Manifest, ManifestSource
 from .._results import CallResult
@@ -70,9 +73,6 @@ from .._sandbox import (
     Sandbox,
 )
 from .._wasmtime import signals
-from . import _dispatch, _formats
-from ._dispatch import CallFormat
-from ._formats import SpecFormat, StrictMode
 
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("wasmbox.ray")

@@ -14,11 +14,10 @@ import weakref
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._capabilities.hostfuncs import HostFunction, HostReply
 from ..._errors import ErrorKind
 from ..._wasmtime import capi as _capi
-from . import abi as _abi
 
 # The host functions that linkers define, by handle: one handle per definition, held weakly
 # (the runner that owns the linker's InstancePre holds its functions; a host function often

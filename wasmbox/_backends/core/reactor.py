@@ -24,7 +24,9 @@ from typing import Any
 
 import wasmtime
 
+from ... import _abi
 from ..._call import check_result_size
+from ..._command import Template, schema_defaults
 from ..._errors import ErrorKind
 from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest, Reactor, ReactorParam
@@ -33,8 +35,6 @@ from ..._units import format_size
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store
 from ..._wasmtime.output import Output
-from . import abi as _abi
-from .command import Template, schema_defaults
 
 ALLOCATOR_TYPES = {
     "malloc": "(i32) -> i32",

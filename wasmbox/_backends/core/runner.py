@@ -8,13 +8,12 @@ the memory cap and the epoch deadline. Every failure becomes a `CallResult` with
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -22,14 +21,13 @@ from ..._errors import CapabilityError, ErrorKind, ManifestError
 from ..._inspect import ModuleInfo, ToolKind
 from ..._manifest import Manifest
 from ..._outcome import Failure
-from ..._results import CallError, CallResult
+from ..._results import CallResult
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store
 from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
-from . import abi as _abi
 from . import hostcall as _hostcall
 from . import reactor
 
@@ -63,9 +61,7 @@ class ModuleRunner:
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
         self._scratch = scratch
-        # A module that cannot reach WASI cannot use a scratch directory: none is made.
-        self._scratch_cap = manifest.scratch if info.uses_wasi else None
-        self._initialize = info.has_initialize and self.kind is ToolKind.REACTOR
+        self._initialize = info.has_initialize and self.kind is ToolKind.ABI
         command = manifest.command
         if command is not None and self.kind not in (ToolKind.COMMAND, ToolKind.C_REACTOR):
             raise ManifestError(
@@ -92,76 +88,49 @@ class ModuleRunner:
         except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have
             raise CapabilityError(f"{manifest.module}: {_outcome.cause(str(exc))}") from None
 
+    exit_is_an_end = True  # a command's exit, or a C entry's, ends the call as a guest error
+
     def call(self, call: CallInput) -> CallResult:
-        self._ticker.enter()
-        scratch = None
-        try:
-            if self._scratch_cap is not None:
-                scratch = self._scratch.create(self._scratch_cap)
-            return self._call(call, scratch)
-        finally:
-            if scratch is not None:
-                scratch.remove()
-            self._ticker.leave()
+        return _call.perform(self, self._manifest, call, self._ticker)
 
-    def _call(self, call: CallInput, scratch: _scratch.CallScratch | None) -> CallResult:
-        started = time.perf_counter()
-        state = CallState.start(self._manifest, started)
-        try:
-            return self._run(call, scratch, state, started)
-        finally:
-            _wasi_files.release(state)  # its store, and every descriptor, is closed or garbage
+    def prepare(self, state: CallState, call: CallInput) -> _call.Instance:
+        # A module that cannot reach WASI cannot use a scratch directory: none is made.
+        return _call.fresh_instance(
+            self._engine, self._manifest, self._ticker, call, wasi=self._uses_wasi,
+            scratch=self._scratch.create, store_limits=_STORE_LIMITS,
+        )  # fmt: skip
 
-    def _run(
-        self, call: CallInput, scratch: _scratch.CallScratch | None, state: CallState, started: float
-    ) -> CallResult:
-        limits = self._limits
-        stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
-        memory: _capi.Extern | None = None
-        value: Any = None
-        error: CallError | None = None
-        scratch_over: str | None = None
-        try:
-            if self._uses_wasi:
-                extra = (scratch.preopen,) if scratch is not None else ()
-                store.set_wasi(_call.build_wasi(self._manifest, call, stdout, stderr, extra))
-            with _call.running(state):
-                prepared = self._entry.prepare(call.args) if self._entry is not None else ()
-                if scratch is not None:
-                    scratch.arm(store)
-                instance = self._pre.instantiate(store)
-                memory = _memory(store, instance)
-                state.ready()
-                if self.kind is ToolKind.COMMAND:
-                    value = _run_command(store, instance)
-                    if self._fail_on_exit and value["exit_code"] != 0:
-                        raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
-                elif self._entry is not None:
-                    assert memory is not None  # checked at load
-                    argv = (self._manifest.name, *self._manifest.args, *call.argv)
-                    value = self._entry.run(store, instance, memory, prepared, argv, limits.output, stderr)
-                    if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
-                        raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], stderr))
-                else:
-                    assert memory is not None  # checked at load
-                    value = self._run_reactor(store, instance, memory, call)
-        except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits, exit_is_an_end=True)
-        finally:
-            stdout.detach()
-            stderr.detach()
-            if scratch is not None:
-                scratch_over = scratch.settle()
-        files = None
-        if self._outputs and scratch is not None and error is None and scratch_over is None:
-            files, error = scratch.collect(self._outputs, limits.output)
-        peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
-        return _call.finish(
-            state, store, started, value, error, stdout, stderr, peak, files=files, scratch_over=scratch_over
-        )
+    def run(self, instance: _call.Instance, state: CallState, call: CallInput) -> Any:
+        store = instance.store
+        prepared = self._entry.prepare(call.args) if self._entry is not None else ()
+        created = self._pre.instantiate(store)
+        memory = instance.memory = _memory(store, created)
+        state.ready()
+        if self.kind is ToolKind.COMMAND:
+            value = _run_command(store, created)
+            if self._fail_on_exit and value["exit_code"] != 0:
+                raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], instance.stderr))
+            return value
+        assert memory is not None  # checked at load
+        if self._entry is not None:
+            argv = (self._manifest.name, *self._manifest.args, *call.argv)
+            value = self._entry.run(
+                store, created, memory, prepared, argv, self._limits.output, instance.stderr
+            )
+            if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
+                raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], instance.stderr))
+            return value
+        return self._run_abi(store, created, memory, call)
 
-    def _run_reactor(
+    def after(self, instance: _call.Instance, ok: bool) -> None:
+        if instance.memory is not None:
+            instance.peak_memory = _capi.memory_view(_store.context(instance.store), instance.memory)[1]
+        if ok and self._outputs and instance.scratch is not None:
+            instance.files = instance.scratch.collect(self._outputs, self._limits.output)
+
+    dispose = staticmethod(_store.close_store)
+
+    def _run_abi(
         self,
         store: wasmtime.Store,
         instance: wasmtime.Instance,

@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -45,14 +45,12 @@ from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import Limits, Manifest
 from ..._outcome import Failure
-from ..._results import CallError, CallResult
+from ..._results import CallResult
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store
 from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
-from ..._wasmtime.output import Output
-from ..core import abi as _abi
 from . import build
 
 # The guest's instance and the file forwarder of `_wasi_files`, one memory; the table holds the
@@ -140,77 +138,40 @@ class JavaScriptRunner:
         real source costs: a `guest_error` with the SyntaxError, or success."""
         return self.call(_COMPILING, Request(source, filename, compile_only=True))
 
+    exit_is_an_end = True  # std.exit(n) ends the script
+
     def call(
         self, manifest: Manifest, request: Request, files: Mapping[str, bytes] = _scratch.NO_FILES
     ) -> CallResult:
         """Run `request` in a fresh instance under `manifest`'s grants and limits, with `files`
         (checked input files) written under /tmp/in before it runs."""
-        self._ticker.enter()
-        scratch = None
-        try:
-            if manifest.scratch is not None:
-                scratch = self._scratch.create(manifest.scratch, manifest.inputs)
-            started = time.perf_counter()
-            state = CallState.start(manifest, started)
-            try:
-                return self._call(manifest, request, scratch, state, started, files)
-            finally:
-                _wasi_files.release(state)
-        finally:
-            if scratch is not None:
-                scratch.remove()
-            self._ticker.leave()
+        return _call.perform(self, manifest, request, self._ticker, files)
 
-    def _call(
-        self,
-        manifest: Manifest,
-        request: Request,
-        scratch: _scratch.CallScratch | None,
-        state: CallState,
-        started: float,
-        files: Mapping[str, bytes] = _scratch.NO_FILES,
-    ) -> CallResult:
-        limits = manifest.limits
-        stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
-        memory: _capi.Extern | None = None
-        value: Any = None
-        error: CallError | None = None
-        scratch_over: str | None = None
-        try:
-            extra = scratch.preopens if scratch is not None else ()
-            store.set_wasi(_call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra))
-            _scratch.put_inputs(scratch, files)
-            with _call.running(state):
-                if scratch is not None:
-                    scratch.arm(store)
-                instance = self._pre.instantiate(store)
-                memory = _capi.MEMORY.get(store, instance)
-                state.ready()
-                value = self._run(store, instance, memory, request, limits.output, bool(manifest.env))
-        except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits, exit_is_an_end=True)  # std.exit(n) ends the script
-        finally:
-            stdout.detach()
-            stderr.detach()
-            if scratch is not None:
-                scratch_over = scratch.settle()
-        if memory is not None and self._stack_overflowed(store, memory):
-            error = CallError(kind=ErrorKind.TRAP, message=_STACK_OVERFLOW)
-        peak = _capi.memory_view(_store.context(store), memory)[1] if memory is not None else None
-        returned, error = _scratch.outputs(scratch, manifest, error, scratch_over)
-        return _call.finish(
-            state,
-            store,
-            started,
-            value,
-            error,
-            stdout,
-            stderr,
-            peak,
-            files=returned,
-            scratch_over=scratch_over,
+    def prepare(self, state: CallState, request: Request) -> _call.Instance:
+        return _call.fresh_instance(
+            self._engine,
+            state.manifest,
+            self._ticker,
+            scratch=self._scratch.create,
+            store_limits=_STORE_LIMITS,
         )
+
+    def run(self, instance: _call.Instance, state: CallState, request: Request) -> Any:
+        store = instance.store
+        created = self._pre.instantiate(store)
+        memory = instance.memory = _capi.MEMORY.get(store, created)
+        state.ready()
+        manifest = state.manifest
+        return self._run(store, created, memory, request, manifest.limits.output, bool(manifest.env))
+
+    def after(self, instance: _call.Instance, ok: bool) -> None:
+        memory = instance.memory
+        if memory is not None:
+            instance.peak_memory = _capi.memory_view(_store.context(instance.store), memory)[1]
+            if self._stack_overflowed(instance.store, memory):
+                instance.overflowed = _STACK_OVERFLOW
+
+    dispose = staticmethod(_store.close_store)
 
     def _stack_overflowed(self, store: wasmtime.Store, memory: _capi.Extern) -> bool:
         """Whether C's stack ran past its end (over `build.GUARD`): the guest's memory then
@@ -230,9 +191,9 @@ class JavaScriptRunner:
         cap: int,
         env: bool,
     ) -> Any:
-        return self.evaluate(self.prepare(store, instance, memory, env), request, cap)
+        return self.evaluate(self.prepare_guest(store, instance, memory, env), request, cap)
 
-    def prepare(
+    def prepare_guest(
         self, store: wasmtime.Store, instance: wasmtime.Instance, memory: _capi.Extern, env: bool
     ) -> _Guest:
         """A fresh instance made ready for code: its random state seeded, the call's

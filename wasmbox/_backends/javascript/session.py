@@ -16,23 +16,21 @@ carried from run to run; more than `SessionLimits.files` after a run ends the se
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
-from ..._call import CallInput, CallState
-from ..._capabilities import scratch as _scratch
-from ..._errors import ErrorKind, SessionError
+from ... import _call
+from ..._call import CallState
+from ..._errors import SessionError
 from ..._manifest import Manifest
 from ..._outcome import Failure
-from ..._results import CallError, CallResult
+from ..._results import CallResult
 from ..._wasmtime import capi as _capi
-from ..._wasmtime import store as _store
 from ..._wasmtime import wasi_files as _wasi_files
-from ..._wasmtime.output import Output
-from ..python.session import SessionLimits, _keep_open
-from .runner import _STACK_OVERFLOW, _STORE_LIMITS, JavaScriptRunner, Request
+from ..python.session import SessionLimits
+from .runner import _STORE_LIMITS, JavaScriptRunner, Request
 
 
 class JavaScriptKernel:
@@ -43,26 +41,24 @@ class JavaScriptKernel:
     def __init__(self, runner: JavaScriptRunner, manifest: Manifest) -> None:
         """Raises SessionError when the instance cannot be made."""
         self._runner = runner
-        limits = manifest.limits
-        self._stdout, self._stderr = Output(limits.output), Output(limits.output)
         self._files: _wasi_files.OpenFiles | None = None
-        self._scratch: _scratch.CallScratch | None = None
-        if manifest.scratch is not None:
-            self._scratch = runner._scratch.create(manifest.scratch, manifest.inputs)
-        self._store: wasmtime.Store | None = None
-        runner._ticker.enter()
+        ticker = runner._ticker
+        ticker.enter()
+        self._instance: _call.Instance | None = None
         try:
-            self._store = _call.new_store(runner._engine, limits, runner._ticker, **_STORE_LIMITS)
-            extra = self._scratch.preopens if self._scratch is not None else ()
-            self._store.set_wasi(_call.build_wasi(manifest, CallInput({}), self._stdout, self._stderr, extra))
+            instance = self._instance = _call.fresh_instance(
+                runner._engine, manifest, ticker, scratch=runner._scratch.create, store_limits=_STORE_LIMITS
+            )
+            instance.kept = True  # its store, streams and scratch outlive each run
+            if instance.error is not None:
+                raise Failure(instance.error.kind, instance.error.message)
             state = CallState.start(manifest, time.perf_counter())
             with _call.running(state):
-                instance = runner._pre.instantiate(self._store)
-                memory = _capi.MEMORY.get(self._store, instance)
+                created = runner._pre.instantiate(instance.store)
+                memory = instance.memory = _capi.MEMORY.get(instance.store, created)
                 if memory is None:
                     raise SessionError("the JavaScript runtime exports no memory")
-                self._memory = memory
-                self._guest = runner.prepare(self._store, instance, memory, bool(manifest.env))
+                self._guest = runner.prepare_guest(instance.store, created, memory, bool(manifest.env))
             if state.abort is not None:
                 raise SessionError(state.abort.message)
             self._files = state.files
@@ -74,63 +70,19 @@ class JavaScriptKernel:
             self.discard()
             raise
         finally:
-            runner._ticker.leave()
+            ticker.leave()
 
     @property
-    def scratch(self) -> _scratch.CallScratch | None:
-        return self._scratch
+    def scratch(self) -> _call.CallScratch | None:
+        return self._instance.scratch if self._instance is not None else None
 
     def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
         """One run in the instance, which stays open: its result, and whether the guest
-        returned (False: a trap, an exit or a host's stop left it part way)."""
-        runner = self._runner
-        store = self._store
-        assert store is not None
-        started = time.perf_counter()
-        limits = manifest.limits
-        ticker = runner._ticker
-        ticker.enter()
-        try:
-            state = CallState.start(manifest, started)
-            state.files = self._files  # (the descriptors earlier runs left open)
-            _call.renew(store, limits, ticker)
-            self._stdout.reset(limits.output)
-            self._stderr.reset(limits.output)
-            value: Any = None
-            error: CallError | None = None
-            scratch_over: str | None = None
-            returned = False
-            try:
-                _call.check_preopens(manifest)
-                with _call.running(state):
-                    if self._scratch is not None:
-                        self._scratch.arm(store)
-                    layout = runner._layout
-                    runner._call_driver(self._guest, layout.reset, [])
-                    try:
-                        value = runner.evaluate(self._guest, Request(code), limits.output)
-                    finally:
-                        returned = state.abort is None
-            except Failure as failure:  # the guest's error reply, or a check of ours
-                error = failure.error
-            except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:  # stopped part way
-                returned = False
-                error = _outcome.ended_with(exc, limits, exit_is_an_end=True)
-            finally:
-                self._files = state.files
-                if self._scratch is not None:
-                    scratch_over = self._scratch.settle()
-            if runner._stack_overflowed(store, self._memory):
-                error, returned = CallError(kind=ErrorKind.TRAP, message=_STACK_OVERFLOW), False
-            peak = _capi.memory_view(_store.context(store), self._memory)[1]
-            kept, error = _scratch.outputs(self._scratch, manifest, error, scratch_over)
-            result = _call.finish(
-                state, store, started, value, error, self._stdout, self._stderr, peak,
-                close=_keep_open, files=kept, scratch_over=scratch_over,
-            )  # fmt: skip
-            return result, returned
-        finally:
-            ticker.leave()
+        returned (False: a trap, an exit, a stack past its guard or a host's stop left it part
+        way)."""
+        run = _Run(code)
+        result = _call.perform(_KeptInstance(self, run), manifest, run, self._runner._ticker)
+        return result, run.returned
 
     def files_over(self, session: str, limits: SessionLimits) -> str | None:
         """The files the instance keeps open past `SessionLimits.files` (the file guard's count;
@@ -145,13 +97,72 @@ class JavaScriptKernel:
         return None
 
     def discard(self) -> None:
-        self._stdout.detach()
-        self._stderr.detach()
-        if self._store is not None:
-            _store.close_store(self._store)
-            self._store = None
+        instance, self._instance = self._instance, None
+        if instance is not None:
+            instance.stdout.detach()
+            instance.stderr.detach()
+            instance.discard()  # (its store, and its scratch folder)
         if self._files is not None:
             self._files.release()
-        if self._scratch is not None:
-            self._scratch.remove()
-            self._scratch = None
+            self._files = None
+
+
+@dataclass(eq=False)
+class _Run:
+    """One run's code, and what became of it."""
+
+    code: str
+    returned: bool = True  # False once the guest started and did not return of itself
+    state: CallState | None = None
+
+
+class _KeptInstance:
+    """The hooks (`_call.Backend`) of a run in a JavaScript session's instance: the same instance
+    every run, renewed (full fuel, a deadline from now, empty streams, the driver's `reset`)
+    and never disposed of; the file guard's count carried from run to run."""
+
+    exit_is_an_end = True  # std.exit(n) ends the script (and the session)
+
+    def __init__(self, kernel: JavaScriptKernel, run: _Run) -> None:
+        self._kernel = kernel
+        self._runner = kernel._runner
+        self._run = run
+
+    def prepare(self, state: CallState, run: _Run) -> _call.Instance:
+        kept = self._kernel._instance
+        assert kept is not None
+        manifest = state.manifest
+        kept.manifest = manifest  # (this run's limits: fuel and a deadline from now)
+        kept.renew(self._runner._ticker)
+        kept.stdout.reset(manifest.limits.output)
+        kept.stderr.reset(manifest.limits.output)
+        kept.files, kept.overflowed = None, None
+        state.files = self._kernel._files  # (the descriptors earlier runs left open)
+        run.state = state
+        state.ready(True)
+        return kept
+
+    def run(self, instance: _call.Instance, state: CallState, run: _Run) -> Any:
+        run.returned = False
+        _call.check_preopens(state.manifest)
+        runner, guest = self._runner, self._kernel._guest
+        runner._call_driver(guest, runner._layout.reset, [])
+        try:
+            value = runner.evaluate(guest, Request(run.code), state.manifest.limits.output)
+        except Failure:  # the script's error reply, or a check of ours: it returned
+            run.returned = state.abort is None
+            raise
+        run.returned = state.abort is None
+        return value
+
+    def after(self, instance: _call.Instance, ok: bool) -> None:
+        self._runner.after(instance, ok)  # (its memory's size; a stack past its guard)
+        if instance.overflowed is not None:  # its memory holds what the overflow wrote
+            self._run.returned = False
+        state = self._run.state
+        if state is not None:  # the kernel keeps the open files: the run gives none back
+            self._kernel._files = state.files
+            state.files = None
+
+    def dispose(self, store: wasmtime.Store) -> None:
+        """(The session's store lives on.)"""

@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import msgpack
 import wasmtime
 from wasmtime import component
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -35,8 +36,6 @@ from ..._results import CallError, CallResult
 from ..._wasmtime import component_io as _component_io
 from ..._wasmtime import store as _store
 from ..._wasmtime.engine import EpochTicker
-from ..._wasmtime.output import Output
-from ..core import abi as _abi
 from .build import PythonRuntime
 
 
@@ -123,7 +122,7 @@ class PythonRuntimeRunner:
         meanwhile. `files` (checked input files) are written under /tmp/in before it runs."""
         self._ticker.enter()
         try:
-            return self._call(manifest, grants_digest, request, prepare_next, files)
+            return self._send(manifest, grants_digest, request, prepare_next, files)
         finally:
             self._ticker.leave()
 
@@ -140,65 +139,50 @@ class PythonRuntimeRunner:
         }  # fmt: skip
         return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
-    def _call(
+    exit_is_an_end = False  # the driver never exits: a WASI exit is a trap
+
+    def _send(
         self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool,
-        files: Mapping[str, bytes] = _scratch.NO_FILES,
+        files: Mapping[str, bytes],
     ) -> CallResult:  # fmt: skip
-        started = time.perf_counter()
-        limits = manifest.limits
         if manifest.packages:
             request = {**request, "path": PACKAGES_GUEST_PATH}
+        return _call.perform(
+            self, manifest, _Request(request, grants_digest, prepare_next), self._ticker, files
+        )
+
+    def prepare(self, state: _call.CallState, request: _Request) -> _call.Instance:
+        manifest = state.manifest
         try:
-            payload = encode_request(request, limits.output)
+            request.payload = encode_request(request.body, manifest.limits.output)
         except (TypeError, ValueError, OverflowError) as exc:
-            return CallResult.failed(
-                manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}",
-                time.perf_counter() - started,
-            )  # fmt: skip
-        state = _call.CallState.start(manifest, started)
-        prepared = self._spares.take(grants_digest, manifest)
-        made_ahead = prepared is not None
+            raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
+        prepared = self._spares.take(request.grants_digest, manifest)
+        made_ahead = request.made_ahead = prepared is not None
         if prepared is None:
             prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
         else:
             prepared.renew(self._ticker)
-        prepared.stdout.listen_here()  # (a spare was made on another thread)
-        prepared.stderr.listen_here()
-        if prepare_next:  # the next call under these grants finds one ready
-            self._keeper.request_spare(manifest, grants_digest)
+            prepared.stdout.listen_here()  # (a spare was made on another thread)
+            prepared.stderr.listen_here()
+        if request.prepare_next:  # the next call under these grants finds one ready
+            self._keeper.request_spare(manifest, request.grants_digest)
         state.ready(made_ahead)
-        value: Any = None
-        error = prepared.error
-        scratch_over: str | None = None
-        try:
-            if error is None:
-                if made_ahead:  # its preopens were opened when it was made: still the grants?
-                    _call.check_preopens(manifest)
-                _scratch.put_inputs(prepared.scratch, files)
-                with _call.running(state):
-                    if prepared.scratch is not None:
-                        prepared.scratch.arm(prepared.store)
-                    assert prepared.run is not None
-                    response = _component_io.call_bytes(prepared.store, prepared.run, payload)
-                value = self._decode(response, limits.output)
-        except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
-        finally:
-            prepared.stdout.detach()
-            prepared.stderr.detach()
-            if prepared.scratch is not None:
-                scratch_over = prepared.scratch.settle()
-        returned, error = _scratch.outputs(prepared.scratch, manifest, error, scratch_over)
-        try:
-            return _call.finish(
-                state, prepared.store, started, value, error, prepared.stdout, prepared.stderr,
-                None, close=self._keeper.retire_store, files=returned, scratch_over=scratch_over,
-            )  # fmt: skip
-        finally:
-            if prepared.scratch is not None:
-                prepared.scratch.remove()
+        return prepared
 
-    def instantiate(self, manifest: Manifest) -> _Prepared:
+    def run(self, instance: _call.Instance, state: _call.CallState, request: _Request) -> Any:
+        if request.made_ahead:  # its preopens were opened when it was made: still the grants?
+            _call.check_preopens(state.manifest)
+        response = _component_io.call_bytes(instance.store, instance.entry, request.payload)
+        return self._decode(response, state.manifest.limits.output)
+
+    def after(self, instance: _call.Instance, ok: bool) -> None:
+        """(A component's memory is not the runner's to read: its peak is not known.)"""
+
+    def dispose(self, store: wasmtime.Store) -> None:
+        self._keeper.retire_store(store)
+
+    def instantiate(self, manifest: Manifest) -> _call.Instance:
         """A store and instance for one call under `manifest`, not yet run (see `_Instances.make`)."""
         return self._instances.make(manifest)
 
@@ -324,58 +308,43 @@ class _Instances:
         self._stdlib = stdlib
         self._packages = packages  # the runner's, filled by `add_packages`
 
-    def make(self, manifest: Manifest) -> _Prepared:
-        """A store and instance for one call under `manifest`, not yet run. Never raises:
-        a failure is kept in what it returns and becomes the call's error."""
-        limits = manifest.limits
-        stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker)
-        prepared = _Prepared(manifest, store, stdout, stderr)
+    def make(self, manifest: Manifest) -> _call.Instance:
+        """A store and instance for one call under `manifest`, not yet run. A failure is kept
+        in what it returns and becomes the call's error; raises only when the Sandbox is
+        closed (WasmboxError) or its scratch folder cannot be made (OSError)."""
+        preopens = self._stdlib
+        site = self._packages.get(manifest.packages) if manifest.packages else None
+        if site is not None:
+            preopens = (*preopens, (site[0], PACKAGES_GUEST_PATH, site[1]))
+        ready = not manifest.packages or site is not None
+        instance = _call.fresh_instance(
+            self._engine, manifest, self._ticker, wasi=ready, preopens=preopens, scratch=self._scratch.create
+        )
+        if not ready:
+            message = "the manifest's packages are not installed in this Sandbox"
+            instance.error = CallError(kind=ErrorKind.HOST_ERROR, message=message)
+        if instance.error is not None:
+            return instance
         try:
-            extra: tuple[tuple[Path, str, bool], ...] = self._stdlib
-            if manifest.packages:
-                site = self._packages.get(manifest.packages)
-                if site is None:
-                    raise Failure(
-                        ErrorKind.HOST_ERROR, "the manifest's packages are not installed in this Sandbox"
-                    )
-                extra = (*extra, (site[0], PACKAGES_GUEST_PATH, site[1]))
-            if manifest.scratch is not None:
-                prepared.scratch = self._scratch.create(manifest.scratch, manifest.inputs)
-                extra = (*extra, *prepared.scratch.preopens)
-            wasi = _call.build_wasi(manifest, _NO_INPUT, stdout, stderr, extra)
-            store.set_wasi(wasi)
             with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
-                instance = self._linker.instantiate(store, self._component)
-            prepared.run = instance.get_func(store, self._run)
+                created = self._linker.instantiate(instance.store, self._component)
+            instance.entry = created.get_func(instance.store, self._run)
         except _outcome.RUN_ENDS as exc:
-            prepared.error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
-        except Exception as exc:  # noqa: BLE001 - this never raises; the call reports it
-            prepared.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
-        return prepared
+            instance.error = _outcome.ended_with(exc, manifest.limits, exit_is_an_end=False)
+        except Exception as exc:  # noqa: BLE001 - the call reports it
+            instance.error = CallError(kind=ErrorKind.HOST_ERROR, message=f"preparing the call: {exc!r}")
+        return instance
 
 
-class _Prepared:
-    """One store + instance for exactly one call: made ahead of it (a spare) or for it."""
+@dataclass(eq=False)
+class _Request:
+    """One call's request to the runtime, and what preparing its instance found."""
 
-    def __init__(self, manifest: Manifest, store: wasmtime.Store, stdout: Output, stderr: Output) -> None:
-        self.manifest = manifest
-        self.store = store
-        self.stdout = stdout
-        self.stderr = stderr
-        self.run: component.Func | None = None
-        self.error: CallError | None = None
-        self.scratch: _scratch.CallScratch | None = None  # this call's /tmp, made with the instance
-
-    def discard(self) -> None:
-        """Free it unused: its store and its scratch directory."""
-        _store.close_store(self.store)
-        if self.scratch is not None:
-            self.scratch.remove()
-
-    def renew(self, ticker: EpochTicker) -> None:
-        """Full fuel and a deadline counted from now, not from when it was made ahead."""
-        _call.renew(self.store, self.manifest.limits, ticker)
+    body: dict[str, Any]
+    grants_digest: str
+    prepare_next: bool
+    payload: bytes = b""  # `body`, encoded (`encode_request`)
+    made_ahead: bool = False  # its instance is a spare, made before the call
 
 
 class _Spares:
@@ -384,10 +353,10 @@ class _Spares:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._ready: dict[str, _Prepared] = {}
+        self._ready: dict[str, _call.Instance] = {}
         self._lock = threading.Lock()
 
-    def take(self, grants_digest: str, manifest: Manifest) -> _Prepared | None:
+    def take(self, grants_digest: str, manifest: Manifest) -> _call.Instance | None:
         with self._lock:
             spare = self._ready.pop(grants_digest, None)
         if spare is not None and spare.manifest != manifest:  # never another grant set's
@@ -399,7 +368,7 @@ class _Spares:
         with self._lock:
             return self.limit > 0 and grants_digest not in self._ready
 
-    def put(self, grants_digest: str, spare: _Prepared) -> list[_Prepared]:
+    def put(self, grants_digest: str, spare: _call.Instance) -> list[_call.Instance]:
         """Keep `spare` for grant set `grants_digest`; return the spares it displaced (to be closed)."""
         with self._lock:
             displaced = []
@@ -411,7 +380,7 @@ class _Spares:
                 displaced.append(self._ready.pop(next(iter(self._ready))))
             return displaced
 
-    def drain(self) -> list[_Prepared]:
+    def drain(self) -> list[_call.Instance]:
         with self._lock:
             spares, self._ready = list(self._ready.values()), {}
             return spares
@@ -423,7 +392,7 @@ class _Housekeeper:
     retired stores hold their pool slots and files only briefly; when it is full the caller
     closes its own store and skips the spare."""
 
-    def __init__(self, spares: _Spares, make: Callable[[Manifest], _Prepared]) -> None:
+    def __init__(self, spares: _Spares, make: Callable[[Manifest], _call.Instance]) -> None:
         self._spares = spares
         self._make = make
         self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=4)

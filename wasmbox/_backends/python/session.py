@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Protocol, Self
 
@@ -48,7 +49,7 @@ from ..._wasmtime import component_io as _component_io
 from ..._wasmtime import output as _output
 from ..._wasmtime.output import OutputListener
 from . import descriptors as _descriptors
-from .runner import PythonRuntimeRunner, _Prepared, encode_request
+from .runner import PythonRuntimeRunner, encode_request
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
@@ -79,7 +80,7 @@ class Kernel(Protocol):
     runtime: str  # the runtime's name ("python", "javascript"), as telemetry names it
 
     @property
-    def scratch(self) -> _scratch.CallScratch | None:
+    def scratch(self) -> _call.CallScratch | None:
         """Its scratch `/tmp` (kept for the session's life), if the manifest grants one."""
         ...
 
@@ -108,12 +109,13 @@ class PythonKernel:
         if spare.error is not None:
             spare.discard()
             raise SessionError(f"the runtime could not make its instance: {spare.error.message}")
+        spare.kept = True  # its store, streams and scratch outlive each run
         self._runner = runner
         self._spare = spare
         self._before: frozenset[_descriptors.Descriptor] = frozenset()
 
     @property
-    def scratch(self) -> _scratch.CallScratch | None:
+    def scratch(self) -> _call.CallScratch | None:
         return self._spare.scratch
 
     def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
@@ -326,7 +328,9 @@ class Session:
         if problem is not None:  # (the session goes on, as after a refused run)
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, problem)
         try:
-            _scratch.put_inputs(self._kernel.scratch, inputs)
+            scratch = self._kernel.scratch
+            if inputs and scratch is not None:
+                scratch.put(inputs)
         except Failure as failure:
             return CallResult.failed(manifest.name, failure.error.kind, failure.error.message)
         finished = False
@@ -423,59 +427,62 @@ class Session:
 
 
 def run_once(
-    runner: PythonRuntimeRunner, spare: _Prepared, manifest: Manifest, code: str
+    runner: PythonRuntimeRunner, kept: _call.Instance, manifest: Manifest, code: str
 ) -> tuple[CallResult, bool]:
     """One run in a session's instance, which stays open: its result, and whether the guest
     returned (False: it was stopped, by a trap or a host verdict, part way)."""
-    started = time.perf_counter()
-    limits = manifest.limits
-    request: dict[str, Any] = {"mode": "code", "code": code, "session": True}
-    if manifest.packages:
-        request["path"] = PACKAGES_GUEST_PATH
-    try:
-        payload = encode_request(request, limits.output)
-    except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
-        message = f"code cannot be encoded: {exc}"
-        took = time.perf_counter() - started
-        return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, message, took), True
-    ticker = runner._ticker
-    ticker.enter()
-    try:
-        state = _call.CallState.start(manifest, started)
-        spare.manifest = manifest  # (this run's limits: fuel and a deadline from now)
-        spare.renew(ticker)
-        spare.stdout.reset(limits.output)
-        spare.stderr.reset(limits.output)
-        returned = False
-        value: Any = None
-        error: CallError | None = None
-        scratch_over: str | None = None
+    run = _Run(code)
+    result = _call.perform(_KeptInstance(runner, kept), manifest, run, runner._ticker)
+    return result, run.returned
+
+
+@dataclass(eq=False)
+class _Run:
+    """One run's code, and what became of it."""
+
+    code: str
+    payload: bytes = b""
+    returned: bool = True  # False once the guest started and did not return of itself
+
+
+class _KeptInstance:
+    """The hooks (`_call.Backend`) of a run in a session's instance: the same instance every
+    run, renewed (full fuel, a deadline from now, empty streams) and never disposed of."""
+
+    exit_is_an_end = False
+
+    def __init__(self, runner: PythonRuntimeRunner, kept: _call.Instance) -> None:
+        self._runner = runner
+        self._kept = kept
+
+    def prepare(self, state: _call.CallState, run: _Run) -> _call.Instance:
+        manifest = state.manifest
+        request: dict[str, Any] = {"mode": "code", "code": run.code, "session": True}
+        if manifest.packages:
+            request["path"] = PACKAGES_GUEST_PATH
         try:
-            _call.check_preopens(manifest)
-            with _call.running(state):
-                if spare.scratch is not None:
-                    spare.scratch.arm(spare.store)
-                assert spare.run is not None
-                response = _component_io.call_bytes(spare.store, spare.run, payload)
-            returned = state.abort is None
-            value = runner._decode(response, limits.output)
-        except _outcome.RUN_ENDS as exc:
-            error = _outcome.ended_with(exc, limits, exit_is_an_end=False)
-        finally:
-            if spare.scratch is not None:
-                scratch_over = spare.scratch.settle()
-        kept, error = _scratch.outputs(spare.scratch, manifest, error, scratch_over)
-        result = _call.finish(
-            state, spare.store, started, value, error, spare.stdout, spare.stderr, None,
-            close=_keep_open, files=kept, scratch_over=scratch_over,
-        )  # fmt: skip
-        return result, returned
-    finally:
-        ticker.leave()
+            run.payload = encode_request(request, manifest.limits.output)
+        except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
+            raise _outcome.Failure(ErrorKind.INVALID_ARGUMENTS, f"code cannot be encoded: {exc}") from None
+        kept = self._kept
+        kept.manifest = manifest  # (this run's limits: fuel and a deadline from now)
+        kept.renew(self._runner._ticker)
+        kept.stdout.reset(manifest.limits.output)
+        kept.stderr.reset(manifest.limits.output)
+        return kept
 
+    def run(self, instance: _call.Instance, state: _call.CallState, run: _Run) -> Any:
+        run.returned = False
+        _call.check_preopens(state.manifest)
+        response = _component_io.call_bytes(instance.store, instance.entry, run.payload)
+        run.returned = state.abort is None
+        return self._runner._decode(response, state.manifest.limits.output)
 
-def _keep_open(store: wasmtime.Store) -> None:
-    """`_call.finish`'s store disposal, for a session's store: it lives on."""
+    def after(self, instance: _call.Instance, ok: bool) -> None:
+        """(Nothing to read: a component's memory is not the runner's.)"""
+
+    def dispose(self, store: wasmtime.Store) -> None:
+        """(The session's store lives on.)"""
 
 
 class SessionTable:

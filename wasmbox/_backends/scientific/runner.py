@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import struct
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,29 +22,24 @@ from typing import Any
 
 import wasmtime
 
-from ... import _call, _outcome
+from ... import _abi, _call, _outcome
 from ..._call import CallInput, Failure
 from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import Manifest
-from ..._results import CallError, CallResult
+from ..._results import CallResult
 from ..._units import format_size
+from ..._wasmtime import store as _store
 from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
-from ..core import abi as _abi
 from . import build
 
 # The guest's own instance and the file forwarder of `_wasi_files`, one memory; the table
 # limit is above the snapshot's own table (47,157 elements) and below what could exhaust the host.
 _STORE_LIMITS = {"table_elements": 100_000, "instances": 2, "tables": 8, "memories": 1}
-_DRIVER_KINDS = {
-    "guest_error": ErrorKind.GUEST_ERROR,
-    "invalid_arguments": ErrorKind.INVALID_ARGUMENTS,
-    "memory_limit": ErrorKind.MEMORY_LIMIT,
-}
 _MAX_FRAMES = 8  # the driver sends two; a guest that sends more is only spending its own call
 _SOCKETS = ("sock_accept", "sock_recv", "sock_send", "sock_shutdown")
 _NO_OUTPUT = CallInput({})
@@ -128,93 +122,56 @@ class ScientificRunner:
             )
         return None
 
+    exit_is_an_end = True  # `sys.exit` in a snippet ends the call as a guest error
+
     def call(
         self, manifest: Manifest, request: dict[str, Any], files: Mapping[str, bytes] = _scratch.NO_FILES
     ) -> CallResult:
         """One request (`{"mode": "code", "code": str}` or a tool's, see `guest_driver`) in a
         fresh instance under `manifest`'s grants and limits, `files` written under /tmp/in."""
-        self._ticker.enter()
-        scratch = None
-        try:
-            if manifest.scratch is not None:
-                scratch = self._scratch.create(manifest.scratch, manifest.inputs)
-            return self._call(manifest, request, scratch, files)
-        finally:
-            if scratch is not None:
-                scratch.remove()
-            self._ticker.leave()
+        return _call.perform(self, manifest, request, self._ticker, files)
 
-    def _call(
-        self,
-        manifest: Manifest,
-        request: dict[str, Any],
-        scratch: _scratch.CallScratch | None,
-        files: Mapping[str, bytes] = _scratch.NO_FILES,
-    ) -> CallResult:
-        started = time.perf_counter()
-        limits = manifest.limits
-        state = _call.CallState.start(manifest, started)
+    def prepare(self, state: _call.CallState, request: dict[str, Any]) -> _call.Instance:
+        manifest = state.manifest
         problem = self.check(manifest)
         if problem is not None:
-            return CallResult.failed(manifest.name, ErrorKind.MEMORY_LIMIT, problem)
+            raise Failure(ErrorKind.MEMORY_LIMIT, problem)
         try:
             payload = json.dumps({**request, "env": manifest.env}, ensure_ascii=False).encode(
                 "utf-8", "surrogatepass"
             )
         except (TypeError, ValueError) as exc:
-            return CallResult.failed(
-                manifest.name,
-                ErrorKind.INVALID_ARGUMENTS,
-                f"args cannot be encoded: {exc}",
-            )
-        stdout, stderr = Output(limits.output), Output(limits.output)
-        store = _call.new_store(self._engine, limits, self._ticker, **_STORE_LIMITS)
-        door = _Door(payload, limits.output)
-        memory: wasmtime.Memory | None = None
-        value: Any = None
-        error: CallError | None = None
-        scratch_over: str | None = None
+            raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
+        preopens: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
+        if self._runtime.mpl_data is not None:  # (matplotlib reads its data by path)
+            preopens = (*preopens, (self._runtime.mpl_data, build.MPL_DATA_GUEST, False))
+        instance = _call.fresh_instance(
+            self._engine, manifest, self._ticker, preopens=preopens, scratch=self._scratch.create,
+            store_limits=_STORE_LIMITS,
+        )  # fmt: skip
+        instance.entry = _Door(payload, manifest.limits.output)
+        return instance
+
+    def run(self, instance: _call.Instance, state: _call.CallState, request: dict[str, Any]) -> Any:
+        door: _Door = instance.entry
+        _local.door = door
         try:
-            extra: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
-            if self._runtime.mpl_data is not None:  # (matplotlib reads its data by path)
-                extra = (*extra, (self._runtime.mpl_data, build.MPL_DATA_GUEST, False))
-            if scratch is not None:
-                extra = (*extra, *scratch.preopens)
-            store.set_wasi(_call.build_wasi(manifest, _NO_OUTPUT, stdout, stderr, extra))
-            _scratch.put_inputs(scratch, files)
-            _local.door = door
-            with _call.running(state):
-                if scratch is not None:
-                    scratch.arm(store)
-                instance = self._pre.instantiate(store)
-                found = instance.exports(store)["memory"]
-                memory = found if isinstance(found, wasmtime.Memory) else None
-                state.ready()
-                build.turn(store, instance, build.SERVE)
-            value = self._value(door, stderr)
-        except Failure as failure:
-            error = failure.error
-        except wasmtime.ExitTrap as exit_trap:
-            error = CallError(kind=ErrorKind.GUEST_ERROR, message=f"exited with code {exit_trap.code}")
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-            error = _outcome.from_trap(exc, limits)
+            created = self._pre.instantiate(instance.store)
+            found = created.exports(instance.store)["memory"]
+            instance.memory = found if isinstance(found, wasmtime.Memory) else None
+            state.ready()
+            build.turn(instance.store, created, build.SERVE)
         except build.RuntimeBuildError as exc:  # host_alloc found no room for the request
-            error = CallError(kind=ErrorKind.MEMORY_LIMIT, message=str(exc))
+            raise Failure(ErrorKind.MEMORY_LIMIT, str(exc)) from None
         finally:
             _local.door = None
-            stdout.detach()
-            stderr.detach()
-            if scratch is not None:
-                scratch_over = scratch.settle()
-        returned, error = _scratch.outputs(scratch, manifest, error, scratch_over)
-        try:
-            peak = memory.data_len(store) if memory is not None else None
-            return _call.finish(
-                state, store, started, value, error, stdout, stderr, peak, files=returned,
-                scratch_over=scratch_over,
-            )  # fmt: skip
-        finally:
-            _wasi_files.release(state)
+        return self._value(door, instance.stderr)
+
+    def after(self, instance: _call.Instance, ok: bool) -> None:
+        if instance.memory is not None:
+            instance.peak_memory = instance.memory.data_len(instance.store)
+
+    dispose = staticmethod(_store.close_store)
 
     @staticmethod
     def _value(door: _Door, stderr: Output) -> Any:
@@ -234,7 +191,7 @@ class ScientificRunner:
             return reply["ok"]
         message = reply.get("error")
         if isinstance(message, str):
-            kind = _DRIVER_KINDS.get(str(reply.get("kind")), ErrorKind.GUEST_ERROR)
+            kind = _outcome.GUEST_CLAIMS.get(str(reply.get("kind")), ErrorKind.GUEST_ERROR)
             trace = reply.get("traceback")
             raise Failure(kind, trace if isinstance(trace, str) and trace else message)
         raise Failure(ErrorKind.BAD_RESPONSE, "the runtime's reply is not an ok/error map")

@@ -16,11 +16,11 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, get_args
 
-from .. import _schema
-from .._capabilities.allowlist import FETCH
-from .._errors import StrictSchemaError, StrictSchemaWarning
-from .._manifest import Manifest
-from .._stubs import Stubbed, javascript_stubs, python_stubs
+from . import _schema
+from ._capabilities.allowlist import FETCH
+from ._errors import StrictSchemaError, StrictSchemaWarning
+from ._manifest import Manifest
+from ._stubs import Stubbed, javascript_stubs, python_stubs
 
 SpecFormat = Literal["generic", "openai", "openai-responses", "anthropic", "mcp"]
 StrictMode = bool | Literal["auto"]

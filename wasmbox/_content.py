@@ -10,8 +10,8 @@ from typing import Any
 
 import pydantic_core
 
-from .._results import CallResult
-from .._wasmtime.output import sniff
+from ._results import CallResult
+from ._wasmtime.output import sniff
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Raster images the providers take as image content (Anthropic, MCP, OpenAI Responses)."""

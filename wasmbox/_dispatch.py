@@ -10,19 +10,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from .. import _call, _schema, _telemetry
-from .._budget import Budget
-from .._errors import ErrorKind, SessionEndedError, SessionError
-from .._manifest import ManifestSource
-from .._results import CallResult
-from .._tool import on_the_loop
-from .._wasmtime import output as _output
-from .._wasmtime.output import OutputListener
+from . import _call, _schema, _telemetry
+from ._budget import Budget
 from ._content import Content, result_content
+from ._errors import ErrorKind, SessionEndedError, SessionError
 from ._formats import RUN_JAVASCRIPT, RUN_JAVASCRIPT_SCHEMA, RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
+from ._manifest import ManifestSource
+from ._results import CallResult
+from ._tool import on_the_loop
+from ._wasmtime import output as _output
+from ._wasmtime.output import OutputListener
 
 if TYPE_CHECKING:
-    from .._sandbox import Sandbox
+    from ._sandbox import Sandbox
 
 
 class Caller(Protocol):
