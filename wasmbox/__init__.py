@@ -37,6 +37,7 @@ from ._inspect import ModuleImport, ModuleInfo, ToolKind
 from ._manifest import (
     Allocator,
     Command,
+    Inputs,
     Limits,
     Manifest,
     Network,
@@ -70,6 +71,7 @@ __all__ = [
     "GuestError",
     "HostCallRecord",
     "HostError",
+    "Inputs",
     "InvalidArgumentsError",
     "Limits",
     "Manifest",
