@@ -44,9 +44,9 @@ class JavaScriptKernel:
         self._files: _wasi_files.OpenFiles | None = None
         ticker = runner._ticker
         ticker.enter()
-        self._instance: _call.Instance | None = None
+        self._kept: _call.Instance | None = None
         try:
-            instance = self._instance = _call.fresh_instance(
+            instance = self._kept = _call.fresh_instance(
                 runner._engine, manifest, ticker, scratch=runner._scratch.create, store_limits=_STORE_LIMITS
             )
             instance.kept = True  # its store, streams and scratch outlive each run
@@ -74,7 +74,7 @@ class JavaScriptKernel:
 
     @property
     def scratch(self) -> _call.CallScratch | None:
-        return self._instance.scratch if self._instance is not None else None
+        return self._kept.scratch if self._kept is not None else None
 
     def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
         """One run in the instance, which stays open: its result, and whether the guest
@@ -97,7 +97,7 @@ class JavaScriptKernel:
         return None
 
     def discard(self) -> None:
-        instance, self._instance = self._instance, None
+        instance, self._kept = self._kept, None
         if instance is not None:
             instance.stdout.detach()
             instance.stderr.detach()
@@ -129,7 +129,7 @@ class _KeptInstance:
         self._run = run
 
     def prepare(self, state: CallState, run: _Run) -> _call.Instance:
-        kept = self._kernel._instance
+        kept = self._kernel._kept
         assert kept is not None
         manifest = state.manifest
         kept.manifest = manifest  # (this run's limits: fuel and a deadline from now)
