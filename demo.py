@@ -229,9 +229,11 @@ def builtin_capabilities() -> None:
     records: list[wasmbox.AuditRecord] = []
     print("\nbuilt-in capabilities (a Sandbox with an audit sink):")
     with wasmbox.Sandbox(audit=records.append) as box:
-        # the bundled manifest, with its allow list pointed at this demo's server
+        # the bundled manifest, with its allow rule pointed at this demo's server
         manifest = wasmbox.Manifest.load(CAPS / "fetch_json.toml")
-        network = manifest.network.model_copy(update={"allow": (f"127.0.0.1:{port}",)})  # type: ignore[union-attr]
+        assert manifest.network is not None and isinstance(manifest.network.allow[0], wasmbox.EgressRule)
+        rule = manifest.network.allow[0].model_copy(update={"host": f"127.0.0.1:{port}"})
+        network = manifest.network.model_copy(update={"allow": (rule,)})
         fetch = box.load(manifest.model_copy(update={"network": network}))
         for label, url in (
             ("fetch an allowed URL", f"http://127.0.0.1:{port}/today"),

@@ -170,7 +170,7 @@ def test_command_table_only_for_command_modules(box: wasmbox.Sandbox, built_exam
 
 
 def test_nonzero_exit_is_a_value_unless_the_manifest_says_fail(
-    box: wasmbox.Sandbox, built_examples: Path
+    box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path
 ) -> None:
     plain = box.load({"name": "plain", "module": str(built_examples / "fsprobe.wasm")})
     assert plain.call(argv=["exit", "3"]).value == {"exit_code": 3}
@@ -184,7 +184,17 @@ def test_nonzero_exit_is_a_value_unless_the_manifest_says_fail(
     result = failing.call(argv=["exit", "3"])
     assert not result.ok and result.error is not None and result.error.kind is ErrorKind.GUEST_ERROR
     assert result.error.message == "exited with code 3"
-    result = failing.call(argv=["read", "/nowhere"])
+    (tmp_path / "in").mkdir()
+    failing = box.load(
+        {
+            "name": "failing",
+            "module": str(built_examples / "fsprobe.wasm"),
+            "command": {"fail_on_exit_code": True},
+            "preopens": [{"host": str(tmp_path / "in"), "guest": "/in"}],
+        },
+        replace=True,
+    )
+    result = failing.call(argv=["read", "/in/nowhere"])
     assert result.error is not None and result.error.message == (
         "exited with code 1: error: No such file or directory"
     )  # stderr's tail says why

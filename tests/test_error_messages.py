@@ -12,6 +12,7 @@ import pytest
 import wasmbox
 from wasmbox import ErrorKind
 from wasmbox._inputs import InputUnavailable
+from wasmbox._wasmtime import wasi_files as _wasi_files
 
 from .conftest import manifest
 
@@ -131,6 +132,75 @@ def test_opening_a_path_no_preopen_covers_says_so_and_nothing_of_the_host(
     shown = {path: message.replace(path, "<path>") for path, message in messages.items()}
     assert shown[exists] == shown[absent]
     assert "secret" not in "".join(messages.values())
+
+
+def _probe(box: wasmbox.Sandbox, built_examples: Path, name: str = "probe", **fields: Any) -> wasmbox.Tool:
+    return box.load({"name": name, "module": str(built_examples / "fsprobe.wasm"), **fields}, replace=True)
+
+
+def _covers(path: str, granted: str) -> str:
+    return f"wasmbox: no preopen covers {path!r} ({granted}): grant its folder in the manifest's preopens\n"
+
+
+def test_a_command_opening_a_path_no_preopen_covers_says_so_on_stderr(
+    box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.csv").write_text("secret")  # on the host, but not granted
+    preopens = [{"host": str(tmp_path / "in"), "guest": "/in"},
+                {"host": str(tmp_path / "out"), "guest": "/out", "writable": True}]  # fmt: skip
+    tool = _probe(box, built_examples, preopens=preopens, scratch="1MiB")
+    paths = ["/data/x.csv", "/in/missing.csv", "/data/x.csv", "data/y.csv", "/etc/passwd"]
+    result = tool.call(argv=["open", *paths])
+    assert result.ok and result.value == {"exit_code": 0}, result
+    assert result.stdout == "".join(f"{p}: No such file or directory\n" for p in paths)  # as before
+    granted = "granted: /in, /out, /tmp"
+    # once per path, in the order first seen; none for a file missing inside a grant
+    assert result.stderr == _covers("/data/x.csv", granted) + _covers("/data/y.csv", granted) + _covers(
+        "/etc/passwd", granted
+    )
+    assert str(tmp_path) not in result.stderr and "secret" not in result.stderr
+    failing = _probe(box, built_examples, "failing", command={"fail_on_exit_code": True})
+    failed = failing.call(argv=["read", "/data/x.csv"])
+    assert failed.error is not None and failed.error.kind is ErrorKind.GUEST_ERROR
+    assert failed.error.message == (  # the exit's message quotes stderr, the note with it
+        "exited with code 1: error: No such file or directory\n"
+        + _covers("/data/x.csv", "nothing is granted").strip()
+    )
+
+
+def test_the_note_on_ungranted_paths_is_capped(box: wasmbox.Sandbox, built_examples: Path) -> None:
+    paths = [f"/data/{n}.csv" for n in range(3 * _wasi_files.MAX_NOTED)]
+    result = _probe(box, built_examples).call(argv=["open", *paths, *paths])
+    lines = result.stderr.splitlines(keepends=True)
+    noted = [_covers(p, "nothing is granted") for p in paths[: _wasi_files.MAX_NOTED]]
+    assert lines == [*noted, "wasmbox: and more paths no preopen covers\n"]
+
+
+def test_the_note_on_ungranted_paths_is_the_hosts_not_counted_against_the_output_cap(
+    box: wasmbox.Sandbox, built_examples: Path
+) -> None:
+    """The guest's own stderr fills the cap exactly; the note still follows it, whole, and the
+    call is not cut (no `output_limit`)."""
+    own = "error: No such file or directory\n"
+    tool = _probe(box, built_examples, limits={"output": len(own)})
+    result = tool.call(argv=["read", "/data/x.csv"])
+    assert result.ok and result.value == {"exit_code": 1} and not result.truncated, result
+    assert result.stderr == own + _covers("/data/x.csv", "nothing is granted")
+
+
+def test_a_command_with_a_grant_at_root_is_unchanged(
+    box: wasmbox.Sandbox, built_examples: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "here.txt").write_text("here")
+    hostile = box.load({"name": "hostile", "module": str(built_examples / "hostile_cmd.wasm"),
+                        "preopens": [{"host": str(tmp_path), "guest": "/"}]})  # fmt: skip
+    assert hostile.call(argv=["prestat"]).stdout == "3: /\n"  # no hidden root beside it
+    assert hostile.call(argv=["ls", "/"]).stdout == "here.txt\n"
+    missing = hostile.call(argv=["read", "/data/x.csv"])
+    assert missing.stdout == "error: No such file or directory\n" and missing.stderr == ""
 
 
 def test_printing_past_the_output_cap_is_output_limit_with_what_fitted(box: wasmbox.Sandbox) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import http.server
 import ipaddress
 import json
+import re
 import shutil
 import socket
 import ssl
@@ -660,3 +661,92 @@ def test_a_name_nobody_allowed_is_never_looked_up(fbox: wasmbox.Sandbox, resolve
     resolver.answers["elsewhere.test"] = [["8.8.8.8"]]
     assert "is not in the allow list" in refused(fetch(fbox, ["203.0.113.0/24"], "http://elsewhere.test/"))
     assert resolver.lookups == ["elsewhere.test"]
+
+
+# --- Narrow rules: their checks at load, and how plain and narrow entries combine ----------------
+
+_API = "api.example.com:443"
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"host": _API, "methods": ["get"]}, "in upper case"),
+        ({"host": _API, "methods": []}, "at least 1 item"),
+        ({"host": _API, "paths": ["v1"]}, "must start with '/'"),
+        ({"host": _API, "paths": ["/v1/../admin"]}, "'..' segment"),
+        ({"host": _API, "paths": ["/v1//x"]}, "empty segment"),
+        ({"host": _API, "paths": ["/v1/**/x"]}, "only be the last segment"),
+        ({"host": _API, "paths": ["/v1/a**"]}, "whole segment"),
+        ({"host": _API, "paths": ["/v1/%41"]}, "canonical form"),
+        ({"host": _API, "headers": ["Host"]}, "set by the host"),
+        ({"host": _API, "forbid_headers": ["bad header"]}, "not a header name"),
+        ({"host": _API, "query": ["a=b"]}, "not a parameter name"),
+        ({"host": _API, "max_calls": 0}, "greater than or equal to 1"),
+        ({"host": _API, "max_body": "lots"}, "size"),
+        ({"host": _API, "colour": "red"}, "Extra inputs"),
+        ({"host": "api.example.com", "methods": ["GET"]}, "needs its port"),
+        ({"host": _API, "secret": {"header": "Authorization"}}, "the secret's source"),
+        ({"host": _API, "secret": {"header": "Authorization", "env": "T", "sandbox": "t"}}, "the secret's source"),
+        ({"host": _API, "secret": {"header": "Host", "env": "T"}}, "set by the host"),
+        ({"host": _API, "secret": {"header": "Authorization", "env": "T", "prefix": "a\r\n"}}, "control characters"),
+        ({"host": _API, "headers": ["Authorization"], "secret": {"header": "authorization", "env": "T"}},
+         "the secret's header"),
+    ],
+)  # fmt: skip
+def test_bad_rules_are_manifest_errors(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(wasmbox.ManifestError, match=re.escape(message)):
+        wasmbox.Manifest.load({"name": "n", "runtime": "python", "host_functions": ["http.fetch"],
+                               "network": {"allow": [entry]}})  # fmt: skip
+
+
+def test_plain_and_narrow_entries_mix_in_toml(tmp_path: Any) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(
+        'name = "n"\nruntime = "python"\nhost_functions = ["http.fetch"]\n[network]\n'
+        'allow = ["203.0.113.0/24", { host = "api.example.com:443", methods = ["GET"], paths = ["/v1/**"] }]\n'
+    )
+    allow = wasmbox.Manifest.load(path).network.allow  # type: ignore[union-attr]
+    assert allow[0] == "203.0.113.0/24"
+    assert isinstance(allow[1], wasmbox.EgressRule) and allow[1].paths == ("/v1/**",)
+
+
+def test_a_request_is_sent_under_the_first_rule_that_admits_it(fbox: wasmbox.Sandbox, server: int) -> None:
+    """Rules for one host:port are alternatives: a request one refuses another may admit, and
+    a request none admits is refused naming each."""
+    narrow = {"host": f"127.0.0.1:{server}", "methods": ["GET"], "paths": ["/a"]}
+    other = {"host": f"127.0.0.1:{server}", "methods": ["POST"], "paths": ["/b"]}
+    tool = core_tool(fbox, [narrow, other])
+    assert json.loads(tool.call({"url": f"http://127.0.0.1:{server}/a"}).unwrap()["body"])["path"] == "/a"
+    assert (
+        tool.call({"url": f"http://127.0.0.1:{server}/b", "method": "POST", "body": "x"}).unwrap()["status"]
+        == 201
+    )
+    detail = refused(tool.call({"url": f"http://127.0.0.1:{server}/b"}))
+    assert "network.allow[0]" in detail and "network.allow[1]" in detail and "method GET" in detail
+    anything = core_tool(fbox, [narrow, f"127.0.0.1:{server}"])  # a plain entry beside it: no limits
+    assert anything.call({"url": f"http://127.0.0.1:{server}/c"}).unwrap()["status"] == 200
+
+
+def test_sandbox_secrets_are_checked(cache_dir: Any) -> None:
+    """Refused before the Sandbox starts anything (no thread left behind)."""
+    threads = threading.active_count()
+    with pytest.raises(ValueError, match="not a secret name"):
+        wasmbox.Sandbox(cache_dir=cache_dir, secrets={"bad name": "x"})
+    with pytest.raises(TypeError, match="a string or a callable"):
+        wasmbox.Sandbox(cache_dir=cache_dir, secrets={"api": 42})  # type: ignore[dict-item]
+    assert threading.active_count() == threads
+
+
+def test_a_name_whose_addresses_fall_under_different_rules(
+    fbox: wasmbox.Sandbox, resolver: Resolver, server: int
+) -> None:
+    """Plain entries allow a name's addresses between them, as they always have; a narrow rule
+    must allow every address itself, so its limits and secret are never mixed with another's."""
+    resolver.answers["split.example.test"] = [["127.0.0.1", "10.0.0.7"]]
+    target = f"http://split.example.test:{server}/a"
+    plain = core_tool(fbox, [f"127.0.0.1:{server}", "10.0.0.0/8"])
+    assert plain.call({"url": target}).unwrap()["status"] == 200
+    narrow = {"host": f"127.0.0.1:{server}", "methods": ["GET"], "paths": ["/a"]}
+    mixed = core_tool(fbox, [narrow, "10.0.0.0/8"])
+    assert "not all within one rule" in refused(mixed.call({"url": target}))

@@ -20,6 +20,7 @@ import pytest
 import wasmbox
 from wasmbox import ErrorKind, ManifestError
 from wasmbox import _abi as abi
+from wasmbox._backends.javascript import runner as _js_runner
 from wasmbox._inputs import InputUnavailable
 
 # limits under which a guest can spend whatever it likes on the cap under test
@@ -271,6 +272,82 @@ def test_a_syntax_error_is_a_guest_error_at_call_time(js_box: wasmbox.Sandbox, c
 def test_code_after_a_syntax_error_never_runs(js_box: wasmbox.Sandbox) -> None:
     result = js_box.run_javascript("console.log('ran');\nlet = = 1;")
     assert kind(result) == "guest_error" and result.stdout == ""
+
+
+LONG_LINE = "let long = [" + ", ".join(str(n) for n in range(60)) + "] @;"
+# (id, snippet, the line and column of the token that breaks it, 1-based)
+SYNTAX_ERRORS = [
+    ("missing-paren-mid-line", "const a = 1;\nconst b = foo(1, 2;\nconsole.log(b);", 2, 19),
+    (
+        "bad-token-at-end-of-a-long-line",
+        f"let y = 1;\n{LONG_LINE}\nconsole.log(long);",
+        2,
+        LONG_LINE.index("@") + 1,
+    ),
+    ("unterminated-string", "const s = 'abc;\nconsole.log(s);", 1, 11),  # where the string starts
+    ("unterminated-template", "let t = 1;\nlet s = `abc", 2, 9),
+    ("in-a-function", "function f(x) {\n  if (x) {\n    return (1 + ;\n  }\n}\nf(1);", 3, 17),
+    ("an-operator", "const f = (a, b) => {\n  return a +* b;\n};", 2, 13),
+    ("a-multi-character-token", "await =>", 1, 7),
+    ("a-word", "const o = {\n  a: 1,\n  b: 2\n  c: 3\n};", 4, 3),
+    ("a-redefinition", "const a = 1;\nconst a = 2;", 2, 7),
+    ("in-a-template-substitution", "let s = `abc\n${1 +}\n`;", 2, 6),
+    ("after-non-ascii", "x = 'é€'; y = 1 +;", 1, 18),  # columns count characters
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "column"), [pytest.param(*row[1:], id=row[0]) for row in SYNTAX_ERRORS]
+)
+def test_a_syntax_error_is_reported_at_the_offending_token(
+    js_box: wasmbox.Sandbox, code: str, line: int, column: int
+) -> None:
+    result = js_box.run_javascript(code)
+    assert kind(result) == "guest_error" and result.stdout == ""
+    assert message(result).startswith("SyntaxError: ")
+    assert message(result).splitlines()[1] == f"    at <input>:{line}:{column}", message(result)
+
+
+def test_a_tools_syntax_error_is_refused_at_load_at_its_token(
+    js_box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    source = tmp_path / "broken.js"
+    source.write_text("function main(args) {\n  return args.n +* 2;\n}\n")
+    with pytest.raises(ManifestError) as raised:
+        js_box.load(js_tool(source, "main", name="broken"))
+    assert str(raised.value).endswith(
+        "SyntaxError: unexpected token in expression: '*'\n    at broken.js:2:18"
+    )
+
+
+def test_finding_a_syntax_errors_column_costs_the_call_nothing(js_box: wasmbox.Sandbox) -> None:
+    """The compiles that find the column have fuel of their own: under a fuel limit just above
+    what the failing call itself needs, the column is found and the fuel used is the same."""
+    code = "const a = 1;\nconst b = foo(1, 2;\n"
+    used = js_box.run_javascript(code).fuel_used
+    tight = js_box.run_javascript(
+        code, {"name": "tight", "runtime": "javascript", "limits": {"fuel": used + 1000}}
+    )
+    assert tight.fuel_used == used
+    assert message(tight).endswith("at <input>:2:19")
+
+
+def test_syntax_errors_thrown_when_run_or_past_the_probe_bound_keep_quickjs_location(
+    js_box: wasmbox.Sandbox,
+) -> None:
+    """A SyntaxError the code throws as it runs (JSON.parse, eval) is not a compile error of the
+    snippet: its frames are QuickJS's. Past `PROBE_MAX` bytes before the error's line, no
+    column is looked for."""
+    parsed = js_box.run_javascript('const x = 1;\n  JSON.parse("{")')
+    assert message(parsed).startswith("SyntaxError: Expected property name")
+    assert "at <eval> (<input>:2:8)" in message(parsed)
+    evaluated = js_box.run_javascript('eval("let q = ;")')
+    assert message(evaluated).splitlines()[1] == "    at <input>:1:1"
+    filler = "// " + "x" * 76 + "\n"
+    big = filler * (_js_runner.PROBE_MAX // len(filler) + 1) + "let z = foo(1, 2;\n"
+    result = js_box.run_javascript(big, {"name": "big", "runtime": "javascript", "limits": {"fuel": 10**10}})
+    assert message(result).startswith("SyntaxError: Unexpected token ';'")
+    assert message(result).splitlines()[1] == f"    at <input>:{big.count(chr(10))}:1"  # QuickJS's column
 
 
 def test_std_exit_ends_the_call_with_its_code(js_box: wasmbox.Sandbox) -> None:

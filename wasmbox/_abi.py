@@ -26,6 +26,7 @@ class Errno(enum.IntEnum):
     FAULT = 21
     INVAL = 28
     MFILE = 33
+    NOENT = 44
     NOTSUP = 58
     PERM = 63
 

@@ -25,6 +25,7 @@ from ._errors import ErrorKind, WasmboxError
 from ._manifest import Inputs, Limits, Manifest, Preopen
 from ._outcome import Failure
 from ._results import CallError, CallResult, HostCallRecord, construct_result
+from ._schema import Validator
 from ._units import format_size
 from ._wasmtime import capi as _capi
 from ._wasmtime import store as _store
@@ -37,12 +38,18 @@ _local = threading.local()
 @dataclass(frozen=True)
 class CallInput:
     """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands; the
-    input files to write under /tmp/in (checked: `_capabilities.scratch.check_inputs`)."""
+    input files to write under /tmp/in (checked: `_capabilities.scratch.check_inputs`); the
+    limits it runs under, when not its manifest's."""
 
     args: Mapping[str, Any]
     argv: tuple[str, ...] = ()
     stdin: bytes = b""
     files: Mapping[str, bytes] = field(default_factory=dict)
+    limits: Limits | None = None  # the call's own, tighter than its manifest's (None: the manifest's)
+
+    def manifest(self, manifest: Manifest) -> Manifest:
+        """`manifest`, under this call's limits."""
+        return manifest if self.limits is None else manifest.model_copy(update={"limits": self.limits})
 
 
 @dataclass
@@ -59,6 +66,7 @@ class CallState:
     exports: Any = None  # what a host-call trampoline looked up once for this instance
     files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
     phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
+    requests: dict[int, int] = field(default_factory=dict)  # http.fetch requests sent per network rule
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
@@ -195,7 +203,8 @@ def serve_host_call(
     Nothing is served once the guest is being stopped or its deadline has passed; every
     call, refused ones included, counts against `limits.host_calls`; `problem` says why the
     request itself is malformed (`bad_request`, not run); `function` None means not granted
-    (`capability_denied`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
+    (`capability_denied`); args outside what the manifest's `host_function_args` narrowed the
+    grant to are `capability_denied` too (`HostFunction.invoke`); a reply over `limits.output` is refused. Each call is recorded. When the guest must stop, `state.abort` is set: the caller then returns
     without running guest code again.
     """
     state = current()
@@ -219,7 +228,7 @@ def serve_host_call(
         else:
             outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
             try:
-                reply = _invoke(function, request)
+                reply = _invoke(function, request, state.manifest._narrowing("host", function.name))
             finally:
                 _local.ceiling = outer
             if time.perf_counter() > state.deadline:
@@ -234,12 +243,12 @@ def serve_host_call(
     return reply
 
 
-def _invoke(function: HostFunction, request: bytes) -> HostReply:
-    """`function.invoke(request)`, in a span of its own when telemetry is on."""
+def _invoke(function: HostFunction, request: bytes, narrowed: Validator | None) -> HostReply:
+    """`function.invoke(request, narrowed)`, in a span of its own when telemetry is on."""
     telemetry = _telemetry.active
     if telemetry is None:
-        return function.invoke(request)
-    return telemetry.host_call(function.name, partial(function.invoke, request), _record_of)
+        return function.invoke(request, narrowed)
+    return telemetry.host_call(function.name, partial(function.invoke, request, narrowed), _record_of)
 
 
 def _record_of(reply: HostReply) -> HostCallRecord:
@@ -413,7 +422,7 @@ class Backend(Protocol[Request_contra]):
         `_outcome.RUN_ENDS` lists."""
         ...
 
-    def after(self, instance: Instance, ok: bool) -> None:
+    def after(self, instance: Instance, state: CallState, ok: bool) -> None:
         """Once the guest has stopped: record on `instance` what bears on the outcome (its
         memory's size, a stack past its guard; the output files, when the call is `ok` so
         far). Raises `Failure` for a check of the runner's own (files over the output cap)."""
@@ -463,7 +472,7 @@ def perform(
                 scratch_over = instance.scratch.settle()
         ok = error is None and scratch_over is None
         try:
-            backend.after(instance, ok)
+            backend.after(instance, state, ok)
             if ok and manifest.outputs and instance.scratch is not None:
                 instance.files = instance.scratch.collect_globs(manifest.outputs, manifest.limits.output)
         except Failure as failure:  # a check of the runner's own (output files over the cap)
@@ -485,11 +494,12 @@ def fresh_instance(
     wasi: bool = True,
     preopens: tuple[tuple[Path, str, bool], ...] = (),
     scratch: Callable[[int, Inputs | None], CallScratch] | None = None,
+    last: tuple[tuple[Path, str, bool], ...] = (),
     store_limits: Mapping[str, int] | None = None,
 ) -> Instance:
     """A new store for one call under `manifest`, with its streams, its scratch (`scratch`
     makes one when the manifest asks) and, with `wasi`, its WASI world (`build_wasi`, with the
-    Sandbox's own `preopens` and the scratch's). A failure opening the world becomes the
+    Sandbox's own `preopens`, the scratch's, then `last`). A failure opening the world becomes the
     instance's `error`; raises WasmboxError when the Sandbox is closed."""
     limits = manifest.limits
     store = new_store(engine, limits, ticker, **(store_limits or {}))
@@ -499,7 +509,8 @@ def fresh_instance(
             if scratch is not None and manifest.scratch is not None:
                 instance.scratch = scratch(manifest.scratch, manifest.inputs)
                 preopens = (*preopens, *instance.scratch.preopens)
-            instance.store.set_wasi(build_wasi(manifest, call, instance.stdout, instance.stderr, preopens))
+            world = build_wasi(manifest, call, instance.stdout, instance.stderr, (*preopens, *last))
+            instance.store.set_wasi(world)
     except Failure as failure:
         instance.error = failure.error
     return instance

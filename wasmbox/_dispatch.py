@@ -15,7 +15,7 @@ from ._budget import Budget
 from ._content import Content, result_content
 from ._errors import ErrorKind, SessionEndedError, SessionError
 from ._formats import RUN_JAVASCRIPT, RUN_JAVASCRIPT_SCHEMA, RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
-from ._manifest import ManifestSource
+from ._manifest import CallLimits, ManifestSource
 from ._results import CallResult
 from ._tool import on_the_loop
 from ._wasmtime import output as _output
@@ -54,7 +54,7 @@ class _Job:
     call_id: str
     name: str
     result: CallResult | None = None
-    run: Callable[[], CallResult] | None = None
+    run: Callable[..., CallResult] | None = None  # called with no args, or `limits=`
     started: bool = field(default=False)
     in_session: bool = False  # a run_python call of the dispatch's session
 
@@ -70,10 +70,11 @@ def dispatch(
     session: str | None = None,
     javascript: bool | ManifestSource = False,
     budget: Budget | None = None,
+    limits: CallLimits | Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.dispatch`."""
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript)
+    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript, limits)
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if (len(runnable) == 1 and deadline is None) or _call.inside_call():
         # no thread hop for the common single call; and from inside a call (a host function),
@@ -107,12 +108,13 @@ async def adispatch(
     session: str | None = None,
     javascript: bool | ManifestSource = False,
     budget: Budget | None = None,
+    limits: CallLimits | Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """See `Sandbox.adispatch`."""
     import asyncio  # lazily, as in Tool.acall
 
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript)
+    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript, limits)
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if not runnable:
         return [_reply(job, format, deadline_s) for job in jobs]
@@ -139,6 +141,7 @@ async def adispatch(
 def call_one(
     box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
     javascript: bool | ManifestSource = False, budget: Budget | None = None,
+    limits: CallLimits | Mapping[str, Any] | None = None,
 ) -> CallResult:  # fmt: skip
     """One model tool call by name, with `dispatch`'s rules (the adapters' path: MCP,
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
@@ -149,6 +152,8 @@ def call_one(
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
         return job.result
+    if limits is not None and job.run is not None:
+        job.run = partial(job.run, limits=limits)
     return _run(job, None, budget)
 
 
@@ -231,7 +236,10 @@ def _jobs(
     session: str | None = None,
     deadline: float | None = None,
     javascript: bool | ManifestSource = False,
+    limits: CallLimits | Mapping[str, Any] | None = None,
 ) -> list[_Job]:
+    """The planned calls; raises ValueError for bad options, LimitsError when `limits` would
+    loosen a called tool's (before any call runs)."""
     _check_session(session, python, javascript)
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
@@ -252,6 +260,11 @@ def _jobs(
             )  # fmt: skip
         else:
             _plan(job, raw, format, tools, box, python, session, javascript)
+            if limits is not None and job.run is not None:
+                tool = tools.get(name)
+                if tool is not None and hasattr(tool, "limits_for"):
+                    tool.limits_for(limits)  # (run_python's grant set is checked when it runs)
+                job.run = partial(job.run, limits=limits)
         jobs.append(job)
     if session is not None:
         _in_order([job for job in jobs if job.in_session and job.run is not None], deadline)
@@ -365,7 +378,7 @@ def _plan(
         else:
             box_ = cast("Sandbox", box)
             job.run = partial(
-                _session_run, box_, javascript_session(session), grants, args["code"], RUN_JAVASCRIPT
+                _session_run, box_, javascript_session(session), grants, args["code"], tool=RUN_JAVASCRIPT
             )
             job.in_session = True
         return
@@ -380,21 +393,28 @@ def _plan(
     )
 
 
-def _run_python(box: Caller, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
+def _run_python(
+    box: Caller, grants: ManifestSource | None, args: dict[str, Any], limits: Any = None
+) -> CallResult:
     if hasattr(box, "interpreter"):  # a Sandbox: the interpreter Tool checks the args
-        return cast("Sandbox", box).interpreter(grants).call(args)
-    return box.run_python(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
+        return cast("Sandbox", box).interpreter(grants).call(args, limits=limits)
+    more = {"limits": limits} if limits is not None else {}
+    return box.run_python(args.get("code"), grants, **more)  # type: ignore[arg-type]  # (the pool checks)
 
 
-def _run_javascript(box: Caller, grants: ManifestSource | None, args: dict[str, Any]) -> CallResult:
+def _run_javascript(
+    box: Caller, grants: ManifestSource | None, args: dict[str, Any], limits: Any = None
+) -> CallResult:
     if hasattr(box, "interpreter"):  # a Sandbox: the interpreter Tool checks the args
-        return cast("Sandbox", box).interpreter(grants, runtime="javascript").call(args)
-    return box.run_javascript(args.get("code"), grants)  # type: ignore[arg-type]  # (the pool checks)
+        return cast("Sandbox", box).interpreter(grants, runtime="javascript").call(args, limits=limits)
+    more = {"limits": limits} if limits is not None else {}
+    return box.run_javascript(args.get("code"), grants, **more)  # type: ignore[arg-type]  # (the pool checks)
 
 
 def _session_run(
-    box: Sandbox, name: str, grants: ManifestSource | None, code: str, tool: str = RUN_PYTHON
-) -> CallResult:
+    box: Sandbox, name: str, grants: ManifestSource | None, code: str, limits: Any = None,
+    tool: str = RUN_PYTHON,
+) -> CallResult:  # fmt: skip
     """A run of the conversation's session `name` (opened if there is none) for `tool`
     (run_python, or run_javascript: a JavaScript session). When the session ended without a
     run's result saying so (a total spent, idle), this call gets an error result that says so,
@@ -403,7 +423,7 @@ def _session_run(
     runtime: Literal["python", "javascript"] = "javascript" if tool == RUN_JAVASCRIPT else "python"
     try:
         if ended is None:
-            return box.session(grants, name=name, runtime=runtime).run(code)
+            return box.session(grants, name=name, runtime=runtime).run(code, limits=limits)
     except SessionEndedError as exc:  # (a total spent, found as this run began)
         ended = exc.reason
     except SessionError as exc:  # too many sessions

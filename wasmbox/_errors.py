@@ -61,6 +61,11 @@ _LISTED = 20  # names listed when none is close
 _NAME_SHOWN = 128  # of a name asked for (a model's may be long)
 
 
+class LimitsError(WasmboxError, ValueError):
+    """A call's own limits (`limits=`) are malformed, or would loosen its tool's: a call may
+    only tighten what its manifest allows. Names the limit, both values and the fix."""
+
+
 class SessionError(WasmboxError):
     """A session cannot be opened: too many are live (`max_sessions`), or its name is taken
     by a session under other grants, or the runtime could not make its instance."""

@@ -29,11 +29,12 @@ from pydantic import (
 from . import _command, _schema
 from ._backends.python import packages as _packages
 from ._capabilities import grants as _grants
-from ._capabilities.allowlist import FETCH, parse_rules
+from ._capabilities.allowlist import FETCH
+from ._capabilities.egress import HEADER_NAME, compile_rules, header_value_ok
 from ._capabilities.grants import overlapping_preopens
-from ._errors import ManifestError
+from ._errors import LimitsError, ManifestError
 from ._files import read_regular_file
-from ._units import DURATION_PATTERN, SIZE_PATTERN, parse_duration, parse_size
+from ._units import DURATION_PATTERN, SIZE_PATTERN, format_size, parse_duration, parse_size
 from ._wasmtime.engine import MAX_MEMORY
 
 SCRATCH_GUEST_PATH = "/tmp"  # each call's scratch space
@@ -70,6 +71,92 @@ Duration = Annotated[
 ]
 
 
+# What a grant of a host function or tool narrows its args to: argument name -> JSON Schema.
+ArgConstraints = dict[str, dict[str, dict[str, Any] | bool]]
+
+# Keywords that apply to values of one JSON type only: a schema using one without saying the
+# type lets every other type through (a number passes `pattern`, a string passes `maximum`).
+_TYPED_KEYWORDS = {
+    "string": ("pattern", "minLength", "maxLength", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
+    "object": ("properties", "patternProperties", "additionalProperties", "required",
+               "minProperties", "maxProperties", "propertyNames"),
+}  # fmt: skip
+
+
+def constraint_schema(args: Mapping[str, Mapping[str, Any] | bool]) -> dict[str, Any]:
+    """The JSON Schema of the args a grant narrowed to `args`: a map of exactly those names,
+    every one given (so a default of the function's own cannot stand in for a refused value),
+    each value fitting its schema."""
+    return {
+        "type": "object",
+        "properties": dict(args),
+        "required": sorted(args),
+        "additionalProperties": False,
+    }
+
+
+def _check_constraints(table: ArgConstraints) -> ArgConstraints:
+    """ValueError naming the function (or tool) and argument of a schema that cannot be checked
+    as written, or that uses a one-type keyword without a `type`."""
+    for name, args in table.items():
+        for arg, schema in args.items():
+            where = f"{name}.{arg}"
+            try:
+                _schema.check_schema(schema)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            untyped = _untyped_keyword(schema)
+            if untyped is not None:
+                keyword, kind = untyped
+                raise ValueError(
+                    f"{where}: `{keyword}` applies to {kind}s only, so a value of another type "
+                    f'would pass it: add type = "{kind}" (or const, enum)'
+                )
+    return table
+
+
+def _untyped_keyword(schema: Mapping[str, Any] | bool) -> tuple[str, str] | None:
+    """The first one-type keyword of `schema`, or of a property's or item's schema in it, that
+    has no `type`, `const` or `enum` beside it, with that type."""
+    if not isinstance(schema, Mapping):
+        return None
+    if not any(key in schema for key in ("type", "const", "enum")):
+        for kind, keywords in _TYPED_KEYWORDS.items():
+            for keyword in keywords:
+                if keyword in schema:
+                    return keyword, kind
+    subs: list[Any] = list((schema.get("properties") or {}).values())
+    subs += [schema[key] for key in ("items", "additionalProperties") if key in schema]
+    subs += list(schema.get("prefixItems") or [])
+    for sub in subs:
+        found = _untyped_keyword(sub)
+        if found is not None:
+            return found
+    return None
+
+
+class _Narrowed:
+    """The validators of a manifest's `host_function_args` and `tool_args` (by "host" or "tool"
+    and name), built once, with the tables they were built from. A cache: never part of a
+    manifest's equality."""
+
+    def __init__(self, host: ArgConstraints | None, tool: ArgConstraints | None) -> None:
+        self.host, self.tool = host, tool
+        tables = {"host": host or {}, "tool": tool or {}}
+        self.checks = {
+            (kind, name): _schema.compile(constraint_schema(args))
+            for kind, table in tables.items()
+            for name, args in table.items()
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Narrowed)
+
+    __hash__ = object.__hash__
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -98,6 +185,60 @@ class Limits(_Strict):
         description="Cap on stdout, stderr, the result, and a command's output files together: each.",
     )
     host_calls: int = Field(100, ge=0, description="Host-function calls allowed per call.")
+
+
+class CallLimits(_Strict):
+    """Limits of one call, on top of its manifest's (`tool.call(args, limits=...)`): each one
+    set must be at most the manifest's, which the call then runs under instead; one left
+    unset keeps the manifest's. Same units and forms as `Limits` ("500ms", "16MiB")."""
+
+    fuel: int | None = Field(None, gt=0, le=2**63 - 1)
+    memory: Size | None = Field(None, le=MAX_MEMORY)
+    timeout: Duration | None = None
+    output: Size | None = None
+    host_calls: int | None = Field(None, ge=0)
+
+    @classmethod
+    def of(cls, given: CallLimits | Mapping[str, Any]) -> CallLimits:
+        """`given` as CallLimits (a mapping is read like a manifest's `[limits]`); raises
+        LimitsError naming the limit that is malformed."""
+        if isinstance(given, CallLimits):
+            return given
+        if not isinstance(given, Mapping):
+            raise LimitsError(f"limits must be a CallLimits or a mapping, got {type(given).__name__}")
+        try:
+            return cls.model_validate(dict(given))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "limits"
+            raise LimitsError(f"limits.{where}: {first['msg']}") from None
+
+    def applied_to(self, limits: Limits, tool: str) -> Limits:
+        """`limits` tightened by the ones set here. Raises LimitsError for one above `limits`
+        (a call may not loosen its manifest), naming `tool`, the limit and both values."""
+        changes: dict[str, Any] = {}
+        for name in _CALL_LIMITS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            allowed = getattr(limits, name)
+            if value > allowed:
+                raise LimitsError(
+                    f"{tool}: limits.{name} = {_shown(name, value)} is above the manifest's "
+                    f"{_shown(name, allowed)}: a call may only tighten its tool's limits (ask for less, or "
+                    f"raise limits.{name} in the manifest)"
+                )
+            changes[name] = value
+        return limits.model_copy(update=changes) if changes else limits
+
+
+_CALL_LIMITS = ("fuel", "memory", "timeout", "output", "host_calls")
+
+
+def _shown(name: str, value: float) -> str:
+    if name in ("memory", "output"):
+        return format_size(int(value))
+    return f"{value:g} s" if name == "timeout" else f"{value:,}"
 
 
 class Preopen(_Strict):
@@ -141,20 +282,77 @@ class Preopen(_Strict):
         return str(path)
 
 
-class Network(_Strict):
-    """Egress through the `http.fetch` host function (see `_capabilities/allowlist.py`, `fetch.py`)."""
+class EgressSecret(_Strict):
+    """A credential the host adds to each request of its rule, after the request leaves the
+    guest (see `_capabilities/egress.py`): the guest never holds it."""
 
-    allow: tuple[str, ...] = Field(
+    header: str = Field(
+        pattern=HEADER_NAME, description="The request header it is sent in, e.g. Authorization."
+    )
+    prefix: str = Field("", description='Sent before the value, e.g. "Bearer ".')
+    env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The host environment variable holding it, read at each request.",
+    )  # fmt: skip
+    sandbox: str | None = Field(
+        None, pattern=_NAME,
+        description="The name it is given under in Sandbox(secrets={name: value or callable}).",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EgressSecret:
+        if (self.env is None) == (self.sandbox is None):
+            raise ValueError("give the secret's source: `env` (a host environment variable) or `sandbox`")
+        if not header_value_ok(self.prefix):
+            raise ValueError("prefix: control characters cannot be sent in a header")
+        return self
+
+
+class EgressRule(_Strict):
+    """One `[network] allow` entry that says more than where it reaches; every limit left out
+    is no limit (a plain "host:port" string is a rule with none)."""
+
+    host: str = Field(
+        description="Where it reaches, as a plain entry: 'host:port', an address, '[v6]:port', a CIDR."
+    )
+    methods: tuple[str, ...] | None = Field(
+        None, strict=False, min_length=1, description='HTTP methods allowed, e.g. ["GET"].'
+    )
+    paths: tuple[str, ...] | None = Field(
+        None, strict=False, min_length=1,
+        description="Paths allowed: '*' is any run of characters within one segment, a last "
+        "segment '**' any rest, e.g. [\"/v1/forecast\", \"/repos/acme/*/issues/**\"].",
+    )  # fmt: skip
+    query: tuple[str, ...] | None = Field(
+        None, strict=False, description="Query parameter names allowed ([]: no query)."
+    )
+    headers: tuple[str, ...] | None = Field(
+        None, strict=False, description="Request headers the guest may set ([]: none)."
+    )
+    forbid_headers: tuple[str, ...] = Field(
+        (), strict=False, description="Request headers the guest may never set under this rule."
+    )
+    max_body: Size | None = Field(None, description="Cap on a request body.")
+    max_calls: int | None = Field(None, ge=1, description="Requests sent under this rule per call.")
+    secret: EgressSecret | None = Field(None, description="A credential the host adds to its requests.")
+
+
+class Network(_Strict):
+    """Egress through the `http.fetch` host function (see `_capabilities/allowlist.py`,
+    `egress.py`, `fetch.py`)."""
+
+    allow: tuple[str | EgressRule, ...] = Field(
         strict=False, min_length=1,
-        description="'host:port', an address with or without ':port', '[v6]:port', or a CIDR.",
+        description="Where requests may go: 'host:port', an address with or without ':port', "
+        "'[v6]:port', a CIDR, or a table with `host` and the limits of its requests.",
     )  # fmt: skip
     max_response: Size = Field(1024**2, description="Cap on a response body.")
     timeout: Duration = Field(5.0, description="Cap on one fetch, redirects included.")
 
     @field_validator("allow")
     @classmethod
-    def _allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        parse_rules(value)  # ValueError names the entry
+    def _allow(cls, value: tuple[str | EgressRule, ...]) -> tuple[str | EgressRule, ...]:
+        compile_rules(value)  # ValueError names the entry
         return value
 
 
@@ -340,7 +538,16 @@ class Manifest(_Strict):
         "or 'scientific' (numpy, pandas; docs/scientific.md).",
     )  # fmt: skip
     entry: str = "main"
+    # the validators of `host_function_args` and `tool_args`, by ("host" | "tool", name)
+    _narrowed: _Narrowed = PrivateAttr(default_factory=lambda: _Narrowed(None, None))
     host_functions: tuple[Annotated[str, Field(pattern=HOST_FUNCTION_NAME)], ...] = Field((), strict=False)
+    host_function_args: ArgConstraints = Field(
+        default_factory=dict,
+        description="What this tool may pass each granted host function: per function, a JSON "
+        "Schema per argument (`[host_function_args.\"kv.get\"]` `key = {type = \"string\", "
+        "pattern = \"^public/\"}`). Only the arguments named may be given, and each must be; a call "
+        "outside them is capability_denied before the function runs.",
+    )  # fmt: skip
     env: dict[str, str] = Field(default_factory=dict)
     args: tuple[str, ...] = Field((), strict=False)
     limits: Limits = Field(default_factory=Limits)
@@ -380,6 +587,12 @@ class Manifest(_Strict):
         "(`tools.word_count(text=...)`), each call checked and run as the tool's own, under its "
         "grants and limits, and counted as a host call.",
     )  # fmt: skip
+    tool_args: ArgConstraints = Field(
+        default_factory=dict,
+        description="What the code may pass each tool in `tools`: per tool, a JSON Schema per "
+        "argument, as `host_function_args` (only those arguments, each given); a call outside "
+        "them is refused (capability_denied) before the tool runs.",
+    )
     callers: tuple[Literal["model", "code"], ...] = Field(
         ("model", "code"), strict=False, min_length=1,
         description="Who may call the tool: the model directly (its specs list it, dispatch runs "
@@ -422,6 +635,11 @@ class Manifest(_Strict):
         if len(set(value)) != len(value):
             raise ValueError("host functions are listed more than once")
         return value
+
+    @field_validator("host_function_args", "tool_args")
+    @classmethod
+    def _constraints(cls, value: ArgConstraints) -> ArgConstraints:
+        return _check_constraints(value)
 
     @field_validator("env")
     @classmethod
@@ -508,6 +726,7 @@ class Manifest(_Strict):
             raise ValueError("`outputs` are for Python and JavaScript calls; a command lists command.outputs")
         self._check_packages()
         self._check_tools()
+        self._check_narrowed()
         if self.python is not None:
             self._check_python_runtime(guests)
         if self.command is not None:
@@ -553,6 +772,34 @@ class Manifest(_Strict):
             raise ValueError(f"tool {self.name!r} lists itself in `tools`")
         if CALL_TOOL not in self.host_functions:
             object.__setattr__(self, "host_functions", (*self.host_functions, CALL_TOOL))
+
+    def _check_narrowed(self) -> None:
+        """Each narrowed name is granted; the validators of the narrowed grants, built once."""
+        if CALL_TOOL in self.host_function_args:
+            raise ValueError(f"host_function_args: narrow each tool's args in `tool_args`, not {CALL_TOOL}'s")
+        for table, granted, field in (
+            (self.host_function_args, self.host_functions, "host_functions"),
+            (self.tool_args, self.tools, "tools"),
+        ):
+            for name in table:
+                if name not in granted:
+                    owner = "host_function_args" if field == "host_functions" else "tool_args"
+                    raise ValueError(f"{owner}: {name!r} is not in `{field}`: grant it there too")
+        self._build_narrowed()
+
+    def _narrowing(self, kind: Literal["host", "tool"], name: str) -> _schema.Validator | None:
+        """The check of the args this manifest lets its guest pass host function (`kind`
+        "host") or tool ("tool") `name`; None when that grant is not narrowed."""
+        cache = self._narrowed
+        if cache.host is not self.host_function_args or cache.tool is not self.tool_args:
+            cache = (
+                self._build_narrowed()
+            )  # a copy with other tables (`model_copy(update=...)`), or unvalidated
+        return cache.checks.get((kind, name))
+
+    def _build_narrowed(self) -> _Narrowed:
+        self._narrowed = _Narrowed(self.host_function_args, self.tool_args)
+        return self._narrowed
 
     def _check_python_runtime(self, guests: list[str]) -> None:
         if self.runtime != "python":

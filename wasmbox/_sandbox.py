@@ -33,7 +33,8 @@ from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
-from ._capabilities.fetch import Fetcher, Resolver
+from ._capabilities.egress import compile_rules
+from ._capabilities.fetch import Fetcher, Resolver, SecretValue
 from ._capabilities.hostfuncs import HostFunction
 from ._capabilities.scratch import ScratchSpace
 from ._dispatch import CallFormat
@@ -59,6 +60,7 @@ from ._inspect import (
 )
 from ._manifest import (
     CALL_TOOL,
+    CallLimits,
     Limits,
     Manifest,
     ManifestSource,
@@ -115,6 +117,9 @@ class Sandbox:
     private folder in `scratch_dir` (default: the system's temporary directory). `audit` takes
     the sinks that get a record of every call: callables, `logging.Logger`s, `AuditLog`s.
     `resolver(host, port) -> [address, ...]` replaces the system resolver for `http.fetch`.
+    `secrets` are the credentials a manifest's `[network]` rules may attach to their requests
+    (`secret = {header = ..., sandbox = "name"}`), by name: each a string, or a callable
+    returning one, called at each request; no guest ever sees them.
     `allow_system_grants=True` lets manifests grant folders in `/proc` and `/sys` (kernel and
     process state, the host's environment among it), which are refused otherwise.
     Manifests' `packages` are installed by pip from PyPI, or from `package_index` (an index
@@ -135,6 +140,7 @@ class Sandbox:
         scratch_dir: str | os.PathLike[str] | None = None,
         audit: AuditSink | AuditLog | Iterable[AuditSink | AuditLog] | None = None,
         resolver: Resolver | None = None,
+        secrets: Mapping[str, SecretValue] | None = None,
         allow_system_grants: bool = False,
         package_index: str | None = None,
         package_wheels: str | os.PathLike[str] | None = None,
@@ -143,6 +149,7 @@ class Sandbox:
         max_sessions: int = 8,
         session_limits: SessionLimits | None = None,
     ) -> None:
+        fetcher = Fetcher(resolver, _checked_secrets(secrets))  # (checked before anything is started)
         self._sessions = SessionTable(max_sessions)
         self._session_limits = session_limits if session_limits is not None else SessionLimits()
         self.settings = settings or EngineSettings()
@@ -161,8 +168,9 @@ class Sandbox:
             max_workers=max_workers or os.cpu_count() or 2, thread_name_prefix="wasmbox-call"
         )
         self._tools: dict[str, Tool] = {}
+        self._fetcher = fetcher
         self._host_functions: dict[str, HostFunction] = {  # built in:
-            FETCH: HostFunction(FETCH, Fetcher(resolver).fetch),  # granted by [network]
+            FETCH: HostFunction(FETCH, self._fetcher.fetch),  # granted by [network]
             CALL_TOOL: HostFunction(CALL_TOOL, ToolCaller(self._tools.get).call),  # granted by `tools`
         }
         self._lock = threading.Lock()
@@ -222,6 +230,7 @@ class Sandbox:
         """
         manifest = Manifest.load(source)
         self._check_host_functions(manifest)
+        self._check_secrets(manifest)
         reservation = self._reserve(manifest, replacing=manifest.name if replace else None)
         try:  # compiled outside any lock: the reservation keeps overlapping grants out meanwhile
             if manifest.runtime == "python":
@@ -392,6 +401,18 @@ class Sandbox:
                 f"{manifest.name}: grants host function(s) {missing} that this Sandbox has not registered"
             )
 
+    def _check_secrets(self, manifest: Manifest) -> None:
+        """Every secret a `[network]` rule takes from the Sandbox must be given to it."""
+        if manifest.network is None:
+            return
+        for rule in compile_rules(manifest.network.allow):
+            name = rule.secret.sandbox if rule.secret is not None else None
+            if name is not None and name not in self._fetcher.secrets:
+                raise CapabilityError(
+                    f"{manifest.name}: {rule.label} takes secret {name!r}, which this Sandbox was not "
+                    f"given: Sandbox(secrets={{{name!r}: value or callable}})"
+                )
+
     # -- the CPython runtime --------------------------------------------------------------
 
     def _python_tool(self, manifest: Manifest) -> Tool:
@@ -524,8 +545,8 @@ class Sandbox:
 
     def run_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
-        on_output: OutputListener | None = None,
+        budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
@@ -534,28 +555,31 @@ class Sandbox:
         /tmp/in first (the manifest needs `inputs`); the manifest's `outputs` come back in
         `CallResult.files`. `on_output(stream, text)` gets stdout and stderr as they are written
         (`Tool.call`). The call of `interpreter(manifest, runtime=runtime)` with `{"code": code}`
-        (and `budget`, `files`, `on_output`).
+        (and `budget`, `files`, `on_output`, and `limits`, which may only tighten the grant
+        set's: LimitsError otherwise).
         """
         tool = self.interpreter(manifest, runtime=runtime)
-        return tool.call({"code": code}, budget=budget, files=files, on_output=on_output)
+        return tool.call({"code": code}, budget=budget, limits=limits, files=files, on_output=on_output)
 
     def run_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}` (and `budget`, `files`, `on_output`, as `run_python` takes them).
-        Raises what `interpreter` does."""
+        with `{"code": code}` (and `budget`, `limits`, `files`, `on_output`, as `run_python`
+        takes them). Raises what `interpreter` does."""
         tool = self.interpreter(manifest, runtime="javascript")
-        return tool.call({"code": code}, budget=budget, files=files, on_output=on_output)
+        return tool.call({"code": code}, budget=budget, limits=limits, files=files, on_output=on_output)
 
     async def arun_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too);
         `on_output` is called on the event loop."""
@@ -563,13 +587,16 @@ class Sandbox:
 
         loop = asyncio.get_running_loop()
         listener = on_the_loop(loop, on_output) if on_output is not None else None
-        run = partial(self.run_javascript, code, manifest, budget=budget, files=files, on_output=listener)
+        run = partial(
+            self.run_javascript, code, manifest, budget=budget, limits=limits, files=files, on_output=listener
+        )
         return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
         grants = Manifest.load(source)
         self._check_host_functions(grants)
+        self._check_secrets(grants)
         return grants
 
     def _python_grant_set(
@@ -600,6 +627,7 @@ class Sandbox:
                 f"{grants.python or 'standard'} runtime"
             )
         self._check_host_functions(grants)
+        self._check_secrets(grants)
         self._runtimes.install_packages(grants)
         key = grants.digest()
         if grants.preopens:  # under one lock, so two first uses of one writable set do not refuse each other
@@ -658,8 +686,8 @@ class Sandbox:
 
     async def arun_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
-        on_output: OutputListener | None = None,
+        budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """`run_python` on the Sandbox's worker threads (the grant set is read there too);
         `on_output` is called on the event loop, in the order written."""
@@ -668,7 +696,8 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         listener = on_the_loop(loop, on_output) if on_output is not None else None
         run = partial(
-            self.run_python, code, manifest, runtime=runtime, budget=budget, files=files, on_output=listener
+            self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits, files=files,
+            on_output=listener,
         )
         return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
@@ -705,6 +734,7 @@ class Sandbox:
         session: str | None = None,
         javascript: bool | ManifestSource = False,
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model's tool calls concurrently and return what to send back, in order:
         `format` "openai" (`message.tool_calls` → `{"role": "tool", "tool_call_id", "content"}`),
@@ -719,9 +749,10 @@ class Sandbox:
         caller gives its conversation), to that `Sandbox.session`, one after another in the
         order sent (a session that ended is said so once, then replaced). `javascript` routes
         "run_javascript" the same way (True: no grants; or its grant manifest). With `budget`, a
-        call it does not admit is not run (`over_budget`). Raises TypeError when
-        `calls` holds something that is not a call of `format` at all, ValueError for a bad
-        format or budget.
+        call it does not admit is not run (`over_budget`). With `limits`, every call runs under
+        them (`Tool.call`'s). Raises TypeError when `calls` holds something that is not a call
+        of `format` at all, ValueError for a bad format or budget, LimitsError (before any
+        call runs) when `limits` would loosen a called tool's.
         """
         return _dispatch.dispatch(
             self,
@@ -733,6 +764,7 @@ class Sandbox:
             session=session,
             javascript=javascript,
             budget=budget,
+            limits=limits,
         )
 
     async def adispatch(
@@ -746,6 +778,7 @@ class Sandbox:
         session: str | None = None,
         javascript: bool | ManifestSource = False,
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """`dispatch` from asyncio: the calls run on the Sandbox's worker threads."""
         return await _dispatch.adispatch(
@@ -758,6 +791,7 @@ class Sandbox:
             session=session,
             javascript=javascript,
             budget=budget,
+            limits=limits,
         )
 
     @property
@@ -843,3 +877,15 @@ def _tool_source(manifest: Manifest, language: str, snippets: str) -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _checked_secrets(secrets: Mapping[str, SecretValue] | None) -> dict[str, SecretValue]:
+    """`Sandbox(secrets=...)`, checked: names as a manifest gives them, each a string or a callable."""
+    checked: dict[str, SecretValue] = {}
+    for name, value in (secrets or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+            raise ValueError(f"secrets: {name!r} is not a secret name (letters, digits, '_', '-')")
+        if not isinstance(value, str) and not callable(value):
+            raise TypeError(f"secrets: {name!r} must be a string or a callable returning one")
+        checked[name] = value
+    return checked

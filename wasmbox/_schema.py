@@ -74,7 +74,7 @@ class Validator:
             error = next(iter(self._validator.iter_errors(value)))
         except ValueError as exc:  # a value that is not JSON (bytes, a set, an object)
             found = str(exc).removeprefix("Unsupported type: ")
-            return f"{path}: holds a value that is not JSON ({found})"[:300]
+            return f"{_not_json_at(value, path)}: holds a value that is not JSON ({found})"[:300]
         return _describe(error, path)
 
     def value_problem(self, value: Any, path: str = "result") -> str | None:
@@ -233,6 +233,32 @@ def _pointer(root: Mapping[str, Any], ref: str) -> Any:
     return node
 
 
+def _not_json_at(value: Any, path: str, depth: int = 0) -> str:
+    """The path of the first value in `value` that is not JSON (`path` itself if none is found)."""
+    if depth < MAX_DEPTH and isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return path
+            if not _plain(item):
+                return _not_json_at(item, f"{path}.{key}", depth + 1)
+    elif depth < MAX_DEPTH and isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            if not _plain(item):
+                return _not_json_at(item, f"{path}[{index}]", depth + 1)
+    return path
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is JSON all through (as far as `MAX_DEPTH`)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(item) for item in value)
+    return False
+
+
 def _path(root: str, parts: Any) -> str:
     out = root
     for part in parts:
@@ -311,7 +337,7 @@ def _message(name: str, kind: Any, error: Any) -> str:
         return "must not match the 'not' schema"
     if name == "falseSchema":
         return "not allowed"
-    return error.message.splitlines()[0][:200]
+    return str(error.message).splitlines()[0][:200]
 
 
 def _short(value: Any) -> str:

@@ -28,7 +28,9 @@ def runtime_built(runtime: RuntimeName, cache_dir: Path) -> bool:
     from ._backends.python import build as python
     from ._backends.scientific import build as scientific
 
-    return {"python": python, "javascript": javascript, "scientific": scientific}[runtime].built(cache_dir)
+    return bool(
+        {"python": python, "javascript": javascript, "scientific": scientific}[runtime].built(cache_dir)
+    )
 
 
 def build_runtime(runtime: RuntimeName, cache_dir: Path) -> None:

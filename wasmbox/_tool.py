@@ -21,7 +21,7 @@ from ._command import CommandMapping
 from ._errors import ErrorKind, ManifestError
 from ._formats import SpecFormat, StrictMode
 from ._inspect import ModuleInfo, ToolKind
-from ._manifest import Manifest
+from ._manifest import CallLimits, Limits, Manifest
 from ._results import CallResult
 from ._stats import CallCounts
 from ._wasmtime import output as _output
@@ -156,6 +156,7 @@ class Tool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes | str] | None = None,
         on_output: OutputListener | None = None,
     ) -> CallResult:
@@ -163,55 +164,67 @@ class Tool:
 
         `args` go to ABI v1 and Python tools, and to command tools whose manifest maps them to
         argv and stdin (`[command]`); they are checked against `input_schema`. Other command
-        tools take `argv` (appended to the manifest's `args`) and `stdin` instead. `files`
-        (path below /tmp/in → bytes or str) are written there before the guest starts, for a
-        Python or JavaScript tool whose manifest has `inputs` (bad names or sizes:
-        `invalid_arguments`). With `budget`, the call starts only if the budget admits it
-        (else `over_budget`), and is charged to it. `on_output(stream, text)` gets what the
-        guest writes to "stdout" and "stderr" as it writes it (within the output cap), one
-        write at a time in the order written (on the calling thread or one of Wasmtime's);
-        the result holds it all the same. A listener that raises is told
-        nothing more (logged); a slow one slows the call, whose deadline runs on.
+        tools take `argv` (appended to the manifest's `args`) and `stdin` instead. With
+        `budget`, the call starts only if the budget admits it (else `over_budget`), and is
+        charged to it. `limits` (a `CallLimits`, or a mapping like a manifest's `[limits]`)
+        tighten the manifest's for this call; raises LimitsError for limits that would
+        loosen them or are malformed. `files` (path below /tmp/in → bytes or str) are written
+        there before the guest starts, for a Python or JavaScript tool whose manifest has
+        `inputs` (bad names or sizes: `invalid_arguments`). `on_output(stream, text)` gets what
+        the guest writes to "stdout" and "stderr" as it writes it (within the output cap), one
+        write at a time in the order written (on the calling thread or one of Wasmtime's); the
+        result holds it all the same. A listener that raises is told nothing more (logged); a
+        slow one slows the call, whose deadline runs on.
         """
+        tightened = self.limits_for(limits)
         if on_output is not None or (_output.listening() and _call.inside_call()):
             # (a call made by a host function of a streamed call streams only its own listener's)
             with _output.streaming(on_output):
-                return self._traced(args, argv, stdin, budget, files)
-        return self._traced(args, argv, stdin, budget, files)
+                return self._traced(args, argv, stdin, budget, tightened, files)
+        return self._traced(args, argv, stdin, budget, tightened, files)
 
-    def _traced(self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any) -> CallResult:
+    def _traced(
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None, files: Any
+    ) -> CallResult:
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            work = partial(self._counted, args, argv, stdin, budget, files)
+            work = partial(self._counted, args, argv, stdin, budget, limits, files)
             return telemetry.tool_call(self.name, self.kind.value, work)
-        return self._counted(args, argv, stdin, budget, files)
+        return self._counted(args, argv, stdin, budget, limits, files)
+
+    def limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits | None:
+        """The limits a call with `limits` runs under (None: the manifest's, unchanged).
+        Raises LimitsError as `call` does."""
+        if limits is None:
+            return None
+        return CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
 
     def _counted(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None, files: Any = None
     ) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._budgeted(args, argv, stdin, budget, files)
+                result = self._budgeted(args, argv, stdin, budget, limits, files)
             given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
             self._auditor.record(
-                result, self.manifest_digest, self.code_digest, given, self.manifest.limits,
+                result, self.manifest_digest, self.code_digest, given, limits or self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
         else:
-            result = self._budgeted(args, argv, stdin, budget, files)
+            result = self._budgeted(args, argv, stdin, budget, limits, files)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
     def _budgeted(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, files: Any = None
+        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None, files: Any = None
     ) -> CallResult:
         if budget is None:
-            return self._call(args, argv, stdin, files)
-        return budget.run(self.name, partial(self._call, args, argv, stdin, files))
+            return self._call(args, argv, stdin, limits, files)
+        return budget.run(self.name, partial(self._call, args, argv, stdin, limits, files))
 
-    def _call(self, args: Any, argv: Any, stdin: Any, files: Any = None) -> CallResult:
+    def _call(self, args: Any, argv: Any, stdin: Any, limits: Limits | None, files: Any = None) -> CallResult:
         start = time.perf_counter()
         problem = self._check(args, argv, stdin)
         inputs: Mapping[str, bytes] = {}
@@ -228,7 +241,7 @@ class Tool:
             )
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-            result = self._runner.call(CallInput(args or {}, tuple(argv), data, inputs))
+            result = self._runner.call(CallInput(args or {}, tuple(argv), data, files=inputs, limits=limits))
             if result.ok and self._output_validator is not None:
                 result = self._checked_value(result, self._output_validator)
         return result
@@ -249,17 +262,23 @@ class Tool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes | str] | None = None,
         on_output: OutputListener | None = None,
     ) -> CallResult:
-        """`call` on the Sandbox's worker threads, so the event loop keeps running; `on_output`
-        is called on the event loop, in the order written."""
+        """`call` on the Sandbox's worker threads, so the event loop keeps running (limits are
+        checked here, before: LimitsError as `call`); `on_output` is called on the event loop,
+        in the order written."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
+        self.limits_for(limits)
         loop = asyncio.get_running_loop()
         listener = on_the_loop(loop, on_output) if on_output is not None else None
         work = _telemetry.carried(
-            partial(self.call, args, argv=argv, stdin=stdin, budget=budget, files=files, on_output=listener)
+            partial(
+                self.call, args, argv=argv, stdin=stdin, budget=budget, limits=limits, files=files,
+                on_output=listener,
+            )
         )
         return await loop.run_in_executor(self._executor, work)
 

@@ -5,7 +5,8 @@ guest sends `{"name", "args"}` to `CALL_TOOL`, which a manifest grants exactly w
 tools. Each call is served as any host call (counted against the caller's `limits.host_calls`,
 recorded, its reply under the caller's output cap, the caller stopped if its deadline passed
 meanwhile) and runs as `Tool.call` runs it: the args checked against that tool's schema, in a
-fresh instance of that tool under its own grants and limits, with its own audit record (which
+fresh instance of that tool under its own grants and limits (after the args are checked
+against what the caller's `tool_args` narrowed that tool to), with its own audit record (which
 names the caller's as its parent). What the code gets back is the value, or the error's kind
 and message, which the guest raises as `ToolCallError`; a failed inner call is the code's to
 handle, not a failure of the host function.
@@ -33,11 +34,19 @@ class ToolCaller:
     def call(self, name: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """`{"ok": value}` or `{"error": {"kind", "message"}}` of tool `name` called with
         `args`; a command tool's value is `{"exit_code", "stdout", "stderr"}`. Raises
-        CapabilityDeniedError when the caller's manifest does not list `name` in `tools`, or no
-        such tool is loaded."""
-        if name not in _call.current().manifest.tools:
+        CapabilityDeniedError when the caller's manifest does not list `name` in `tools`, when
+        `args` are outside what its `tool_args` narrowed the tool to (the first violation named;
+        the tool does not run), or no such tool is loaded."""
+        manifest = _call.current().manifest
+        if name not in manifest.tools:
             raise CapabilityDeniedError(
                 f"tool {name[:64]!r} is not granted to this code: add it to the manifest's tools"
+            )
+        narrowed = manifest._narrowing("tool", name)
+        problem = narrowed.problem(dict(args or {})) if narrowed is not None else None
+        if problem is not None:
+            raise CapabilityDeniedError(
+                f"tool {name!r} refused: {problem} (the manifest's [tool_args.{name}] narrows what may be passed)"
             )
         tool = self._lookup(name)
         if tool is None or "code" not in tool.manifest.callers:

@@ -290,8 +290,18 @@ def host_tree(root: Path) -> tuple[Path, Path, Path]:
 
 
 @pytest.fixture
+def sandbox_options() -> dict[str, Any]:
+    """Keyword arguments of each case's Sandbox besides its cache (a module may override this)."""
+    return {}
+
+
+@pytest.fixture
 def guarded(
-    hostile_guests: Path, cache_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+    hostile_guests: Path,
+    cache_dir: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    sandbox_options: dict[str, Any],
 ) -> Iterator[Guarded]:
     """A fresh Sandbox beside a host tree:
 
@@ -303,7 +313,7 @@ def guarded(
     granted, outside, secret = host_tree(root)
     gc.collect()
     fds_before, targets_before, threads_before = open_fds(), fd_targets(), threading.active_count()
-    box = wasmbox.Sandbox(cache_dir=cache_dir)
+    box = wasmbox.Sandbox(cache_dir=cache_dir, **sandbox_options)
     box.load({"name": "warm", "module": str(WAT / "echo.wat")}).call({})
     box.run_python("1")  # starts the housekeeping thread and makes a spare
     guard = Guarded(box, root, granted, outside, secret, fds_before, targets_before, threads_before,

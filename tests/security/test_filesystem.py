@@ -227,8 +227,8 @@ def test_symlink_swapped_in_between_check_and_use(guarded: Guarded, kind: str) -
 
 
 FD_PROBES = [
-    (("fdscan",), "0\n1\n2\n3\n"),  # stdio and the one preopen, nothing of the host's
-    (("prestat",), "3: /data\n"),
+    (("fdscan",), "0\n1\n2\n3\n4\n"),  # stdio, the one preopen, the empty hidden root: nothing of the host's
+    (("prestat",), "3: /data\n4: /\n"),
     (("fdread", "3"), f"error: {EBADF}\n"),  # the preopen is a directory: no bytes
     (("fdread", "4"), f"error: {EBADF}\n"),
     (("fdread", "7"), f"error: {EBADF}\n"),  # host fds of the same number mean nothing here
@@ -364,7 +364,7 @@ def test_all_calls_together_stay_within_the_process_budget(
 
 def test_no_preopen_sees_no_filesystem_at_all(guarded: Guarded) -> None:
     result = guarded.command("fdscan", preopens=[])
-    assert result.stdout == "0\n1\n2\n"
+    assert result.stdout == "0\n1\n2\n3\n"  # stdio and the empty hidden root
     listing = guarded.command("ls", "/", preopens=[])
     assert listing.value == {"exit_code": 1} and listing.stdout == f"error: {ENOENT}\n"
     guarded.assert_untouched()
@@ -373,4 +373,73 @@ def test_no_preopen_sees_no_filesystem_at_all(guarded: Guarded) -> None:
 def test_host_root_cannot_be_granted(guarded: Guarded) -> None:
     with pytest.raises(wasmbox.ManifestError, match="root directory"):
         guarded.command("ls", "/", preopens=[{"host": "/", "guest": "/"}])
+    guarded.assert_untouched()
+
+
+# -- the hidden root: a core module's empty read-only preopen at / ---------------------------
+
+# What hidden_root.wat tries on the hidden root, in order, and the errno each must get
+HIDDEN_ROOT_ATTEMPTS = [
+    ("create a file", 44),  # ENOENT, as with no preopen at /
+    ("mkdir", 44),
+    ("open .. as a directory", 44),
+    ("open / itself", 44),
+    ("unlink", 44),
+    ("rename", 44),
+    ("hard link", 44),
+    ("set times by path", 44),
+    ("set the directory's own times", 63),  # EPERM: Wasmtime's, a read-only preopen
+    ("move it onto descriptor 0", 0),  # the guest may; the root is still refused under 0
+    ("create a file through 0", 44),
+    ("list it", 0),
+]
+
+
+def test_the_hidden_root_cannot_be_written_climbed_out_of_or_listed(guarded: Guarded) -> None:
+    """A raw guest that calls WASI on the hidden root itself (descriptor 3: nothing granted)
+    gets ENOENT for every path call, even after moving it to another descriptor, cannot change
+    the directory's times, and lists nothing; the host's directory stays empty and unchanged."""
+    empty = guarded.box._scratch_space.empty
+    before = os.stat(empty)
+    result = guarded.command(module=security_wat("hidden_root"), preopens=[])
+    assert result.ok, result.error
+    seen = result.stdout_bytes if result.stdout_bytes is not None else result.stdout.encode()
+    errnos = dict(zip([what for what, _ in HIDDEN_ROOT_ATTEMPTS], seen))
+    assert errnos == dict(HIDDEN_ROOT_ATTEMPTS)
+    assert seen[len(HIDDEN_ROOT_ATTEMPTS) :] == b""  # the listing: no entries at all
+    assert "no preopen covers '/pwned'" in result.stderr
+    after = os.stat(empty)
+    assert os.listdir(empty) == [] and after.st_mode & 0o777 == 0o500
+    assert (after.st_mtime_ns, after.st_ctime_ns) == (
+        before.st_mtime_ns,
+        before.st_ctime_ns,
+    )  # (reads set atime)
+    guarded.assert_untouched()
+
+
+THROUGH_THE_ROOT = [
+    ("write", "/pwned", "x"),
+    ("append", "/pwned", "x"),
+    ("mkdir", "/newdir"),
+    ("rmdir", "/olddir"),
+    ("unlink", "/pwned"),
+    ("rename", "/data/inside.txt", "/moved.txt"),  # out of a grant onto the root
+    ("link", "/data/inside.txt", "/linked.txt"),
+    ("truncate", "/pwned", "0"),
+    ("read", "/../outside/secret.txt"),
+    ("read", "/.."),
+    ("ls", "/"),
+    ("ls", "/.."),
+]
+
+
+@pytest.mark.parametrize("kind", ["command", "core"])
+@pytest.mark.parametrize("op", THROUGH_THE_ROOT, ids=["-".join(op[:2]) for op in THROUGH_THE_ROOT])
+def test_paths_no_grant_covers_still_fail_as_missing(
+    guarded: Guarded, kind: str, op: tuple[str, ...]
+) -> None:
+    """Through wasi-libc, every path outside the grants lands on the hidden root and fails
+    as it did with no preopen at / (ENOENT), even next to a writable grant."""
+    assert attempt(guarded, kind, op, writable=True) == ENOENT
+    assert os.listdir(guarded.box._scratch_space.empty) == []
     guarded.assert_untouched()

@@ -1,4 +1,5 @@
-"""Egress allow lists: parsing `[network] allow` entries and judging one resolved address.
+"""Egress allow lists: parsing where an `[network] allow` entry reaches and judging one resolved
+address (what a request may ask there is `egress.py`'s).
 
 Addresses that are not globally routable (loopback, private, link-local such as the cloud
 metadata endpoint 169.254.169.254, shared, reserved, multicast, unspecified, documentation,
@@ -15,7 +16,6 @@ can only refuse more.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 from collections.abc import Sequence
@@ -84,12 +84,6 @@ class AddressRule:
 
 
 Rule = NameRule | AddressRule
-
-
-@functools.lru_cache(maxsize=256)
-def parse_rules(allow: tuple[str, ...]) -> tuple[Rule, ...]:
-    """The rules of an allow list (parsed once per distinct list)."""
-    return tuple(parse_rule(entry) for entry in allow)
 
 
 def parse_rule(entry: str) -> Rule:

@@ -3,7 +3,10 @@
 The host resolves the URL's host itself, checks every address against the manifest's
 `[network] allow` list (`_allowlist`), and connects to a checked address, so a second lookup
 cannot switch the target (no DNS rebinding), keeping the original Host header and TLS server
-name. Every redirect hop is checked again; the response's size is capped.
+name. Each request is checked against the rules that reach its host:port before the lookup
+(`egress.py`: methods, paths, query, headers, body) and sent under the first that admits it,
+with that rule's secret added after every check. Every redirect hop is checked again; the
+response's size is capped; a secret sent is cut out of everything the guest gets back.
 
 One absolute deadline, min(the call's deadline, start + `network.timeout`), bounds the whole
 exchange: the name lookup (run on a thread that is waited for until the deadline), the connect,
@@ -17,12 +20,13 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import re
 import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _call
@@ -31,22 +35,37 @@ from .._errors import (
     HostError,
     InvalidArgumentsError,
     OutputLimitError,
+    ToolError,
     ToolTimeoutError,
 )
 from .._manifest import Network
 from .._units import format_size
-from .allowlist import IPAddress, parse_rules, unlisted, verdict
+from .allowlist import IPAddress, unlisted, verdict
+from .egress import (
+    HEADER_NAME,
+    HOST_HEADERS,
+    CompiledRule,
+    Request,
+    compile_rules,
+    header_key,
+    header_value_ok,
+    refusal,
+)
 
 if TYPE_CHECKING:  # imported where a fetch runs: with their CA loading, they would slow start-up
     import http.client
     import ssl
 
 Resolver = Callable[[str, int], Sequence[str]]
+# A secret given to `Sandbox(secrets=...)`: the value, or a callable returning it at each request.
+SecretValue = str | Callable[[], str]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_REDIRECTS = 5
-_REFUSED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te"}
+_HEADER_NAME = re.compile(HEADER_NAME)
+_REDACTED = "[redacted]"
+_MIN_REDACTED = 8  # secrets at least this long are cut out of what the guest gets back
 _MAX_INTERIM = 8  # interim (1xx) responses skipped before the final one; more is an error
 # Name lookups still running after their fetch gave up (a resolver that does not answer cannot
 # be interrupted, only left behind); past this many, a fetch is refused instead of adding one.
@@ -63,8 +82,11 @@ class Fetcher:
     """The `http.fetch` host function of one Sandbox. Each call reads its policy from the
     manifest of the call it serves."""
 
-    def __init__(self, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self, resolver: Resolver | None = None, secrets: Mapping[str, SecretValue] | None = None
+    ) -> None:
         self._resolve = resolver or default_resolver
+        self.secrets = dict(secrets or {})
 
     @functools.cached_property
     def _tls(self) -> ssl.SSLContext:
@@ -90,33 +112,49 @@ class Fetcher:
         if not re.fullmatch(r"[A-Z]{1,16}", method):
             raise InvalidArgumentsError(f"invalid method {method!r}")
         headers = dict(headers or {})
+        seen: set[str] = set()
         for name, value in headers.items():
-            if name.lower() in _REFUSED_HEADERS:
+            if header_key(name) in HOST_HEADERS:
                 raise InvalidArgumentsError(f"header {name!r} is set by the host")
-            if re.search(r"[\r\n\0]", name + value) or not re.fullmatch(r"[!#-'*+.^-z|~0-9A-Za-z-]+", name):
+            if not _HEADER_NAME.match(name) or not header_value_ok(value):
                 raise InvalidArgumentsError(f"invalid header {name!r}")
+            if header_key(name) in seen:
+                raise InvalidArgumentsError(
+                    f"header {name!r} is given twice (names are case-insensitive, '_' counts as '-')"
+                )
+            seen.add(header_key(name))
         data = body.encode() if isinstance(body, str) else body
         deadline = min(state.deadline, time.perf_counter() + network.timeout)
-        for _ in range(_MAX_REDIRECTS + 1):
-            status, reply_headers, content, location = self._once(
-                network, method, url, headers, data, deadline
-            )
-            if status not in _REDIRECTS or location is None:
-                return {"status": status, "headers": reply_headers, "body": content, "url": url}
-            url = urllib.parse.urljoin(url, location)
-            if status == 303 or (status in (301, 302) and method != "HEAD"):
-                method, data = ("GET" if method != "HEAD" else "HEAD"), None
+        sent: list[str] = []  # the secrets sent: cut out of everything the guest gets back
+        try:
+            for _ in range(_MAX_REDIRECTS + 1):
+                status, reply_headers, content, location = self._once(
+                    state, network, method, url, headers, data, deadline, sent
+                )
+                if status not in _REDIRECTS or location is None:
+                    reply = {"status": status, "headers": reply_headers, "body": content, "url": url}
+                    return _redact_reply(reply, sent) if sent else reply
+                url = urllib.parse.urljoin(url, location)
+                if status == 303 or (status in (301, 302) and method != "HEAD"):
+                    method, data = ("GET" if method != "HEAD" else "HEAD"), None
+        except ToolError as exc:
+            if sent:
+                raise type(exc)(_redact(exc.message, sent)) from None
+            raise
         raise HostError(f"more than {_MAX_REDIRECTS} redirects")
 
     def _once(
         self,
+        state: _call.CallState,
         network: Network,
         method: str,
         url: str,
         headers: dict[str, str],
         body: bytes | None,
         deadline: float,
+        sent: list[str],
     ) -> tuple[int, dict[str, str], bytes, str | None]:
+        """One request of a fetch (a redirect hop is another), checked against the rules."""
         import http.client
 
         parts = urllib.parse.urlsplit(url)
@@ -132,19 +170,36 @@ class Fetcher:
             raise InvalidArgumentsError(f"invalid URL: {exc}") from None
         if not host:
             raise InvalidArgumentsError("the URL has no host")
-        rules = parse_rules(network.allow)
-        reason = unlisted(rules, host, port)
+        rules = compile_rules(network.allow)
+        reason = unlisted([rule.dest for rule in rules], host, port)
         if reason is not None:
             raise CapabilityDeniedError(f"refused: {reason}")
+        request = Request(method, parts.path, parts.query, headers, body)
+        admitting = _admitting(rules, host, port, request)
         addresses = self._addresses(host, port, deadline)
-        for address in addresses:
-            reason = verdict(rules, host, port, address)
-            if reason is not None:
-                raise CapabilityDeniedError(f"refused: {reason}")
-        path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        rule = _rule_for(admitting, host, port, addresses)
+        if (
+            rule is not None
+            and rule.max_calls is not None
+            and state.requests.get(rule.index, 0) >= rule.max_calls
+        ):
+            raise CapabilityDeniedError(
+                f"refused by {rule.label}: it allows {rule.max_calls} request(s) per call"
+            )
+        send = headers
+        if rule is not None and rule.secret is not None:
+            if scheme != "https" and not all(_loopback(address) for address in addresses):
+                raise CapabilityDeniedError(
+                    f"refused by {rule.label}: its secret is sent over https only (or to a loopback address)"
+                )
+            value = self._secret(rule)
+            sent.append(value)
+            send = {**headers, rule.secret.header: rule.secret.prefix + value}
+        if rule is not None and rule.max_calls is not None:  # counted once it is to be sent
+            state.requests[rule.index] = state.requests.get(rule.index, 0) + 1
         connection = self._connect(scheme, host, port, addresses, deadline)
         try:
-            connection.request(method, path, body=body, headers=headers)
+            connection.request(method, request.target(rule), body=body, headers=send)
             response = connection.getresponse()
             content = self._read(response, network.max_response, deadline)
             reply_headers: dict[str, str] = {}
@@ -158,6 +213,37 @@ class Fetcher:
             raise HostError(f"{host}: {type(exc).__name__}: {exc}") from None
         finally:
             connection.close()
+
+    def _secret(self, rule: CompiledRule) -> str:
+        """The value of `rule`'s secret now; HostError (never with the value) when it is missing
+        or cannot be sent."""
+        source = rule.secret
+        assert source is not None
+        if source.env is not None:
+            value: object = os.environ.get(source.env)
+            if not value:
+                raise HostError(
+                    f"{rule.label}: its secret is missing: the host's environment has no {source.env}"
+                )
+        else:
+            assert source.sandbox is not None
+            given = self.secrets.get(source.sandbox)
+            if given is None:
+                raise HostError(f"{rule.label}: no secret {source.sandbox!r} in Sandbox(secrets=...)")
+            try:
+                value = given() if callable(given) else given
+            except Exception as exc:  # noqa: BLE001 - its message may hold the secret: only its type is kept
+                raise HostError(
+                    f"{rule.label}: reading secret {source.sandbox!r} failed ({type(exc).__name__})"
+                ) from None
+        if not isinstance(value, str) or not value:
+            raise HostError(f"{rule.label}: its secret ({source.describe()}) is not a non-empty string")
+        if not header_value_ok(value):
+            raise HostError(
+                f"{rule.label}: its secret ({source.describe()}) cannot be sent in a header "
+                "(control characters or text outside Latin-1)"
+            )
+        return value
 
     def _addresses(self, host: str, port: int, deadline: float) -> list[IPAddress]:
         try:
@@ -262,6 +348,69 @@ class Fetcher:
             if size > cap:
                 raise OutputLimitError(f"the response is larger than max_response ({format_size(cap)})")
             chunks.append(chunk)
+
+
+def _admitting(rules: Sequence[CompiledRule], host: str, port: int, request: Request) -> list[CompiledRule]:
+    """The rules that may reach `host:port` and admit `request`; CapabilityDeniedError naming
+    each rule missed when some may reach it but none admits it."""
+    admitting, missed = [], []
+    for rule in rules:
+        if not rule.reaches(host, port):
+            continue
+        reason = refusal(rule, request)
+        if reason is None:
+            admitting.append(rule)
+        else:
+            missed.append(f"{rule.label}: {reason}")
+    if missed and not admitting:
+        raise CapabilityDeniedError(
+            f"refused: {request.method} {host}:{port} is outside " + "; ".join(missed)
+        )
+    return admitting
+
+
+def _rule_for(
+    admitting: Sequence[CompiledRule], host: str, port: int, addresses: Sequence[IPAddress]
+) -> CompiledRule | None:
+    """The rule a request is sent under: the first of `admitting` that allows every address.
+    Plain entries also allow the addresses between them (each by some entry), as they always
+    have; then no rule applies (None). CapabilityDeniedError when neither holds."""
+    for rule in admitting:
+        if rule.covers(host, port, addresses):
+            return rule
+    dests = [rule.dest for rule in admitting]
+    for address in addresses:
+        reason = verdict(dests, host, port, address)
+        if reason is not None:
+            raise CapabilityDeniedError(f"refused: {reason}")
+    plain = [rule.dest for rule in admitting if rule.plain]
+    if all(verdict(plain, host, port, address) is None for address in addresses):
+        return None
+    raise CapabilityDeniedError(f"refused: {host}'s addresses are not all within one rule of network.allow")
+
+
+def _loopback(address: IPAddress) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= _MIN_REDACTED:
+            text = text.replace(secret, _REDACTED)
+    return text
+
+
+def _redact_reply(reply: dict[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
+    """`reply` with every secret sent cut out of its headers, body and URL (a server that
+    echoes a request's headers back would otherwise hand it to the guest)."""
+    body: bytes = reply["body"]
+    for secret in secrets:
+        if len(secret) >= _MIN_REDACTED:
+            for encoded in {secret.encode("latin-1"), secret.encode()}:
+                body = body.replace(encoded, _REDACTED.encode())
+    headers = {name: _redact(value, secrets) for name, value in reply["headers"].items()}
+    return {**reply, "headers": headers, "body": body, "url": _redact(reply["url"], secrets)}
 
 
 def _left(deadline: float) -> float:

@@ -1,7 +1,8 @@
 """Host functions: the registry on a Sandbox, argument validation, and the guest-visible reply.
 
-A host function runs with the host's authority, so its arguments are validated against its
-Python signature (pydantic) before it runs, and what it raises never reaches the guest as a
+A host function runs with the host's authority, so its arguments are checked before it runs:
+against what the calling tool's grant narrowed them to (`host_function_args`), then against its
+Python signature (pydantic); and what it raises never reaches the guest as a
 traceback: the guest gets a short message, the host keeps the detail in the call record.
 """
 
@@ -16,9 +17,10 @@ from typing import Any
 import pydantic
 
 from .. import _abi, _telemetry
-from .._errors import ErrorKind, ToolError
+from .._errors import CapabilityDeniedError, ErrorKind, ToolError
 from .._manifest import HOST_FUNCTION_NAME
 from .._results import HostCallRecord, HostCallVerdict
+from .._schema import Validator
 
 _NAME = re.compile(HOST_FUNCTION_NAME)
 
@@ -47,8 +49,11 @@ class HostFunction:
         self.name = name
         self._validated = pydantic.validate_call(func)
 
-    def invoke(self, request: bytes) -> HostReply:
-        """Decode the guest's request, run the function, encode the reply. Never raises."""
+    def invoke(self, request: bytes, narrowed: Validator | None = None) -> HostReply:
+        """Decode the guest's request, run the function, encode the reply. Never raises.
+
+        `narrowed` is the check of the args the calling tool's grant allows: args it refuses
+        (the first violation named) are `capability_denied` and the function does not run."""
         start = time.perf_counter()
         try:
             args = _abi.unpack(request)
@@ -56,6 +61,14 @@ class HostFunction:
             return self._reply(start, request, "bad_request", "request is not MessagePack", exc)
         if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
             return self._reply(start, request, "bad_request", "request must be a map of str keys")
+        if narrowed is not None:
+            problem = narrowed.problem(args)
+            if problem is not None:
+                refused = CapabilityDeniedError(
+                    f"host function {self.name!r} refused: {problem} (the manifest's "
+                    f'[host_function_args."{self.name}"] narrows what may be passed)'
+                )
+                return self._reply(start, request, "denied", refused.message, refused, refused.kind)
         try:
             value = self._validated(**args)
         except pydantic.ValidationError as exc:

@@ -61,6 +61,9 @@ class ScratchSpace:
             Path(parent).mkdir(parents=True, exist_ok=True)
         self.root = Path(os.path.realpath(tempfile.mkdtemp(prefix="wasmbox-scratch-", dir=parent)))
         self._finalizer = weakref.finalize(self, remove, self.root)
+        # an empty directory no one may write (0500): the hidden root of core modules' calls
+        self.empty = self.root / "empty"
+        self.empty.mkdir(mode=0o500)
 
     def create(self, cap: int, inputs: Inputs | None = None) -> CallScratch:
         """A fresh, empty directory for one call, of at most `cap` bytes; with read-only

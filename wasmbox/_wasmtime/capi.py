@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -61,7 +61,7 @@ class ExportName:
         """The calling instance's export of `kind`, from inside a host function; else None."""
         item = ffi.wasmtime_extern_t()
         found = ffi.wasmtime_caller_export_get(caller, self._buffer, len(self._bytes), ctypes.byref(item))
-        return item if found and item.kind == kind else None
+        return item if found and cast(int, item.kind) == kind else None  # (a ctypes field reads as int)
 
 
 class Handles(Generic[T]):

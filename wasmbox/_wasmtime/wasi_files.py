@@ -13,6 +13,11 @@ guest's memory and re-exports it as `memory`, and its functions call Wasmtime's.
 never touch a file pay nothing. A trap in a forwarded call stops the guest at once, as it
 would have unforwarded.
 
+A core module's calls also have a hidden root (`FileGuard`): an empty read-only preopen at `/`
+after the manifest's, so that an open of a path no grant covers reaches the host, which
+refuses it as wasi-libc would have (ENOENT) and keeps the path, for the runner to say that
+no preopen covers it. The other path calls that could reach that root are forwarded too.
+
 `path_symlink` is refused outright (EPERM). A guest-made link may point out of its writable
 grant; no guest can follow it out, but the host or another program reading the directory
 later could.
@@ -21,10 +26,13 @@ later could.
 from __future__ import annotations
 
 import ctypes
+import posixpath
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -33,22 +41,51 @@ from .. import _abi, _call, _outcome
 from . import capi as _capi
 
 MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once
+FIRST_PREOPEN_FD = 3  # WASI numbers preopens from 3, in the order the config added them
+MAX_NOTED = 8  # distinct paths one call records as landing on the hidden root
+_NOTED_CHARS = 256  # of each recorded path
 _WASI = _abi.WASI_MODULE.encode()
 _PATH_OPEN, _FD_CLOSE, _FD_RENUMBER, _PATH_SYMLINK = "path_open", "fd_close", "fd_renumber", "path_symlink"
-_FORWARDER = f"""(module
-  (import "{_abi.WASI_MODULE}" "{_PATH_OPEN}"
-    (func $path_open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
-  (import "{_abi.WASI_MODULE}" "{_FD_CLOSE}" (func $fd_close (param i32) (result i32)))
-  (import "{_abi.WASI_MODULE}" "{_FD_RENUMBER}" (func $fd_renumber (param i32 i32) (result i32)))
-  (import "guest" "memory" (memory 0))
-  (export "{_abi.EXPORT_MEMORY}" (memory 0))
-  (func (export "{_PATH_OPEN}") (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)
-    (call $path_open (local.get 0) (local.get 1) (local.get 2) (local.get 3) (local.get 4)
-                     (local.get 5) (local.get 6) (local.get 7) (local.get 8)))
-  (func (export "{_FD_CLOSE}") (param i32) (result i32) (call $fd_close (local.get 0)))
-  (func (export "{_FD_RENUMBER}") (param i32 i32) (result i32)
-    (call $fd_renumber (local.get 0) (local.get 1))))"""
-_FORWARDED = (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
+# The forwarded functions' parameter types (each returns an errno) ...
+_SIGNATURES = {
+    _PATH_OPEN: "i32 i32 i32 i32 i32 i64 i64 i32 i32",
+    _FD_CLOSE: "i32",
+    _FD_RENUMBER: "i32 i32",
+    "path_create_directory": "i32 i32 i32",
+    "path_remove_directory": "i32 i32 i32",
+    "path_unlink_file": "i32 i32 i32",
+    "path_rename": "i32 i32 i32 i32 i32 i32",
+    "path_link": "i32 i32 i32 i32 i32 i32 i32",
+    "path_filestat_set_times": "i32 i32 i32 i32 i64 i64 i32",
+}
+# ... and, for those that name a path, where its (directory fd, path pointer) arguments are
+# (the path's length follows its pointer): a path on the hidden root is refused here.
+_PATHS = {
+    _PATH_OPEN: ((0, 2),),
+    "path_create_directory": ((0, 1),),
+    "path_remove_directory": ((0, 1),),
+    "path_unlink_file": ((0, 1),),
+    "path_rename": ((0, 1), (3, 4)),
+    "path_link": ((0, 2), (4, 5)),
+    "path_filestat_set_times": ((0, 2),),
+}
+_FORWARDED = tuple(_SIGNATURES)
+_SYMLINK_PARAMS = "i32 i32 i32 i32 i32"  # path_symlink: refused, not forwarded
+
+
+def _forwarder_wat() -> str:
+    """The forwarding module: each forwarded function imported from Wasmtime's WASI and
+    re-exported as a function calling it, and the guest's memory re-exported."""
+    imports, exports = [], []
+    for name, params in _SIGNATURES.items():
+        args = " ".join(f"(local.get {i})" for i in range(len(params.split())))
+        imports.append(f'(import "{_abi.WASI_MODULE}" "{name}" (func ${name} (param {params}) (result i32)))')
+        exports.append(f'(func (export "{name}") (param {params}) (result i32) (call ${name} {args}))')
+    memory = f'(import "guest" "memory" (memory 0)) (export "{_abi.EXPORT_MEMORY}" (memory 0))'
+    return "(module\n  " + "\n  ".join([*imports, memory, *exports]) + ")"
+
+
+_FORWARDER = _forwarder_wat()
 _EXPORTS = {name: _capi.ExportName(name) for name in _FORWARDED}
 
 
@@ -71,8 +108,20 @@ class OpenFiles:
 
     functions: dict[str, ffi.wasmtime_extern_t]
     memory: ffi.wasmtime_extern_t
+    root: int | None = None  # the hidden root's descriptor now (the guest may move or close it)
     fds: set[int] = field(default_factory=set)
     taken: int = 0
+    noted: list[str] = field(default_factory=list)  # paths refused on the hidden root, first seen first
+    more: bool = False  # a path past MAX_NOTED was refused too
+
+    def note(self, path: str) -> None:
+        """A path on the hidden root was refused: keep it, once, up to MAX_NOTED paths."""
+        if path in self.noted:
+            return
+        if len(self.noted) < MAX_NOTED:
+            self.noted.append(path)
+        else:
+            self.more = True
 
     def release(self) -> None:
         """The call is over and its store closed: every descriptor went with it."""
@@ -113,11 +162,30 @@ def release(state: _call.CallState) -> None:
         state.files.release()
 
 
+def take_refused(state: _call.CallState) -> tuple[list[str], bool]:
+    """The paths the call's guest was refused on the hidden root (`FileGuard`'s `hidden_root`),
+    at most MAX_NOTED, and whether there were more; taken, so that asking again gives only
+    what was refused since."""
+    files: OpenFiles | None = state.files
+    if files is None:
+        return [], False
+    taken = files.noted, files.more
+    files.noted, files.more = [], False
+    return taken
+
+
 class FileGuard:
     """The forwarding module and Wasmtime's own WASI functions, for one module's calls; its
-    owner (the runner) keeps it alive for as long as its linker may call it."""
+    owner (the runner) keeps it alive for as long as its linker may call it.
 
-    def __init__(self, engine: wasmtime.Engine) -> None:
+    `hidden_root`: the descriptor of an empty read-only preopen at `/` that the runner adds
+    after the manifest's, so that wasi-libc hands an open of a path no grant covers to the
+    host instead of failing it itself. Every path call on it (open, mkdir, unlink, rename,
+    link, set times) is refused here with ENOENT, as wasi-libc would have, without Wasmtime
+    seeing it, and its path is kept (`take_refused`) for the runner to explain."""
+
+    def __init__(self, engine: wasmtime.Engine, hidden_root: int | None = None) -> None:
+        self.hidden_root = hidden_root
         self._module = wasmtime.Module(engine, _FORWARDER)
         self._wasi = wasmtime.Linker(engine)  # Wasmtime's WASI, unshadowed
         self._wasi.define_wasi()
@@ -125,15 +193,14 @@ class FileGuard:
         weakref.finalize(self, _guards.discard, self._handle)
 
     def define(self, linker: wasmtime.Linker) -> None:
-        """Shadow `path_open`, `fd_close`, `fd_renumber` and `path_symlink` on `linker`."""
-        i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
-        for name, params, callback in (
-            (_PATH_OPEN, [i32] * 5 + [i64, i64, i32, i32], _path_open),
-            (_FD_CLOSE, [i32], _fd_close),
-            (_FD_RENUMBER, [i32, i32], _fd_renumber),
-            (_PATH_SYMLINK, [i32] * 5, _path_symlink),
-        ):
-            functype = wasmtime.FuncType(params, [i32])
+        """Shadow `path_open`, `fd_close`, `fd_renumber` and `path_symlink` on `linker`, and,
+        with a hidden root, the other path calls that could reach it."""
+        types = {"i32": wasmtime.ValType.i32(), "i64": wasmtime.ValType.i64()}
+        shadowed = _FORWARDED if self.hidden_root is not None else (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
+        for name in (*shadowed, _PATH_SYMLINK):
+            params = [types[t] for t in _SIGNATURES.get(name, _SYMLINK_PARAMS).split()]
+            functype = wasmtime.FuncType(params, [types["i32"]])
+            callback = _CALLBACKS.get(name, _path_symlink)
             _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
 
     def forwarder(self, caller: _capi.Caller, context: _capi.Context) -> OpenFiles:
@@ -159,7 +226,7 @@ class FileGuard:
         if trap:
             raise wasmtime.Trap._from_ptr(trap)
         functions = {name: export.lookup(context, instance) for name, export in _EXPORTS.items()}
-        return OpenFiles(functions, memory)
+        return OpenFiles(functions, memory, root=self.hidden_root)
 
 
 _guards: _capi.Handles[weakref.ref[FileGuard]] = _capi.Handles()
@@ -200,14 +267,48 @@ class _Wasi:
     count: int
 
     def arg(self, index: int) -> int:
-        return self.values[index].i32 & 0xFFFF_FFFF
+        return cast(int, self.values[index].i32) & 0xFFFF_FFFF
 
     def call(self) -> int:
         """Wasmtime's function on the guest's arguments; its errno (also the guest's result)."""
         return _capi.call_raw(self.context, self.function, self.values, self.count) & 0xFFFF
 
+    def path(self, memory: ffi.wasmtime_extern_t, at: int) -> str | None:
+        """The path whose pointer is argument `at` (its length the next), as an absolute guest
+        path on `/` (its first `_NOTED_CHARS` bytes); None if it is not in the guest's memory."""
+        ptr, length = self.arg(at), self.arg(at + 1)
+        base, size = _capi.memory_view(self.context, memory)
+        if ptr + length > size:
+            return None
+        raw = ctypes.string_at(base + ptr, min(length, _NOTED_CHARS)).decode("utf-8", "replace")
+        return posixpath.normpath("/" + raw.lstrip("/"))
+
+
+def _on_hidden_root(name: str, files: OpenFiles, wasi: _Wasi) -> bool:
+    """Whether the call names a path on the hidden root; if so it fails with ENOENT (what
+    wasi-libc says of a path no preopen covers) and its path is noted, unless it is not in
+    the guest's memory (then EFAULT, as Wasmtime says)."""
+    if files.root is None:
+        return False
+    for fd_at, path_at in _PATHS[name]:
+        if wasi.arg(fd_at) == files.root:
+            path = wasi.path(files.memory, path_at)
+            if path is not None:
+                files.note(path)
+            wasi.values[0].i32 = _abi.Errno.NOENT if path is not None else _abi.Errno.FAULT
+            return True
+    return False
+
+
+def _path_kept(name: str, files: OpenFiles, wasi: _Wasi) -> None:
+    """A path call other than `path_open`: Wasmtime's, unless it is on the hidden root."""
+    if not _on_hidden_root(name, files, wasi):
+        wasi.call()
+
 
 def _path_open_kept(files: OpenFiles, wasi: _Wasi) -> None:
+    if _on_hidden_root(_PATH_OPEN, files, wasi):
+        return
     if len(files.fds) >= MAX_OPEN_FILES or not _budget.take(files):
         wasi.values[0].i32 = _abi.Errno.MFILE
         return
@@ -237,16 +338,26 @@ def _fd_renumber_kept(files: OpenFiles, wasi: _Wasi) -> None:
         if fd in files.fds:
             files.fds.discard(fd)
             files.fds.add(to)
+        if files.root == fd:
+            files.root = to
 
 
 def _closed(files: OpenFiles, fd: int) -> None:
-    """Descriptor `fd` was closed (or replaced): it no longer counts, if it did."""
+    """Descriptor `fd` was closed (or replaced): it no longer counts, if it did, and is no
+    longer the hidden root, if it was."""
+    if files.root == fd:
+        files.root = None
     if fd in files.fds:
         files.fds.discard(fd)
         _budget.give_back(files)
 
 
-_BOOKKEEPING = {_PATH_OPEN: _path_open_kept, _FD_CLOSE: _fd_close_kept, _FD_RENUMBER: _fd_renumber_kept}
+_BOOKKEEPING: dict[str, Callable[[OpenFiles, _Wasi], None]] = {
+    _PATH_OPEN: _path_open_kept,
+    _FD_CLOSE: _fd_close_kept,
+    _FD_RENUMBER: _fd_renumber_kept,
+    **{name: partial(_path_kept, name) for name in _PATHS if name != _PATH_OPEN},
+}
 
 
 def _forwarding(name: str) -> Any:
@@ -261,7 +372,7 @@ def _forwarding(name: str) -> Any:
     return forward
 
 
-_path_open, _fd_close, _fd_renumber = (_forwarding(name) for name in _FORWARDED)
+_CALLBACKS = {name: _forwarding(name) for name in _FORWARDED}
 
 
 @_capi.HostCallback

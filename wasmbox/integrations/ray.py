@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, cast
 
 # Ray's C++ crash reporter takes SIGSEGV, SIGILL, SIGFPE and SIGBUS from Wasmtime, whose trap
 # handlers need them, and `ray.shutdown` leaves them at their defaults: a guest's next fault
@@ -180,7 +180,7 @@ def _import_reference(name: str, reference: str) -> Callable[..., Any]:
     if not callable(target):
         raise TypeError(f"host function {name!r}: {reference} is not callable")
     HostFunction(name, target)  # the name and the signature, checked as a Sandbox checks them
-    return target
+    return cast("Callable[..., Any]", target)
 
 
 # -- the actor ----------------------------------------------------------------------------
@@ -198,7 +198,7 @@ class _SandboxActor:
         self._stray_lock = threading.Lock()
         self._digests: dict[str, str] = {}  # this node's manifest digests -> the driver's
         self._grant_sets: dict[str, Manifest] = {}  # run_python grant sets by the driver's digest
-        self._node = ray.util.get_node_ip_address()
+        self._node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]  # (Ray's own, untyped)
 
     @ray.method(concurrency_group=_CONTROL)
     async def start(

@@ -2,6 +2,7 @@
 /* fsprobe: a WASI command for probing what a sandbox lets a guest see and do.
  *
  *   fsprobe read PATH        print the file to stdout
+ *   fsprobe open PATH...     open each PATH for reading, in turn: "PATH: ok" or "PATH: <strerror>"
  *   fsprobe write PATH TEXT  create/truncate PATH and write TEXT to it
  *   fsprobe fill PATH N [C]  create/truncate PATH and write N bytes to it, C bytes per write
  *                            (default 64 KiB; C = N makes it one write)
@@ -31,7 +32,7 @@ static int fail(int err) {
 }
 
 static int usage(void) {
-    fputs("usage: fsprobe read PATH | write PATH TEXT | fill PATH N [CHUNK] | ls DIR | env | argv [ARG...] | cat"
+    fputs("usage: fsprobe read PATH | open PATH... | write PATH TEXT | fill PATH N [CHUNK] | ls DIR | env | argv [ARG...] | cat"
           " | exit N\n", stderr);
     return 2;
 }
@@ -73,6 +74,15 @@ static int cmd_read(const char *path) {
     int rc = copy(fd, STDOUT_FILENO);
     close(fd);
     return rc;
+}
+
+static int cmd_open(int count, char **paths) {
+    for (int k = 0; k < count; k++) {
+        int fd = open(paths[k], O_RDONLY);
+        printf("%s: %s\n", paths[k], fd < 0 ? strerror(errno) : "ok");
+        if (fd >= 0) close(fd);
+    }
+    return 0;
 }
 
 static int cmd_write(const char *path, const char *text) {
@@ -156,6 +166,7 @@ static int dispatch(int argc, char **argv) {
     const char *cmd = argv[1];
     int nargs = argc - 2;
     if (!strcmp(cmd, "read") && nargs == 1) return cmd_read(argv[2]);
+    if (!strcmp(cmd, "open")) return cmd_open(nargs, argv + 2);
     if (!strcmp(cmd, "write") && nargs == 2) return cmd_write(argv[2], argv[3]);
     if (!strcmp(cmd, "fill") && (nargs == 2 || nargs == 3))
         return cmd_fill(argv[2], argv[3], nargs == 3 ? argv[4] : NULL);

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import wasmtime
 
@@ -19,7 +20,7 @@ from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import CapabilityError, ErrorKind, ManifestError
 from ..._inspect import ModuleInfo, ToolKind
-from ..._manifest import Manifest
+from ..._manifest import SCRATCH_GUEST_PATH, Manifest
 from ..._outcome import Failure
 from ..._results import CallResult
 from ..._wasmtime import capi as _capi
@@ -57,7 +58,6 @@ class ModuleRunner:
         self.kind = info.kind
         self._engine = engine
         self._manifest = manifest
-        self._limits = manifest.limits
         self._ticker = ticker
         self._uses_wasi = info.uses_wasi
         self._scratch = scratch
@@ -71,12 +71,23 @@ class ModuleRunner:
         self._entry = reactor.EntryCall(manifest, info) if self.kind is ToolKind.C_REACTOR else None
         self._fail_on_exit = command is not None and command.fail_on_exit_code
         self._outputs = tuple(o.path for o in command.outputs) if command is not None else ()
+        # The hidden root: an empty read-only preopen at / after the manifest's and the
+        # scratch's, unless a grant is at / already, so that a path no grant covers reaches
+        # `_wasi_files`, is refused there as before, and the call says why (`_explain`).
+        at_root = any(p.guest.strip("/") == "" for p in manifest.preopens)
+        self._root: Path | None = scratch.empty if info.uses_wasi and not at_root else None
+        granted = (
+            *(p.guest for p in manifest.preopens),
+            *((SCRATCH_GUEST_PATH,) if manifest.scratch is not None and info.uses_wasi else ()),
+        )
+        self._granted = ", ".join(granted)
         linker = wasmtime.Linker(engine)
         if info.uses_wasi:
             linker.define_wasi()
             linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
             _wasi_poll.define(linker)
-            self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
+            root_fd = _wasi_files.FIRST_PREOPEN_FD + len(granted) if self._root is not None else None
+            self._files = _wasi_files.FileGuard(engine, root_fd)  # caps open files, refuses symlinks
             self._files.define(linker)
             linker.allow_shadowing = False
         # held here, as long as the InstancePre that calls them (the registry holds them weakly)
@@ -91,13 +102,14 @@ class ModuleRunner:
     exit_is_an_end = True  # a command's exit, or a C entry's, ends the call as a guest error
 
     def call(self, call: CallInput) -> CallResult:
-        return _call.perform(self, self._manifest, call, self._ticker)
+        return _call.perform(self, call.manifest(self._manifest), call, self._ticker)
 
     def prepare(self, state: CallState, call: CallInput) -> _call.Instance:
         # A module that cannot reach WASI cannot use a scratch directory: none is made.
+        root = ((self._root, "/", False),) if self._root is not None else ()
         return _call.fresh_instance(
-            self._engine, self._manifest, self._ticker, call, wasi=self._uses_wasi,
-            scratch=self._scratch.create, store_limits=_STORE_LIMITS,
+            self._engine, state.manifest, self._ticker, call, wasi=self._uses_wasi,
+            scratch=self._scratch.create, last=root, store_limits=_STORE_LIMITS,
         )  # fmt: skip
 
     def run(self, instance: _call.Instance, state: CallState, call: CallInput) -> Any:
@@ -108,6 +120,7 @@ class ModuleRunner:
         state.ready()
         if self.kind is ToolKind.COMMAND:
             value = _run_command(store, created)
+            self._explain(state, instance.stderr)  # before the exit's message quotes stderr
             if self._fail_on_exit and value["exit_code"] != 0:
                 raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], instance.stderr))
             return value
@@ -115,20 +128,39 @@ class ModuleRunner:
         if self._entry is not None:
             argv = (self._manifest.name, *self._manifest.args, *call.argv)
             value = self._entry.run(
-                store, created, memory, prepared, argv, self._limits.output, instance.stderr
+                store, created, memory, prepared, argv, state.manifest.limits.output, instance.stderr
             )
+            self._explain(state, instance.stderr)
             if self._fail_on_exit and self._entry.result == "exit_code" and value["exit_code"] != 0:
                 raise Failure(ErrorKind.GUEST_ERROR, _exit_message(value["exit_code"], instance.stderr))
             return value
-        return self._run_abi(store, created, memory, call)
+        return self._run_abi(store, created, memory, call, state.manifest.limits.output)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: CallState, ok: bool) -> None:
+        self._explain(state, instance.stderr)  # (a run that trapped or was stopped said nothing yet)
         if instance.memory is not None:
             instance.peak_memory = _capi.memory_view(_store.context(instance.store), instance.memory)[1]
         if ok and self._outputs and instance.scratch is not None:
-            instance.files = instance.scratch.collect(self._outputs, self._limits.output)
+            instance.files = instance.scratch.collect(self._outputs, instance.manifest.limits.output)
 
     dispose = staticmethod(_store.close_store)
+
+    def _explain(self, state: CallState, stderr: Output) -> None:
+        """Say on stderr, once per path, which paths the guest was refused because no grant
+        covers them (on the hidden root, which wasi-libc fails as a missing file). The note
+        is the host's: it is added past the output cap if need be, and never counts as output
+        over it. Again after it has spoken is a no-op."""
+        paths, more = _wasi_files.take_refused(state)
+        if not paths:
+            return
+        granted = f"granted: {self._granted}" if self._granted else "nothing is granted"
+        lines = [
+            f"wasmbox: no preopen covers {path!r} ({granted}): grant its folder in the manifest's preopens\n"
+            for path in paths
+        ]
+        if more:
+            lines.append("wasmbox: and more paths no preopen covers\n")
+        stderr.note("".join(lines).encode())
 
     def _run_abi(
         self,
@@ -136,6 +168,7 @@ class ModuleRunner:
         instance: wasmtime.Instance,
         memory: _capi.Extern,
         call: CallInput,
+        cap: int,
     ) -> Any:
         try:
             payload = _abi.pack(dict(call.args))
@@ -151,7 +184,7 @@ class ModuleRunner:
         ctypes.memmove(base + ptr, payload, len(payload))
         packed = _capi.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
         rptr, rlen = _abi.split(packed)
-        _call.check_result_size(rlen, self._limits.output)
+        _call.check_result_size(rlen, cap)
         base, size = _capi.memory_view(context, memory)  # the guest may have grown it
         if rptr + rlen > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")
@@ -169,7 +202,7 @@ def _memory(store: wasmtime.Store, instance: wasmtime.Instance) -> _capi.Extern 
         item = _capi.MEMORY.get(store, instance)
     except wasmtime.WasmtimeError:  # a command module need not export it
         return None
-    return item if item.kind == _capi.EXTERN_MEMORY else None
+    return item if cast(int, item.kind) == _capi.EXTERN_MEMORY else None  # (a ctypes field reads as int)
 
 
 def _exit_message(code: int, stderr: Output) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome
+from ... import _abi, _call, _outcome, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -70,9 +70,10 @@ _EXPORTS = {
     for name in (
         "malloc", "free", "JS_Eval", "JS_Call", "JS_GetException", "JS_IsJobPending", "js_std_loop_once",
         "JS_PromiseState", "JS_PromiseResult", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen",
+        "JS_FreeValue",
     )
 }  # fmt: skip
-_TABLE = _capi.ExportName(build._snapshot.TABLE_EXPORT)
+_TABLE = _capi.ExportName(_snapshot.TABLE_EXPORT)
 _INITIALIZE_ENVIRON = _capi.ExportName(build.INITIALIZE_ENVIRON_EXPORT)
 I32, I64 = "i32", "i64"
 
@@ -164,7 +165,7 @@ class JavaScriptRunner:
         manifest = state.manifest
         return self._run(store, created, memory, request, manifest.limits.output, bool(manifest.env))
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         memory = instance.memory
         if memory is not None:
             instance.peak_memory = _capi.memory_view(_store.context(instance.store), memory)[1]
@@ -250,7 +251,16 @@ class JavaScriptRunner:
         text, size = guest.string(
             ctx, reply, layout.length_cell, cap=cap + _REPLY_KEYS, cap_shown=cap, free=False
         )  # (the instance is dropped whole)
-        value = _value(text)  # (a Failure for an error reply)
+        try:
+            value = _value(text)  # (a Failure for an error reply)
+        except Failure as failure:
+            message = failure.error.message
+            if evaluated != layout.exception or not message.startswith("SyntaxError: "):
+                raise
+            where = request.filename if request.filename is not None else build.INPUT_NAME
+            raise Failure(
+                failure.error.kind, _Probe(guest, layout, name, flags).locate(request.code, where, message)
+            ) from None
         _call.check_result_size(size - len(_OK_FRAME), cap)
         return value
 
@@ -475,6 +485,116 @@ def _seed() -> bytes:
             return seed
 
 
+_FRAME = re.compile(r"^    at (?P<file>.+):(?P<line>\d+):(?P<column>\d+)$", re.MULTILINE)
+_QUOTED = re.compile(r"'([^']*)'$")  # the token a SyntaxError's message ends by quoting
+PROBE_FUEL = 500_000_000  # what finding a SyntaxError's column may cost, the call's own fuel aside
+PROBE_TIMES = 16  # ... and at most this many times the fuel the failing call had used
+PROBE_MAX = 64 * 1024  # bytes of source up to the error's line past which no column is looked for
+
+
+class _Probe:
+    """Where a SyntaxError really is. QuickJS-NG reports the right line but the column of the
+    statement (or expression) the parser was in, not of the token it choked on; so the code up
+    to growing prefixes of that line is compiled (compile-only: nothing runs) in the failed
+    call's instance, bisecting for the shortest prefix that fails with the same message: the
+    token that ends it is the culprit. About log2(line length) + 3 compiles, only on this error
+    path, under a fuel budget of their own (`PROBE_FUEL`, and no more than `PROBE_TIMES` the
+    fuel the call had used: what a guest makes the host spend stays a multiple of its own; the
+    call's fuel is put back after) and the call's deadline; any failure of theirs leaves
+    QuickJS's column as it was."""
+
+    def __init__(self, guest: _Guest, layout: build.Layout, name: int, flags: int) -> None:
+        self._guest = guest
+        self._layout = layout
+        self._name = name
+        self._flags = flags | build.EVAL_COMPILE_ONLY
+
+    def locate(self, code: str, where: str, message: str) -> str:
+        """`message` (the driver's description of the SyntaxError compiling `code`, named `where`)
+        with its first frame's column made the offending token's; else `message` unchanged."""
+        frame = _FRAME.search(message)
+        if frame is None or frame["file"] != where:
+            return message
+        number, lines = int(frame["line"]), code.split("\n")
+        if not 1 <= number <= len(lines):
+            return message
+        head, line = "".join(f"{text}\n" for text in lines[: number - 1]), lines[number - 1]
+        if len(head.encode("utf-8", "surrogatepass")) + len(line) * 4 > PROBE_MAX:
+            return message
+        first = message.split("\n", 1)[0]
+        context = self._guest.context
+        fuel = _store.fuel_left(context)
+        used = _call.current().manifest.limits.fuel - fuel
+        _store.set_fuel(context, min(PROBE_FUEL, PROBE_TIMES * used))
+        try:
+            column = self._column(code, head, line, first)
+        except (Failure, wasmtime.Trap, wasmtime.WasmtimeError):
+            column = None  # out of the probes' fuel, past the deadline, out of memory: as it was
+        finally:
+            _store.set_fuel(context, fuel)
+        if column is None:
+            return message
+        return f"{message[: frame.start('column')]}{column}{message[frame.end('column') :]}"
+
+    def _column(self, code: str, head: str, line: str, first: str) -> int | None:
+        """The 1-based column on `line` of the token whose prefix first fails as `first`;
+        None when the code does not fail so when compiled (it threw a SyntaxError when run),
+        or the line alone does not decide it (the whole line fails so, or no prefix of it
+        does)."""
+
+        def fails(k: int) -> bool:
+            return self._error(head + line[:k]) == first
+
+        if self._error(code) != first or fails(0) or not fails(len(line)):
+            return None
+        good, bad = 0, len(line)  # the prefix of `good` characters does not fail so; of `bad`, does
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            good, bad = (good, middle) if fails(middle) else (middle, bad)
+        # the last character of the shortest failing prefix ends the token: back to its start,
+        # by the token the message quotes ("Unexpected token '=>'"), else over a word's characters
+        quoted = _QUOTED.search(first)
+        if quoted is not None and quoted[1] and line[:bad].endswith(quoted[1]):
+            return bad - len(quoted[1]) + 1
+        start = bad - 1
+        while start > 0 and _is_word(line[start]) and _is_word(line[start - 1]):
+            start -= 1
+        return start + 1
+
+    def _error(self, code: str) -> str | None:
+        """The first line of the error compiling `code` (nothing runs), or None if it compiles."""
+        guest, layout = self._guest, self._layout
+        data = code.encode("utf-8", "surrogatepass")
+        source = guest.copy(data + b"\0")
+        try:
+            compiled = guest.call("JS_Eval", (I32, layout.context), (I32, source), (I32, len(data)),
+                                  (I32, self._name), (I32, self._flags))  # fmt: skip
+        finally:
+            guest.call("free", (I32, source))
+        if compiled != layout.exception:
+            guest.call("JS_FreeValue", (I32, layout.context), (I64, compiled))
+            return None
+        reply = self._call_driver(guest.call("JS_GetException", (I32, layout.context)))
+        text, _ = guest.string(layout.context, reply, layout.length_cell, cut=4096)
+        guest.call("JS_FreeValue", (I32, layout.context), (I64, reply))
+        try:
+            described = json.loads(text)["error"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return described.split("\n", 1)[0] if isinstance(described, str) else None
+
+    def _call_driver(self, exception: int) -> int:
+        layout = self._layout
+        self._guest.write(layout.scratch, struct.pack("<Q", exception))
+        return self._guest.call("JS_Call", (I32, layout.context), (I64, layout.fail), (I64, layout.undefined),
+                                (I32, 1), (I32, layout.scratch))  # fmt: skip
+
+
+def _is_word(character: str) -> bool:
+    """Part of an identifier or a number (a token the parser may take before it is whole)."""
+    return character.isalnum() or character in "_$"
+
+
 def _value(text: str) -> Any:
     """The call's value from the driver's JSON reply; a Failure for its error reply."""
     try:
@@ -533,7 +653,7 @@ class JavaScriptSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, Request(call.args["code"]), call.files)
+        return self._runtime.call(call.manifest(self._grants), Request(call.args["code"]), call.files)
 
 
 class JavaScriptToolRunner:
@@ -557,4 +677,4 @@ class JavaScriptToolRunner:
                 self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
             )
         request = Request(self._source, self._filename, self._entry, args)
-        return self._runtime.call(self._manifest, request, call.files)
+        return self._runtime.call(call.manifest(self._manifest), request, call.files)

@@ -113,7 +113,6 @@ class _Run:
 
     code: str
     returned: bool = True  # False once the guest started and did not return of itself
-    state: CallState | None = None
 
 
 class _KeptInstance:
@@ -138,7 +137,6 @@ class _KeptInstance:
         kept.stderr.reset(manifest.limits.output)
         kept.files, kept.overflowed = None, None
         state.files = self._kernel._files  # (the descriptors earlier runs left open)
-        run.state = state
         state.ready(True)
         return kept
 
@@ -155,14 +153,12 @@ class _KeptInstance:
         run.returned = state.abort is None
         return value
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
-        self._runner.after(instance, ok)  # (its memory's size; a stack past its guard)
+    def after(self, instance: _call.Instance, state: CallState, ok: bool) -> None:
+        self._runner.after(instance, state, ok)  # (its memory's size; a stack past its guard)
         if instance.overflowed is not None:  # its memory holds what the overflow wrote
             self._run.returned = False
-        state = self._run.state
-        if state is not None:  # the kernel keeps the open files: the run gives none back
-            self._kernel._files = state.files
-            state.files = None
+        self._kernel._files = state.files  # the kernel keeps the open files: the run gives none back
+        state.files = None
 
     def dispose(self, store: wasmtime.Store) -> None:
         """(The session's store lives on.)"""

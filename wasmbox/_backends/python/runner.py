@@ -176,7 +176,7 @@ class PythonRuntimeRunner:
         response = _component_io.call_bytes(instance.store, instance.entry, request.payload)
         return self._decode(response, state.manifest.limits.output)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         """(A component's memory is not the runner's to read: its peak is not known.)"""
 
     def dispose(self, store: wasmtime.Store) -> None:
@@ -359,9 +359,14 @@ class _Spares:
     def take(self, grants_digest: str, manifest: Manifest) -> _call.Instance | None:
         with self._lock:
             spare = self._ready.pop(grants_digest, None)
-        if spare is not None and spare.manifest != manifest:  # never another grant set's
+        if spare is None or spare.manifest == manifest:
+            return spare
+        if not _serves(spare.manifest, manifest):  # never another grant set's
             spare.discard()
             return None
+        spare.manifest = manifest  # a call's own limits: its fuel and deadline come with `renew`
+        spare.stdout.reset(manifest.limits.output)
+        spare.stderr.reset(manifest.limits.output)
         return spare
 
     def wanted(self, grants_digest: str) -> bool:
@@ -384,6 +389,16 @@ class _Spares:
         with self._lock:
             spares, self._ready = list(self._ready.values()), {}
             return spares
+
+
+def _serves(made: Manifest, wanted: Manifest) -> bool:
+    """Whether an instance made (never run) under `made` can serve a call under `wanted`: the
+    same grants, and the same memory cap (its store's limit); fuel, deadline, output cap and
+    host calls are the call's own."""
+    return (
+        made.limits.memory == wanted.limits.memory
+        and made.model_copy(update={"limits": wanted.limits}) == wanted
+    )
 
 
 class _Housekeeper:
@@ -454,7 +469,8 @@ class PythonSnippetRunner:
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
         return self._runtime.call(
-            self._grants, self._grants_digest, {"mode": "code", "code": call.args["code"]}, files=call.files
+            call.manifest(self._grants), self._grants_digest, {"mode": "code", "code": call.args["code"]},
+            files=call.files,
         )
 
 
@@ -479,4 +495,4 @@ class PythonToolRunner:
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}
-        return self._runtime.call(self._manifest, self._grants_digest, request, files=call.files)
+        return self._runtime.call(call.manifest(self._manifest), self._grants_digest, request, files=call.files)

@@ -40,8 +40,8 @@ from ... import _call, _outcome, _telemetry
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
 from ..._capabilities import scratch as _scratch
-from ..._errors import ErrorKind, SessionEndedError, SessionError, WasmboxError
-from ..._manifest import PACKAGES_GUEST_PATH, Manifest
+from ..._errors import ErrorKind, LimitsError, SessionEndedError, SessionError, WasmboxError
+from ..._manifest import PACKAGES_GUEST_PATH, CallLimits, Limits, Manifest
 from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
@@ -214,24 +214,29 @@ class Session:
     # -- runs ------------------------------------------------------------------------------
 
     def run(
-        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
-        on_output: OutputListener | None = None,
+        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
-        run (else `over_budget`, and the session stays as it was). `files` are written under
-        /tmp/in first, replacing those of the same name (the manifest needs `inputs`); the
-        manifest's `outputs` come back in `CallResult.files`; `on_output` gets stdout and stderr
-        as they are written (`Tool.call`). Raises `SessionEndedError` when the session has ended
-        (or ends now: idle, too old, a total spent)."""
+        run (else `over_budget`, and the session stays as it was); with `limits`, under those
+        (tighter than the manifest's; its memory cap is the session's, fixed when it opened).
+        `files` are written under /tmp/in first, replacing those of the same name (the manifest
+        needs `inputs`); the manifest's `outputs` come back in `CallResult.files`; `on_output`
+        gets stdout and stderr as they are written (`Tool.call`). Raises `SessionEndedError`
+        when the session has ended (or ends now: idle, too old, a total spent), LimitsError for
+        limits that would loosen the manifest's."""
+        run_limits = self._limits_for(limits)
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self.run, code, files=files, on_output=on_output))
+            return budget.run(
+                self._manifest.name, partial(self.run, code, limits=limits, files=files, on_output=on_output)
+            )
         if on_output is not None:
             with _output.streaming(on_output):
-                return self._run_audited(code, files)
-        return self._run_audited(code, files)
+                return self._run_audited(code, run_limits, files)
+        return self._run_audited(code, run_limits, files)
 
-    def _run_audited(self, code: str, files: object) -> CallResult:
+    def _run_audited(self, code: str, run_limits: Limits, files: object) -> CallResult:
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -241,10 +246,11 @@ class Session:
             try:
                 telemetry = _telemetry.active
                 if telemetry is None:
-                    result = self._run(code, files)
+                    result = self._run(code, run_limits, files)
                 else:  # a span as a tool call's, with the session's name
                     result = telemetry.tool_call(
-                        self._manifest.name, self.runtime, partial(self._run, code, files), session=self.name
+                        self._manifest.name, self.runtime, partial(self._run, code, run_limits, files),
+                        session=self.name,
                     )
             finally:
                 self._running = False
@@ -252,23 +258,25 @@ class Session:
         if self._auditor.enabled:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(
-                result, self.manifest_digest, digest, {}, self._manifest.limits,
+                result, self.manifest_digest, digest, {}, run_limits,
                 session=self.name, session_id=self.id,
             )  # fmt: skip
         return result
 
     async def arun(
-        self, code: str, *, budget: Budget | None = None, files: Mapping[str, bytes | str] | None = None,
-        on_output: OutputListener | None = None,
+        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
-        """`run` on the Sandbox's worker threads; `on_output` is called on the event loop."""
+        """`run` on the Sandbox's worker threads (limits are checked here, before); `on_output`
+        is called on the event loop."""
         import asyncio  # lazily, as in Tool.acall
 
         from ..._tool import on_the_loop
 
+        self._limits_for(limits)
         loop = asyncio.get_running_loop()
         listener = on_the_loop(loop, on_output) if on_output is not None else None
-        run = partial(self.run, code, budget=budget, files=files, on_output=listener)
+        run = partial(self.run, code, budget=budget, limits=limits, files=files, on_output=listener)
         return await loop.run_in_executor(self._executor, _telemetry.carried(run))
 
     def files(self) -> dict[str, int]:
@@ -302,6 +310,19 @@ class Session:
         if self._ended is not None:
             raise SessionEndedError(self.name, self._ended)
 
+    def _limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits:
+        """A run's limits: the manifest's, tightened by `limits`. LimitsError as `run` says."""
+        own = self._manifest.limits
+        if limits is None:
+            return own
+        tightened = CallLimits.of(limits).applied_to(own, self.name)
+        if tightened.memory != own.memory:
+            raise LimitsError(
+                f"{self.name}: limits.memory: a session's memory cap is fixed when it opens (its "
+                "instance lives on): open the session with a manifest of the memory cap wanted"
+            )
+        return tightened
+
     def _check_open(self) -> None:
         if self._ended is None:
             now = self._table.clock()
@@ -319,8 +340,8 @@ class Session:
             self._reported = True  # (the caller is told now)
             raise SessionEndedError(self.name, self._ended)
 
-    def _run(self, code: str, files: object = None) -> CallResult:
-        manifest = self._run_manifest()
+    def _run(self, code: str, limits: Limits, files: object = None) -> CallResult:
+        manifest = self._run_manifest(limits)
         if not isinstance(code, str):
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
         assert self._kernel is not None
@@ -359,12 +380,12 @@ class Session:
                "through an update): its variables and files are gone"  # fmt: skip
         return result.model_copy(update={"error": CallError(kind=error.kind, message=error.message + note)})
 
-    def _run_manifest(self) -> Manifest:
-        """The manifest, its per-call fuel and deadline clipped to what is left of the totals."""
-        limits = self._manifest.limits
+    def _run_manifest(self, limits: Limits) -> Manifest:
+        """The manifest under a run's `limits`, its fuel and deadline clipped to what is left
+        of the totals."""
         fuel = min(limits.fuel, self.limits.fuel - self._fuel)
         timeout = min(limits.timeout, self.limits.time - self._time)
-        if fuel == limits.fuel and timeout == limits.timeout:
+        if fuel == limits.fuel and timeout == limits.timeout and limits is self._manifest.limits:
             return self._manifest
         clipped = limits.model_copy(update={"fuel": fuel, "timeout": timeout})
         return self._manifest.model_copy(update={"limits": clipped})
@@ -478,7 +499,7 @@ class _KeptInstance:
         run.returned = state.abort is None
         return self._runner._decode(response, state.manifest.limits.output)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         """(Nothing to read: a component's memory is not the runner's.)"""
 
     def dispose(self, store: wasmtime.Store) -> None:

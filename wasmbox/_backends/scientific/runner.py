@@ -23,11 +23,12 @@ from typing import Any
 import wasmtime
 
 from ... import _abi, _call, _outcome
-from ..._call import CallInput, Failure
+from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import Manifest
+from ..._outcome import Failure
 from ..._results import CallResult
 from ..._units import format_size
 from ..._wasmtime import store as _store
@@ -35,6 +36,7 @@ from ..._wasmtime import wasi_files as _wasi_files
 from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
+from ..python.build import RuntimeBuildError
 from . import build
 
 # The guest's own instance and the file forwarder of `_wasi_files`, one memory; the table
@@ -161,13 +163,13 @@ class ScientificRunner:
             instance.memory = found if isinstance(found, wasmtime.Memory) else None
             state.ready()
             build.turn(instance.store, created, build.SERVE)
-        except build.RuntimeBuildError as exc:  # host_alloc found no room for the request
+        except RuntimeBuildError as exc:  # host_alloc found no room for the request
             raise Failure(ErrorKind.MEMORY_LIMIT, str(exc)) from None
         finally:
             _local.door = None
         return self._value(door, instance.stderr)
 
-    def after(self, instance: _call.Instance, ok: bool) -> None:
+    def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         if instance.memory is not None:
             instance.peak_memory = instance.memory.data_len(instance.store)
 
@@ -258,7 +260,7 @@ def _initial_memory(module: wasmtime.Module) -> int:
         kind = export.type
         if isinstance(kind, wasmtime.MemoryType):
             return int(kind.limits.min) * 65536
-    raise build.RuntimeBuildError("the scientific runtime's module exports no memory")
+    raise RuntimeBuildError("the scientific runtime's module exports no memory")
 
 
 # What a call needs beyond the snapshot's memory: the smallest call grows it by a few MiB.
@@ -276,7 +278,9 @@ class ScientificSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(self._grants, {"mode": "code", "code": call.args["code"]}, call.files)
+        return self._runtime.call(
+            call.manifest(self._grants), {"mode": "code", "code": call.args["code"]}, call.files
+        )
 
 
 class ScientificToolRunner:
@@ -293,4 +297,4 @@ class ScientificToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(self._manifest, {**self._request, "args": dict(call.args)}, call.files)
+        return self._runtime.call(call.manifest(self._manifest), {**self._request, "args": dict(call.args)}, call.files)
