@@ -696,7 +696,13 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         listener = on_the_loop(loop, on_output) if on_output is not None else None
         run = partial(
-            self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits, files=files,
+            self.run_python,
+            code,
+            manifest,
+            runtime=runtime,
+            budget=budget,
+            limits=limits,
+            files=files,
             on_output=listener,
         )
         return await loop.run_in_executor(self._executor, _telemetry.carried(run))

@@ -200,7 +200,13 @@ class Tool:
         return CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
 
     def _counted(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None, files: Any = None
+        self,
+        args: Any,
+        argv: Any,
+        stdin: Any,
+        budget: Budget | None,
+        limits: Limits | None,
+        files: Any = None,
     ) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
@@ -218,7 +224,13 @@ class Tool:
         return result
 
     def _budgeted(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None, files: Any = None
+        self,
+        args: Any,
+        argv: Any,
+        stdin: Any,
+        budget: Budget | None,
+        limits: Limits | None,
+        files: Any = None,
     ) -> CallResult:
         if budget is None:
             return self._call(args, argv, stdin, limits, files)
@@ -276,7 +288,13 @@ class Tool:
         listener = on_the_loop(loop, on_output) if on_output is not None else None
         work = _telemetry.carried(
             partial(
-                self.call, args, argv=argv, stdin=stdin, budget=budget, limits=limits, files=files,
+                self.call,
+                args,
+                argv=argv,
+                stdin=stdin,
+                budget=budget,
+                limits=limits,
+                files=files,
                 on_output=listener,
             )
         )

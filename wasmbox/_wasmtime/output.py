@@ -92,6 +92,7 @@ class Output:
         except Exception:  # noqa: BLE001 - the caller's code: it must not fail the guest's write
             _log.exception("wasmbox: an on_output listener raised; it is told nothing more for this call")
             self._listener = None
+
     def note(self, data: bytes) -> None:
         """Add the host's own `data` after what the guest wrote, past the cap if need be (it
         is not the guest's output: it never counts towards the cap nor marks it cut)."""

@@ -469,7 +469,9 @@ class PythonSnippetRunner:
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
         return self._runtime.call(
-            call.manifest(self._grants), self._grants_digest, {"mode": "code", "code": call.args["code"]},
+            call.manifest(self._grants),
+            self._grants_digest,
+            {"mode": "code", "code": call.args["code"]},
             files=call.files,
         )
 
@@ -495,4 +497,6 @@ class PythonToolRunner:
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}
-        return self._runtime.call(call.manifest(self._manifest), self._grants_digest, request, files=call.files)
+        return self._runtime.call(
+            call.manifest(self._manifest), self._grants_digest, request, files=call.files
+        )

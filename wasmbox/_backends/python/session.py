@@ -249,7 +249,9 @@ class Session:
                     result = self._run(code, run_limits, files)
                 else:  # a span as a tool call's, with the session's name
                     result = telemetry.tool_call(
-                        self._manifest.name, self.runtime, partial(self._run, code, run_limits, files),
+                        self._manifest.name,
+                        self.runtime,
+                        partial(self._run, code, run_limits, files),
                         session=self.name,
                     )
             finally:

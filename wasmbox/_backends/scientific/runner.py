@@ -297,4 +297,6 @@ class ScientificToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(call.manifest(self._manifest), {**self._request, "args": dict(call.args)}, call.files)
+        return self._runtime.call(
+            call.manifest(self._manifest), {**self._request, "args": dict(call.args)}, call.files
+        )
