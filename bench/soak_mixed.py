@@ -26,7 +26,7 @@ from typing import Any
 import wasmbox
 from wasmbox import ErrorKind
 from wasmbox._bench import process_stats
-from wasmbox._wasmtime.wasi_files import MAX_OPEN_FILES
+from wasmbox._capabilities.wasi_files import MAX_OPEN_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
 WAT = ROOT / "runtimes" / "examples" / "wat"

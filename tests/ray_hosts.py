@@ -27,3 +27,21 @@ def nap(seconds: float) -> None:
 def environ(name: str) -> str | None:
     """The actor process's own environment variable `name` (so a test can show what it holds)."""
     return os.environ.get(name)
+
+
+def spans_to_file() -> None:
+    """A pool's `actor_setup`: wasmbox's telemetry on in the actor, its spans written by the
+    SDK's console exporter as JSON lines to the file `$WASMBOX_TEST_SPANS` names."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    import wasmbox.telemetry
+
+    out = open(os.environ["WASMBOX_TEST_SPANS"], "a")  # noqa: SIM115 - the exporter's for the process's life
+    provider = TracerProvider()
+    provider.add_span_processor(
+        SimpleSpanProcessor(
+            ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
+        )
+    )
+    wasmbox.telemetry.instrument(tracer_provider=provider)

@@ -11,8 +11,8 @@ import pytest
 
 import wasmbox
 from wasmbox import ErrorKind
+from wasmbox._capabilities import wasi_files as _wasi_files
 from wasmbox._inputs import InputUnavailable
-from wasmbox._wasmtime import wasi_files as _wasi_files
 
 from .conftest import manifest
 

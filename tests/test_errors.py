@@ -16,7 +16,7 @@ from .conftest import manifest, outlast_the_deadline
 def test_error_kinds_are_exactly_the_documented_set() -> None:
     assert {k.value for k in ErrorKind} == {
         "out_of_fuel", "timeout", "memory_limit", "trap", "guest_error", "capability_denied",
-        "invalid_arguments", "output_limit", "bad_response", "host_error", "over_budget",
+        "invalid_arguments", "output_limit", "bad_response", "host_error", "over_budget", "overloaded",
     }  # fmt: skip
 
 

@@ -160,8 +160,10 @@ INTERNAL_PARAMETERS = {
     "Tool.__init__: runner: wasmbox._tool.Runner",
     "Tool.__init__: auditor: wasmbox._audit.Auditor",
     "Tool.__init__: counts: wasmbox._stats.CallCounts",
+    "Tool.__init__: gate: wasmbox._admission.Gate",
     # a Session is made by Sandbox.session
     "Session.__init__: auditor: wasmbox._audit.Auditor",
+    "Session.__init__: gate: wasmbox._admission.Gate",
     "Session.__init__: kernel: wasmbox._backends.python.session.Kernel",
     "Session.__init__: table: wasmbox._backends.python.session.SessionTable",
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox import AuditRecord, CallResult, ErrorKind
+from wasmbox import AuditRecord, Budget, CallResult, ErrorKind
 from wasmbox._inputs import InputUnavailable
 
 from . import ray_hosts
@@ -327,6 +328,13 @@ def test_host_functions_that_cannot_travel_are_refused(pool: RaySandboxPool) -> 
     assert result.value == "HI", result
 
 
+def test_an_actor_setup_that_cannot_travel_is_refused(cluster: None) -> None:
+    with pytest.raises(ValueError, match="actor_setup: .* cannot travel to the pool's actors"):
+        RaySandboxPool([manifest("echo")], actor_setup=lambda: None)
+    with pytest.raises(ValueError, match="actor_setup: cannot import tests.ray_hosts:nothing"):
+        RaySandboxPool([manifest("echo")], actor_setup="tests.ray_hosts:nothing")
+
+
 def test_input_ray_cannot_send_is_invalid_arguments_and_frees_its_slot(
     pool: RaySandboxPool, local: wasmbox.Sandbox, audit: list[AuditRecord]
 ) -> None:
@@ -399,6 +407,72 @@ def test_a_killed_actor_fails_its_calls_and_is_replaced(
     assert {"host_error", "timeout"} <= {
         r.error_kind for r in audit if r.tool == "spin"
     }  # the lost call's record
+
+
+def test_budgets_are_held_on_the_driver(pool: RaySandboxPool, audit: list[AuditRecord]) -> None:
+    """One budget across call, acall, run_python and dispatch, decided and charged on the driver
+    with what the actors' results say they used; a refused call never reaches an actor."""
+    audit.clear()
+    budget = Budget(calls=5, name="tenant")
+    results = [
+        pool.call("echo", {"a": 1}, budget=budget),
+        asyncio.run(pool.acall("echo", {"a": 2}, budget=budget)),
+        pool.run_python("2 + 2", budget=budget),
+    ]
+    assert [r.error for r in results] == [None, None, None]
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "echo", "arguments": "{}"}} for i in range(3)
+    ]
+    replies = pool.dispatch(calls, format="openai", budget=budget)
+    kinds = sorted(json.loads(r["content"]).get("error", {}).get("kind", "ok") for r in replies)
+    assert kinds == ["ok", "ok", "over_budget"]
+    refused = asyncio.run(pool.arun_python("1", budget=budget))
+    assert refused.error is not None and refused.error.kind is ErrorKind.OVER_BUDGET
+    assert refused.error.message == "not run: tenant: its calls (5) is used up"
+    used = budget.used()
+    assert used["calls"] == 5 and used["running"] == 0
+    assert used["fuel"] >= sum(r.fuel_used for r in results) > 0  # (and the dispatched calls')
+    # five ran on the actors; the refused run_python is recorded here (dispatch's refusals are
+    # its replies, not calls, as in-process)
+    assert [r.error_kind for r in audit] == [None] * 5 + ["over_budget"]
+
+
+def test_the_trace_context_reaches_the_actors(cluster: None, cache_dir: Path, tmp_path: Path) -> None:
+    """With telemetry on in the driver and (through `actor_setup`) in the actors, an actor's
+    `execute_tool` span is a child of the span current where the call was made: for call,
+    acall and dispatch."""
+    pytest.importorskip("opentelemetry.sdk", reason="opentelemetry-sdk is in the test extra")
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import wasmbox.telemetry
+
+    spans = tmp_path / "spans.jsonl"
+    tracer = TracerProvider().get_tracer("test")
+    options = {**ACTOR, "runtime_env": {"env_vars": {"WASMBOX_TEST_SPANS": str(spans)}}}
+    calls = [{"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}]
+    with RaySandboxPool(
+        [manifest("echo")], actors=1, actor_options=options, cache_dir=cache_dir, max_workers=1,
+        actor_setup="tests.ray_hosts:spans_to_file",
+    ) as traced:  # fmt: skip
+        wasmbox.telemetry.instrument(tracer_provider=TracerProvider())
+        try:
+            parents = []
+            for make in (
+                lambda: traced.call("echo", {"a": 1}),
+                lambda: asyncio.run(traced.acall("echo", {"a": 2})),
+                lambda: traced.dispatch(calls, format="openai"),
+            ):
+                with tracer.start_as_current_span("request") as request:
+                    make()
+                    parents.append(request.get_span_context())
+        finally:
+            wasmbox.telemetry.uninstrument()
+        assert traced.call("echo", {}).ok  # (off in the driver: no context sent)
+    remote = [json.loads(line) for line in spans.read_text().splitlines()]
+    assert [span["name"] for span in remote] == ["execute_tool echo"] * 4
+    joined = [(span["context"]["trace_id"], span["parent_id"]) for span in remote]
+    assert joined[:3] == [(f"0x{p.trace_id:032x}", f"0x{p.span_id:016x}") for p in parents]
+    assert joined[3][1] is None and joined[3][0] not in {j[0] for j in joined[:3]}
 
 
 def test_a_closed_pool_refuses_calls(cluster: None, cache_dir: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +188,63 @@ def test_mcp_calls_join_the_clients_trace(box: wasmbox.Sandbox, recorded: Record
     trace_id = asyncio.run(asyncio.wait_for(run(), 60))
     (call,) = [span for span in recorded.finished() if span.name == "execute_tool echo"]
     assert call.context.trace_id == trace_id
+
+
+def _gauge(recorded: Recorded, name: str) -> int:
+    (point,) = recorded.points(name)
+    return int(point.value)
+
+
+def test_pool_state_is_in_stats_and_in_gauges(cache_dir: Path, recorded: Recorded) -> None:
+    """A call held in a host function is one call in flight and one store open, in `stats()`
+    and in the gauges (which sum the process's open Sandboxes: read as differences); its store
+    is freed when it ends; a Python call leaves a spare instance ready for the next."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(x: int) -> int:
+        inside.set()
+        assert release.wait(60)
+        return x
+
+    with wasmbox.Sandbox(cache_dir=cache_dir, admission=wasmbox.AdmissionLimits(in_flight=8)) as box:
+        box.register_host_function("host.fn", hold)
+        forward = box.load({"name": "forward", "module": wat("forward"), "host_functions": ["host.fn"],
+                            "limits": {"timeout": "60s"}})  # fmt: skip
+        idle = box.stats()
+        assert (idle.in_flight, idle.stores, idle.spares) == (0, 0, 0)
+        before = {name: _gauge(recorded, name) for name in (
+            "wasmbox.calls.in_flight", "wasmbox.admission.in_flight", "wasmbox.pool.stores"
+        )}  # fmt: skip
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(forward.call, {"x": 7})
+            assert inside.wait(60)
+            busy = box.stats()
+            assert (busy.in_flight, busy.stores) == (1, 1)
+            assert busy.admission is not None and busy.admission.in_flight == 1
+            during = {name: _gauge(recorded, name) - was for name, was in before.items()}
+            assert during["wasmbox.calls.in_flight"] == during["wasmbox.admission.in_flight"] == 1
+            # (another open Sandbox may make or free a spare meanwhile: this one's store is in it)
+            assert _gauge(recorded, "wasmbox.pool.stores") >= busy.stores
+            release.set()
+            assert running.result().value == 7
+        done = box.stats()
+        assert (done.in_flight, done.stores) == (0, 0)
+        assert box.run_python("1").ok  # the Python runtime makes a spare for the next call
+        deadline = time.monotonic() + 60
+        while box.stats().spares < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ready = box.stats()
+        assert ready.spares == 1 and ready.stores >= 1  # the spare's store
+        assert _gauge(recorded, "wasmbox.pool.spares") >= 1
+
+
+def test_an_overloaded_call_is_traced_and_counted(cache_dir: Path, recorded: Recorded) -> None:
+    with wasmbox.Sandbox(cache_dir=cache_dir, admission=wasmbox.AdmissionLimits(resident=1)) as box:
+        echo = box.load({"name": "echo", "module": wat("echo")})
+        assert echo.call({}).error.kind is wasmbox.ErrorKind.OVERLOADED  # type: ignore[union-attr]
+    (span,) = recorded.finished()
+    assert span.attributes is not None and span.attributes["error.type"] == "overloaded"
+    (point,) = [p for p in recorded.points("wasmbox.calls") if p.attributes.get("error.type") == "overloaded"]
+    assert point.value == 1

@@ -5,6 +5,7 @@ tool = box.load("capabilities/word_count.toml")
 tool.call({"text": "a b c"}).unwrap()
 """
 
+from ._admission import AdmissionLimits, AdmissionStats
 from ._audit import AuditLog, AuditRecord, Verification, verify_audit_log
 from ._backends.python.build import RuntimeBuildError
 from ._backends.python.session import Session, SessionLimits
@@ -24,6 +25,7 @@ from ._errors import (
     OutOfFuelError,
     OutputLimitError,
     OverBudgetError,
+    OverloadedError,
     SessionEndedError,
     SessionError,
     StrictSchemaError,
@@ -50,6 +52,7 @@ from ._manifest import (
     Reactor,
     ReactorParam,
 )
+from ._replay import HostExchange, Recording, Replay, recording, replaying
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._stats import SandboxStats
@@ -59,6 +62,8 @@ from ._wasmtime.engine import EngineSettings
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdmissionLimits",
+    "AdmissionStats",
     "Allocator",
     "AuditLog",
     "AuditRecord",
@@ -78,6 +83,7 @@ __all__ = [
     "GuestError",
     "HostCallRecord",
     "HostError",
+    "HostExchange",
     "Inputs",
     "InvalidArgumentsError",
     "Limits",
@@ -92,9 +98,12 @@ __all__ = [
     "OutputFile",
     "OutputLimitError",
     "OverBudgetError",
+    "OverloadedError",
     "Preopen",
     "Reactor",
     "ReactorParam",
+    "Recording",
+    "Replay",
     "RuntimeBuildError",
     "Sandbox",
     "SandboxStats",
@@ -112,5 +121,7 @@ __all__ = [
     "UnknownToolError",
     "Verification",
     "WasmboxError",
+    "recording",
+    "replaying",
     "verify_audit_log",
 ]

@@ -79,7 +79,15 @@ class Budget:
             return problem
 
     def charge(self, result: CallResult | None) -> None:
-        """Give the place `admit` took back, charging what the call used (None: it raised)."""
+        """Give the place `admit` took back, charging what the call used (None: it raised). A
+        call the Sandbox's admission control refused (`overloaded`) never started: it is not
+        charged, nor counted in `calls`."""
+        if result is not None and result.error is not None and result.error.kind is ErrorKind.OVERLOADED:
+            with self._lock:
+                self._running -= 1
+                if self._started:  # (one admission fewer: the newest, so the window frees no sooner)
+                    self._started.pop()
+            return
         fuel, wall, output = 0, 0.0, 0
         if result is not None:
             fuel, wall = result.fuel_used, result.duration_s

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import wasmtime
 
-from . import _outcome, _phases, _telemetry
+from . import _outcome, _phases, _replay, _telemetry
 from ._capabilities import grants as _grants
 from ._capabilities.hostfuncs import HostFunction, HostReply, not_granted, refusal
 from ._errors import ErrorKind, WasmboxError
@@ -64,7 +64,7 @@ class CallState:
     fuel_left_at_abort: int | None = None
     reraise: BaseException | None = None  # e.g. KeyboardInterrupt in a host function
     exports: Any = None  # what a host-call trampoline looked up once for this instance
-    files: Any = None  # the guest's open-file count and WASI forwarder (`_wasmtime.wasi_files.OpenFiles`)
+    files: Any = None  # the guest's open-file count and WASI forwarder (`_capabilities.wasi_files.OpenFiles`)
     phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
     requests: dict[int, int] = field(default_factory=dict)  # http.fetch requests sent per network rule
 
@@ -244,11 +244,13 @@ def serve_host_call(
 
 
 def _invoke(function: HostFunction, request: bytes, narrowed: Validator | None) -> HostReply:
-    """`function.invoke(request, narrowed)`, in a span of its own when telemetry is on."""
+    """`function.invoke(request, narrowed)` (recorded or replayed while a `_replay` tape is
+    open), in a span of its own when telemetry is on."""
+    invoke = function.invoke if not _replay.open_tapes else partial(_replay.serve, function)
     telemetry = _telemetry.active
     if telemetry is None:
-        return function.invoke(request, narrowed)
-    return telemetry.host_call(function.name, partial(function.invoke, request, narrowed), _record_of)
+        return invoke(request, narrowed)
+    return telemetry.host_call(function.name, partial(invoke, request, narrowed), _record_of)
 
 
 def _record_of(reply: HostReply) -> HostCallRecord:
@@ -272,6 +274,7 @@ def new_store(
         engine, limits.memory, table_elements=table_elements, instances=instances, tables=tables,
         memories=memories,
     )  # fmt: skip
+    ticker.opened(store)
     renew(store, limits, ticker)
     return store
 

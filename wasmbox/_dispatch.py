@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from . import _call, _schema, _telemetry
+from ._admission import Gate
 from ._budget import Budget
 from ._content import Content, result_content
 from ._errors import ErrorKind, SessionEndedError, SessionError
@@ -27,10 +28,14 @@ if TYPE_CHECKING:
 
 class Caller(Protocol):
     """What `dispatch` runs calls on: a Sandbox, or a pool of them (`integrations.ray`).
-    Its tools have `call(args)` and `parameters`; its executor runs the calls."""
+    Its tools have `call(args)` and `parameters`; its executor runs the calls, each admitted by
+    its gate before it is queued."""
 
     @property
     def _executor(self) -> Executor: ...
+
+    @property
+    def _gate(self) -> Gate: ...
 
     @property
     def tools(self) -> Mapping[str, Any]: ...
@@ -83,7 +88,10 @@ def dispatch(
             job.result = _run(job, deadline, budget)
     elif runnable:
         futures = [
-            (job, box._executor.submit(_telemetry.carried(partial(_run, job, deadline, budget))))
+            (
+                job,
+                box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget))),
+            )
             for job in runnable
         ]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -118,9 +126,10 @@ async def adispatch(
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if not runnable:
         return [_reply(job, format, deadline_s) for job in jobs]
-    loop = asyncio.get_running_loop()
     tasks = [
-        loop.run_in_executor(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
+        asyncio.wrap_future(
+            box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
+        )
         for job in runnable
     ]
     if deadline is None:  # (what acall's callers would do: no wait() and its bookkeeping)
@@ -162,17 +171,16 @@ async def acall_one(
     javascript: bool | ManifestSource = False, budget: Budget | None = None,
     on_output: OutputListener | None = None,
 ) -> CallResult:  # fmt: skip
-    """`call_one` on the Sandbox's worker threads; `on_output` (called on the event loop) gets
-    the call's stdout and stderr as they are written."""
+    """`call_one` on the Sandbox's worker threads, admitted before it is queued for them;
+    `on_output` (called on the event loop) gets the call's stdout and stderr as they are written."""
     import asyncio  # lazily, as in Tool.acall
 
-    loop = asyncio.get_running_loop()
     call = partial(
         call_one, box, name, args, python=python, session=session, javascript=javascript, budget=budget
     )
     if on_output is not None:
-        call = partial(_streamed, on_the_loop(loop, on_output), call)
-    return await loop.run_in_executor(box._executor, _telemetry.carried(call))
+        call = partial(_streamed, on_the_loop(asyncio.get_running_loop(), on_output), call)
+    return await box._gate.offload(box._executor, _telemetry.carried(call))
 
 
 def _streamed(listener: OutputListener, call: Callable[[], CallResult]) -> CallResult:

@@ -21,6 +21,7 @@ class ErrorKind(str, Enum):
     BAD_RESPONSE = "bad_response"
     HOST_ERROR = "host_error"
     OVER_BUDGET = "over_budget"
+    OVERLOADED = "overloaded"
 
     def __str__(self) -> str:
         return self.value
@@ -117,6 +118,14 @@ class OverBudgetError(ToolError):
     kind = ErrorKind.OVER_BUDGET
 
 
+class OverloadedError(ToolError):
+    """The Sandbox's admission control refused the call (`AdmissionLimits`: too many calls in
+    flight, or the process's resident memory at its bound): it was not started; retry later
+    or on another replica."""
+
+    kind = ErrorKind.OVERLOADED
+
+
 class ToolTimeoutError(ToolError):
     """The call's wall-clock deadline (`limits.timeout`) passed."""
 
@@ -185,6 +194,7 @@ _BY_KIND: dict[ErrorKind, type[ToolError]] = {
         BadResponseError,
         HostError,
         OverBudgetError,
+        OverloadedError,
     )
 }
 assert set(_BY_KIND) == set(ErrorKind)

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from ._backends.python.build import RuntimeBuildError, _locked
-from ._backends.python.packages import PIN
 from ._cache import default_cache_dir
+from ._pins import PIN
 from ._progress import Step
 
 PIP_TIMEOUT = 300.0  # seconds for one download

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._backends.core.reactor import command_c_api
-from ._backends.python.packages import is_hashed, pin_project
 from ._cache import default_cache_dir
 from ._capabilities.allowlist import FETCH, AddressRule, forbidden_reason
 from ._capabilities.egress import CompiledRule, compile_rules
@@ -29,6 +28,7 @@ from ._errors import WasmboxError
 from ._files import read_regular_file
 from ._inspect import inspect_file, memory_problem
 from ._manifest import CALL_TOOL, PYTHON_FUEL, Limits, Manifest
+from ._pins import is_hashed, pin_project
 from ._results import CallResult
 from ._schema import as_json
 from ._units import format_size

@@ -26,8 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import _command, _schema
-from ._backends.python import packages as _packages
+from . import _command, _pins, _schema
 from ._capabilities import grants as _grants
 from ._capabilities.allowlist import FETCH
 from ._capabilities.egress import HEADER_NAME, compile_rules, header_value_ok
@@ -659,7 +658,7 @@ class Manifest(_Strict):
     @field_validator("packages")
     @classmethod
     def _pinned(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _packages.check_pins(value)
+        return _pins.check_pins(value)
 
     @field_validator("input_schema", "output_schema", mode="before")
     @classmethod
@@ -747,10 +746,8 @@ class Manifest(_Strict):
         if (self.packages or self.requirements is not None) and self.runtime != "python":
             raise ValueError('`packages` and `requirements` are for Python tools (runtime = "python")')
         if self.requirements is not None:
-            listed = _packages.check_pins(
-                _packages.read_requirements(self.requirements), str(self.requirements)
-            )
-            merged = _packages.check_pins((*self.packages, *listed), "packages and requirements")
+            listed = _pins.check_pins(_pins.read_requirements(self.requirements), str(self.requirements))
+            merged = _pins.check_pins((*self.packages, *listed), "packages and requirements")
             object.__setattr__(self, "packages", merged)  # (frozen: set here, once, while validated)
 
     def _check_tools(self) -> None:

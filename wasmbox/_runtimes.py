@@ -94,6 +94,12 @@ class Runtimes:
                 )  # fmt: skip
             return self._python
 
+    @property
+    def spares(self) -> int:
+        """The Python runtime's spare instances ready (0 before it is built)."""
+        python = self._python
+        return python.spares if python is not None else 0
+
     def install_packages(self, manifest: Manifest) -> None:
         """Install `manifest.packages` (once per cache) and let the Python runtime's calls see
         them. Raises ManifestError when they cannot be installed or are not pure Python."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 import wasmtime
 
 from . import _abi, _call, _dispatch, _formats, _outcome, _telemetry
+from ._admission import AdmissionLimits, Gate
 from ._audit import AuditLog, Auditor, AuditSink
 from ._backends.core import reactor
 from ._backends.core.runner import ModuleRunner
@@ -128,7 +129,9 @@ class Sandbox:
     `$WASMBOX_CACHE_MAX` or 2 GiB): least recently used entries are evicted after each store.
     `progress` gets a line before and after the compile of a module of 8 MiB or more (default:
     stderr; None: silent). `max_sessions` caps the sessions open at once (`session`), and
-    `session_limits` are their totals unless `session` is given others.
+    `session_limits` are their totals unless `session` is given others. `admission`
+    (`AdmissionLimits`) bounds the calls in flight and the process's resident memory: a call
+    past either is refused at once as `overloaded` (docs/budgets.md, "Admission control").
     """
 
     def __init__(
@@ -148,7 +151,9 @@ class Sandbox:
         progress: Progress | None = stderr_progress,
         max_sessions: int = 8,
         session_limits: SessionLimits | None = None,
+        admission: AdmissionLimits | None = None,
     ) -> None:
+        self._gate = Gate(admission)  # (first: a TypeError leaves nothing to close)
         fetcher = Fetcher(resolver, _checked_secrets(secrets))  # (checked before anything is started)
         self._sessions = SessionTable(max_sessions)
         self._session_limits = session_limits if session_limits is not None else SessionLimits()
@@ -189,6 +194,7 @@ class Sandbox:
         self._release_grants = weakref.finalize(self, _grants.release_owner, self._owner)
         self._allow_system_grants = allow_system_grants
         self._closed = False
+        _telemetry.observe(self)  # its stats() read by the metrics' gauges, while it is open
 
     # -- host functions -------------------------------------------------------------------
 
@@ -283,7 +289,7 @@ class Sandbox:
             self._cache.discard_module(code_digest)
             raise
         return Tool(
-            manifest, runner, self._executor, self._auditor, counts=self._counts,
+            manifest, runner, self._executor, self._auditor, counts=self._counts, gate=self._gate,
             manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
         )  # fmt: skip
 
@@ -453,7 +459,7 @@ class Sandbox:
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
-            manifest, runner, self._executor, self._auditor, counts=self._counts,
+            manifest, runner, self._executor, self._auditor, counts=self._counts, gate=self._gate,
             manifest_digest=digest, code_digest=_sha256(source),
             signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
             docstring=summary,
@@ -494,8 +500,9 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
             raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
         return Tool(
-            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor, counts=self._counts,
-            manifest_digest=manifest.digest(), code_digest=_sha256(source),
+            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
+            counts=self._counts, gate=self._gate, manifest_digest=manifest.digest(),
+            code_digest=_sha256(source),
         )  # fmt: skip
 
     def interpreter(
@@ -535,8 +542,8 @@ class Sandbox:
             python = self._runtimes.python()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, runner, self._executor, self._auditor, counts=self._counts, manifest_digest=key, code_digest=build_digest,
-            args_schema=schema, docstring=description,
+            grants, runner, self._executor, self._auditor, counts=self._counts, gate=self._gate,
+            manifest_digest=key, code_digest=build_digest, args_schema=schema, docstring=description,
         )  # fmt: skip
         if unset:
             with self._lock:
@@ -581,16 +588,16 @@ class Sandbox:
         limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
         on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
-        """`run_javascript` on the Sandbox's worker threads (the grant set is read there too);
-        `on_output` is called on the event loop."""
+        """`run_javascript` on the Sandbox's worker threads (the grant set is read there too),
+        admitted before it is queued for them (as `Tool.acall`); `on_output` is called on the
+        event loop."""
         import asyncio
 
-        loop = asyncio.get_running_loop()
-        listener = on_the_loop(loop, on_output) if on_output is not None else None
+        listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
         run = partial(
             self.run_javascript, code, manifest, budget=budget, limits=limits, files=files, on_output=listener
         )
-        return await loop.run_in_executor(self._executor, _telemetry.carried(run))
+        return await self._gate.offload(self._executor, _telemetry.carried(run))
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
@@ -670,7 +677,7 @@ class Sandbox:
         if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
             raise ValueError("a session name is a non-empty str of at most 200 characters")
         return self._sessions.open(name, key, lambda: Session(
-            self._sessions, kernel, grants, key, name, totals, self._auditor, self._executor,
+            self._sessions, kernel, grants, key, name, totals, self._auditor, self._executor, self._gate,
         ))  # fmt: skip
 
     async def asession(
@@ -689,23 +696,17 @@ class Sandbox:
         budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
-        """`run_python` on the Sandbox's worker threads (the grant set is read there too);
-        `on_output` is called on the event loop, in the order written."""
-        import asyncio  # lazily: most callers are sync and need not pay for its import
+        """`run_python` on the Sandbox's worker threads (the grant set is read there too),
+        admitted before it is queued for them (as `Tool.acall`); `on_output` is called on the
+        event loop, in the order written."""
+        import asyncio
 
-        loop = asyncio.get_running_loop()
-        listener = on_the_loop(loop, on_output) if on_output is not None else None
+        listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
         run = partial(
-            self.run_python,
-            code,
-            manifest,
-            runtime=runtime,
-            budget=budget,
-            limits=limits,
-            files=files,
+            self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits, files=files,
             on_output=listener,
-        )
-        return await loop.run_in_executor(self._executor, _telemetry.carried(run))
+        )  # fmt: skip
+        return await self._gate.offload(self._executor, _telemetry.carried(run))
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False,
@@ -825,11 +826,14 @@ class Sandbox:
     def stats(self) -> SandboxStats:
         """A snapshot for a server's health endpoint: tools loaded, calls finished (tool calls,
         run_python and run_javascript; not session runs) and their errors by kind, calls in
-        flight, live sessions, what the compile cache did."""
+        flight, live sessions, what the compile cache did, admission control's counts, stores
+        open and spare instances ready (`SandboxStats`)."""
         calls, errors = self._counts.snapshot()
         return SandboxStats(
             tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
             sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
+            admission=self._gate.stats(), stores=self._ticker.stores,
+            spares=self._runtimes.spares,
         )  # fmt: skip
 
     def close(self, timeout: float | None = None) -> None:
@@ -843,6 +847,7 @@ class Sandbox:
         self._runtimes.close()
         with self._lock:
             self._closed = True
+        _telemetry.forget(self)
         self._sessions.close()
         if timeout is None:
             idle = self._ticker.close()
@@ -855,6 +860,7 @@ class Sandbox:
             self._scratch_space.close()
         self._release_grants()
         self._cache.close()
+        self._gate.close()
         self._auditor.flush()
 
     def __enter__(self) -> Self:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from ._admission import AdmissionStats
 from ._cache import CacheStats
 from ._results import CallResult
 
@@ -31,8 +32,12 @@ class CallCounts:
 
 @dataclasses.dataclass(frozen=True)
 class SandboxStats:
-    """`Sandbox.stats()`: tools loaded, calls finished and their errors by kind, calls in
-    flight, live sessions, and the compile cache's counters."""
+    """`Sandbox.stats()`: tools loaded, calls finished and their errors by kind, calls running
+    (`in_flight`: guests running now, tools code calls among them), live sessions, the compile
+    cache's counters, admission control's counts (None without `AdmissionLimits`), and the
+    instance pool: `stores` open (each call's, spare's and session's, every runtime's; each
+    holds instance and memory slots of its engine's pool, `EngineSettings.pool_slots`) and
+    the Python runtime's `spares` ready."""
 
     tools: int
     calls: int
@@ -40,3 +45,6 @@ class SandboxStats:
     in_flight: int
     sessions: int
     cache: CacheStats
+    admission: AdmissionStats | None = None
+    stores: int = 0
+    spares: int = 0

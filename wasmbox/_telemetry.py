@@ -7,7 +7,10 @@ one, `error.type`), with wasmbox's own attributes (`wasmbox.tool.kind`, `wasmbox
 `wasmbox.peak_memory`, `wasmbox.host_calls`); a child span per host function that runs
 (`host_call {name}`; a tool code calls nests under it), a span event per host call refused
 before running; and metrics: `wasmbox.calls` (by tool, kind and `error.type`),
-`wasmbox.call.duration` (s), `wasmbox.call.fuel`, `wasmbox.host_calls` (by name and verdict).
+`wasmbox.call.duration` (s), `wasmbox.call.fuel`, `wasmbox.host_calls` (by name and verdict);
+and gauges of the process's open Sandboxes, summed when the metrics are collected:
+`wasmbox.calls.in_flight`, `wasmbox.admission.in_flight`, `wasmbox.pool.stores`,
+`wasmbox.pool.spares`, `wasmbox.sessions`.
 Spans join the trace that is current where the call is made: work handed to the Sandbox's
 worker threads (acall, dispatch, the MCP server) carries the caller's context there (`carried`).
 """
@@ -19,11 +22,15 @@ import contextvars
 import functools
 import logging
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from ._results import CallResult, HostCallRecord
+    from ._sandbox import Sandbox
+    from ._stats import SandboxStats
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,6 +63,11 @@ class Instruments:
         self.host_calls = meter.create_counter(
             "wasmbox.host_calls", unit="{call}", description="Host-function calls, refused ones too"
         )
+        # the state of the process's open Sandboxes, summed, read when the metrics are collected
+        for name, unit, description, read in _GAUGES:
+            meter.create_observable_gauge(
+                name, callbacks=[functools.partial(_observed, read)], unit=unit, description=description
+            )
 
     def tool_call(
         self, name: str, kind: str, run: Callable[[], CallResult], session: str | None = None
@@ -134,6 +146,45 @@ class Instruments:
 
 
 active: Instruments | None = None
+
+_open: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # the Sandboxes the gauges read
+_open_lock = threading.Lock()
+
+
+def observe(box: Sandbox) -> None:
+    """Count `box`'s state in the gauges until `forget` (or until it is collected)."""
+    with _open_lock:
+        _open.add(box)
+
+
+def forget(box: Sandbox) -> None:
+    with _open_lock:
+        _open.discard(box)
+
+
+def _admitted(stats: SandboxStats) -> int:
+    return stats.admission.in_flight if stats.admission is not None else 0
+
+
+_GAUGES: tuple[tuple[str, str, str, Callable[[SandboxStats], int]], ...] = (
+    ("wasmbox.calls.in_flight", "{call}", "Calls running (tools code calls among them)",
+     lambda stats: stats.in_flight),
+    ("wasmbox.admission.in_flight", "{call}", "Calls admitted and not ended (running or queued)", _admitted),
+    ("wasmbox.pool.stores", "{store}", "Stores open: calls', spares', sessions'; each holds pool slots",
+     lambda stats: stats.stores),
+    ("wasmbox.pool.spares", "{instance}", "Spare Python instances ready for a next call",
+     lambda stats: stats.spares),
+    ("wasmbox.sessions", "{session}", "Sessions open", lambda stats: stats.sessions),
+)  # fmt: skip
+
+
+def _observed(read: Callable[[SandboxStats], int], options: Any) -> Iterator[Any]:
+    """One observation: `read` of every open Sandbox's stats, summed."""
+    from opentelemetry.metrics import Observation
+
+    with _open_lock:
+        boxes = list(_open)
+    yield Observation(sum(read(box.stats()) for box in boxes))
 
 
 def guarded(

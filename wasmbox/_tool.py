@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import _abi, _call, _formats, _outcome, _schema, _telemetry
+from ._admission import Gate
 from ._audit import Auditor
 from ._budget import Budget
 from ._call import CallInput
@@ -74,6 +75,7 @@ class Tool:
         args_schema: dict[str, Any] | None = None,
         docstring: str = "",
         counts: CallCounts | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """ManifestError when the manifest's `examples` break the args schema, or it gives a WASI
         command an `output_schema` (a command's value is its exit code)."""
@@ -95,6 +97,7 @@ class Tool:
         self._docstring = docstring  # the summary of a Python tool's entry's docstring
         self._runner = runner
         self._counts = counts
+        self._gate = gate  # the Sandbox's admission control
         self._executor = executor
         self._auditor = auditor
         command = manifest.command
@@ -168,13 +171,14 @@ class Tool:
         `budget`, the call starts only if the budget admits it (else `over_budget`), and is
         charged to it. `limits` (a `CallLimits`, or a mapping like a manifest's `[limits]`)
         tighten the manifest's for this call; raises LimitsError for limits that would
-        loosen them or are malformed. `files` (path below /tmp/in → bytes or str) are written
-        there before the guest starts, for a Python or JavaScript tool whose manifest has
-        `inputs` (bad names or sizes: `invalid_arguments`). `on_output(stream, text)` gets what
-        the guest writes to "stdout" and "stderr" as it writes it (within the output cap), one
-        write at a time in the order written (on the calling thread or one of Wasmtime's); the
-        result holds it all the same. A listener that raises is told nothing more (logged); a
-        slow one slows the call, whose deadline runs on.
+        loosen them or are malformed. A call the Sandbox's admission control refuses is
+        `overloaded`. `files` (path below /tmp/in → bytes or str) are written there before the
+        guest starts, for a Python or JavaScript tool whose manifest has `inputs` (bad names or
+        sizes: `invalid_arguments`). `on_output(stream, text)` gets what the guest writes to
+        "stdout" and "stderr" as it writes it (within the output cap), one write at a time in the
+        order written (on the calling thread or one of Wasmtime's); the result holds it all the
+        same. A listener that raises is told nothing more (logged); a slow one slows the call,
+        whose deadline runs on.
         """
         tightened = self.limits_for(limits)
         if on_output is not None or (_output.listening() and _call.inside_call()):
@@ -232,9 +236,14 @@ class Tool:
         limits: Limits | None,
         files: Any = None,
     ) -> CallResult:
-        if budget is None:
-            return self._call(args, argv, stdin, limits, files)
-        return budget.run(self.name, partial(self._call, args, argv, stdin, limits, files))
+        """The call if the Sandbox admits it (first: its bound protects the host) and then its
+        budget does."""
+        call = partial(self._call, args, argv, stdin, limits, files)
+        if budget is not None:
+            call = partial(budget.run, self.name, call)
+        if self._gate is None:
+            return call()
+        return self._gate.run(self.name, call)
 
     def _call(self, args: Any, argv: Any, stdin: Any, limits: Limits | None, files: Any = None) -> CallResult:
         start = time.perf_counter()
@@ -278,9 +287,9 @@ class Tool:
         files: Mapping[str, bytes | str] | None = None,
         on_output: OutputListener | None = None,
     ) -> CallResult:
-        """`call` on the Sandbox's worker threads, so the event loop keeps running (limits are
-        checked here, before: LimitsError as `call`); `on_output` is called on the event loop,
-        in the order written."""
+        """`call` on the Sandbox's worker threads, so the event loop keeps running; admitted (or
+        refused as `overloaded`) before it is queued for them (limits are checked here, before:
+        LimitsError as `call`); `on_output` is called on the event loop, in the order written."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         self.limits_for(limits)
@@ -298,6 +307,8 @@ class Tool:
                 on_output=listener,
             )
         )
+        if self._gate is not None:
+            return await self._gate.offload(self._executor, work)
         return await loop.run_in_executor(self._executor, work)
 
     def _inputs(self, files: object) -> tuple[Mapping[str, bytes], str | None]:

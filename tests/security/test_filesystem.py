@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import wasmbox
-from wasmbox._wasmtime import wasi_files as _wasi_files
-from wasmbox._wasmtime.wasi_files import MAX_OPEN_FILES
+from wasmbox._capabilities import wasi_files as _wasi_files
+from wasmbox._capabilities.wasi_files import MAX_OPEN_FILES
 
 from .conftest import Guarded, leaks_secret, security_wat
 

@@ -180,6 +180,38 @@ def call_void(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmti
     _call(context, func, ())
 
 
+def instantiate_with(
+    context: Context,
+    module: wasmtime.Module,
+    linker: wasmtime.Linker,
+    linked: tuple[tuple[str, str], ...],
+    last: Extern,
+    exports: dict[str, ExportName],
+) -> dict[str, Extern]:
+    """A new instance of `module` in `context`'s store, its imports the (module, name) items
+    `linked` finds in `linker` and then `last`; its exports by name (`exports`). Raises the
+    WasmtimeError or Trap instantiating it gave (e.g. a store limit)."""
+    imports = (ffi.wasmtime_extern_t * (len(linked) + 1))()
+    for i, (module_name, name) in enumerate(linked):
+        space, encoded = module_name.encode(), name.encode()
+        found = ffi.wasmtime_linker_get(
+            linker.ptr(), context, space, len(space), encoded, len(encoded), ctypes.byref(imports[i])
+        )
+        if not found:
+            raise wasmtime.WasmtimeError(f"the linker defines no {module_name}.{name}")
+    imports[len(linked)] = last
+    instance = ffi.wasmtime_instance_t()
+    trap = ctypes.POINTER(ffi.wasm_trap_t)()
+    error = ffi.wasmtime_instance_new(
+        context, module.ptr(), imports, len(imports), ctypes.byref(instance), ctypes.byref(trap)
+    )
+    if error:
+        raise wasmtime.WasmtimeError._from_ptr(error)
+    if trap:
+        raise wasmtime.Trap._from_ptr(trap)
+    return {name: export.lookup(context, instance) for name, export in exports.items()}
+
+
 def call_raw(
     context: ctypes._Pointer[ffi.wasmtime_context_t],
     func: ffi.wasmtime_extern_t,

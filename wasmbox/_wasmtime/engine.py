@@ -104,6 +104,8 @@ class EpochTicker:
         self._stop = threading.Event()
         self._engines = [weakref.ref(engine)]
         self._calls = 0  # calls in flight: closing waits for them, or their deadlines lapse
+        self._stores = 0  # stores open (`opened`, `close_store`): calls', spares', sessions'
+        self._stores_lock = threading.Lock()
         self._longest = 1  # the most ticks any store was given (`ticks`): what `interrupt` passes
         self._idle = threading.Condition()
         self._accepting = True
@@ -134,6 +136,22 @@ class EpochTicker:
     def in_flight(self) -> int:
         """Calls running now."""
         return self._calls
+
+    @property
+    def stores(self) -> int:
+        """Stores open now that ticks with this ticker: each call's, each spare's, each
+        session's (each holds instance and memory slots of its engine's pool)."""
+        return self._stores
+
+    def opened(self, store: wasmtime.Store) -> None:
+        """Count `store` open until `store.close_store` frees it."""
+        store._wasmbox_ticker = self  # type: ignore[attr-defined]  # (what close_store counts it off)
+        with self._stores_lock:
+            self._stores += 1
+
+    def store_closed(self) -> None:
+        with self._stores_lock:
+            self._stores -= 1
 
     def enter(self) -> None:
         """Count a call in; refused once closing has begun (deadlines need the ticker)."""

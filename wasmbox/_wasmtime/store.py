@@ -96,3 +96,6 @@ def close_store(store: wasmtime.Store) -> None:
         return
     store._Store__context = None  # type: ignore[attr-defined]
     ffi.wasmtime_store_delete(ptr)
+    ticker = store.__dict__.pop("_wasmbox_ticker", None)  # counted open by `EpochTicker.opened`
+    if ticker is not None:
+        ticker.store_closed()

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -55,8 +55,10 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("wasmbox.integrations.ray needs Ray: pip install 'wasmbox[ray]'") from exc
 
-from .. import _dispatch, _formats
+from .. import _dispatch, _formats, _telemetry
+from .._admission import Gate
 from .._audit import AuditLog, Auditor, AuditRecord, AuditSink
+from .._budget import Budget
 from .._capabilities.hostfuncs import HostFunction
 from .._dispatch import CallFormat
 from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolError, WasmboxError
@@ -78,6 +80,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("wasmbox.ray")
 _CONTROL = "control"  # the actors' concurrency group for start, registration and close
 _CODE_FIELDS = ("module", "source")  # a manifest's files that travel with it
+_Send = Callable[[Any, dict[str, str]], Any]  # (actor handle, trace carrier) -> the call's ObjectRef
 
 
 # -- what travels to the actors -----------------------------------------------------------
@@ -142,8 +145,17 @@ def _travelling(manifest: Manifest) -> dict[str, Any]:
 def _host_reference(name: str, func: Callable[..., Any] | str) -> str:
     """The "module:qualname" each actor imports for host function `name`. ValueError for a
     function no other process can import by name, or a reference that does not import here."""
+    return _reference(f"host function {name!r}", func, partial(_import_reference, name))
+
+
+def _setup_reference(func: Callable[[], object] | str) -> str:
+    """The "module:qualname" of `actor_setup`, checked as a host function's is."""
+    return _reference("actor_setup", func, partial(_imported, "actor_setup"))
+
+
+def _reference(what: str, func: Callable[..., Any] | str, load: Callable[[str], Callable[..., Any]]) -> str:
     if isinstance(func, str):
-        _import_reference(name, func)
+        load(func)
         return func
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
     if (
@@ -153,34 +165,66 @@ def _host_reference(name: str, func: Callable[..., Any] | str) -> str:
         or module == "__main__"
     ):
         raise ValueError(
-            f"host function {name!r}: {func!r} cannot travel to the pool's actors: register a "
+            f"{what}: {func!r} cannot travel to the pool's actors: register a "
             "function defined at the top level of an importable module (or its 'module:qualname'), "
             "which each actor imports; a lambda, closure, local function, partial or a function "
             "of __main__ has no name another process can import, and copied by value its state "
             "would be split between the actors"
         )
     reference = f"{module}:{qualname}"
-    if _import_reference(name, reference) is not func:
-        raise ValueError(f"host function {name!r}: {reference} imports as another object than {func!r}")
+    if load(reference) is not func:
+        raise ValueError(f"{what}: {reference} imports as another object than {func!r}")
     return reference
 
 
 def _import_reference(name: str, reference: str) -> Callable[..., Any]:
+    target = _imported(f"host function {name!r}", reference)
+    HostFunction(name, target)  # the name and the signature, checked as a Sandbox checks them
+    return target
+
+
+def _imported(what: str, reference: str) -> Callable[..., Any]:
+    """The callable `reference` ("module:qualname") names; ValueError, or TypeError when it
+    is not callable."""
     module, colon, qualname = reference.partition(":")
     if not colon or not module or not qualname:
-        raise ValueError(f"host function {name!r}: {reference!r} is not a 'module:qualname' reference")
+        raise ValueError(f"{what}: {reference!r} is not a 'module:qualname' reference")
     try:
         target: Any = importlib.import_module(module)
         for part in qualname.split("."):
             target = getattr(target, part)
     except Exception as exc:  # noqa: BLE001 - whatever importing it raised, say which reference
-        raise ValueError(
-            f"host function {name!r}: cannot import {reference}: {type(exc).__name__}: {exc}"
-        ) from None
+        raise ValueError(f"{what}: cannot import {reference}: {type(exc).__name__}: {exc}") from None
     if not callable(target):
-        raise TypeError(f"host function {name!r}: {reference} is not callable")
-    HostFunction(name, target)  # the name and the signature, checked as a Sandbox checks them
+        raise TypeError(f"{what}: {reference} is not callable")
     return cast("Callable[..., Any]", target)
+
+
+def _carrier() -> dict[str, str]:
+    """The caller's trace context for the actor (W3C `traceparent`, ...), when telemetry is on."""
+    if _telemetry.active is None:
+        return {}
+    from opentelemetry import propagate
+
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
+@contextlib.contextmanager
+def _joined(carrier: dict[str, str]) -> Iterator[None]:
+    """The driver's trace context current on this thread while a call runs on the actor (its
+    spans then join the driver's trace), when telemetry is on here too."""
+    if not carrier or _telemetry.active is None:
+        yield
+        return
+    from opentelemetry import context, propagate
+
+    token = context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 # -- the actor ----------------------------------------------------------------------------
@@ -207,11 +251,14 @@ class _SandboxActor:
         audit: bool,
         shipments: list[_Shipment],
         host_functions: dict[str, str],
+        setup: str | None = None,
     ) -> _Started | BaseException:
-        """Make the Sandbox, register the host functions and load every manifest; what it
-        raised is returned (the driver raises it)."""
+        """Run `setup` (the pool's `actor_setup`), make the Sandbox, register the host
+        functions and load every manifest; what it raised is returned (the driver raises it)."""
         try:
             blobs = await asyncio.gather(*(file.data for shipment in shipments for file in shipment.files))
+            if setup is not None:
+                await asyncio.to_thread(_imported("actor_setup", setup))
             return await asyncio.to_thread(
                 self._start, sandbox_kwargs, audit, shipments, host_functions, blobs
             )
@@ -280,26 +327,31 @@ class _SandboxActor:
             return _portable(exc)
         return None
 
-    async def call(self, name: str, args: Any, argv: Any, stdin: Any) -> _Outcome:
+    async def call(self, name: str, args: Any, argv: Any, stdin: Any, carrier: dict[str, str]) -> _Outcome:
         assert self._box is not None
-        return await self._run(partial(self._box.call, name, args, argv=argv, stdin=stdin))
+        return await self._run(partial(self._box.call, name, args, argv=argv, stdin=stdin), carrier)
 
-    async def run_python(self, code: Any, grants: tuple[str, dict[str, Any]] | None) -> _Outcome:
+    async def run_python(
+        self, code: Any, grants: tuple[str, dict[str, Any]] | None, carrier: dict[str, str]
+    ) -> _Outcome:
         assert self._box is not None
-        return await self._snippet(self._box.run_python, code, grants)
+        return await self._snippet(self._box.run_python, code, grants, carrier)
 
-    async def run_javascript(self, code: Any, grants: tuple[str, dict[str, Any]] | None) -> _Outcome:
+    async def run_javascript(
+        self, code: Any, grants: tuple[str, dict[str, Any]] | None, carrier: dict[str, str]
+    ) -> _Outcome:
         assert self._box is not None
-        return await self._snippet(self._box.run_javascript, code, grants)
+        return await self._snippet(self._box.run_javascript, code, grants, carrier)
 
     async def _snippet(
         self,
         run: Callable[[Any, ManifestSource | None], CallResult],
         code: Any,
         grants: tuple[str, dict[str, Any]] | None,
+        carrier: dict[str, str],
     ) -> _Outcome:
         if grants is None:
-            return await self._run(partial(run, code, None))
+            return await self._run(partial(run, code, None), carrier)
         digest, data = grants
         manifest = self._grant_sets.get(digest)
         if manifest is None:
@@ -309,18 +361,20 @@ class _SandboxActor:
                 return _Outcome(None, _portable(exc), ())
             self._grant_sets[digest] = manifest
             self._digests[manifest.digest()] = digest
-        return await self._run(partial(run, code, manifest))
+        return await self._run(partial(run, code, manifest), carrier)
 
-    async def _run(self, run: Callable[[], CallResult]) -> _Outcome:
+    async def _run(self, run: Callable[[], CallResult], carrier: dict[str, str]) -> _Outcome:
         assert self._box is not None
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._box._executor, self._traced, run)
+        return await loop.run_in_executor(self._box._executor, self._traced, run, carrier)
 
-    def _traced(self, run: Callable[[], CallResult]) -> _Outcome:
+    def _traced(self, run: Callable[[], CallResult], carrier: dict[str, str]) -> _Outcome:
+        """`run()` in the driver's trace, with the audit records it made."""
         records: list[AuditRecord] = []
         self._local.records = records
         try:
-            result, error = run(), None
+            with _joined(carrier):
+                result, error = run(), None
         except Exception as exc:  # noqa: BLE001 - what the Sandbox raised, raised on the driver
             result, error = None, _portable(exc)
         finally:
@@ -422,9 +476,11 @@ class RemoteTool:
         *,
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
+        budget: Budget | None = None,
     ) -> CallResult:
-        """`Tool.call` on the actor with the fewest calls in flight."""
-        return self._pool._call(self._send(args, argv, stdin), self._lost(args, argv, stdin))
+        """`Tool.call` on the actor with the fewest calls in flight; with `budget`, admitted
+        and charged here on the driver (as `Tool.call`)."""
+        return self._pool._call(self._send(args, argv, stdin), self._lost(args, argv, stdin), budget)
 
     async def acall(
         self,
@@ -432,13 +488,14 @@ class RemoteTool:
         *,
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
+        budget: Budget | None = None,
     ) -> CallResult:
         """`call` awaited: the event loop keeps running."""
-        return await self._pool._acall(self._send(args, argv, stdin), self._lost(args, argv, stdin))
+        return await self._pool._acall(self._send(args, argv, stdin), self._lost(args, argv, stdin), budget)
 
-    def _send(self, args: Any, argv: Any, stdin: Any) -> Callable[[Any], Any]:
+    def _send(self, args: Any, argv: Any, stdin: Any) -> _Send:
         name = self.name
-        return lambda actor: actor.call.remote(name, args, argv, stdin)
+        return lambda actor, carrier: actor.call.remote(name, args, argv, stdin, carrier)
 
     def _lost(self, args: Any, argv: Any, stdin: Any) -> _Lost:
         given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
@@ -456,8 +513,11 @@ class RaySandboxPool:
     `max_workers` (default: this machine's CPU count) sizes each actor's threads and how many
     calls it serves at once. `actor_options` go to Ray's `.options()` (`num_cpus`, `resources`,
     `scheduling_strategy`, ...). `host_functions` maps names to importable functions or
-    "module:qualname" references (see the module's docstring). Ray must be reachable: an
-    initialized `ray.init()`, or Ray starts a local cluster.
+    "module:qualname" references (see the module's docstring). `actor_setup` (a function or
+    reference that travels the same way) runs on each actor before its Sandbox is made: e.g.
+    `wasmbox.telemetry.instrument()` with that process's exporters, whose spans then join the
+    driver's traces. Ray must be reachable: an initialized `ray.init()`, or Ray starts a local
+    cluster.
 
     Raises ValueError for bad arguments or a host function that cannot travel, ManifestError
     for a malformed manifest, and what an actor's `Sandbox.load` raised (CapabilityError for a
@@ -473,6 +533,7 @@ class RaySandboxPool:
         actor_options: Mapping[str, Any] | None = None,
         host_functions: Mapping[str, Callable[..., Any] | str] | None = None,
         start_timeout_s: float = 600.0,
+        actor_setup: Callable[[], object] | str | None = None,
         **sandbox_kwargs: Any,
     ) -> None:
         if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
@@ -488,6 +549,7 @@ class RaySandboxPool:
         self._host_functions = {
             name: _host_reference(name, func) for name, func in (host_functions or {}).items()
         }
+        self._setup = _setup_reference(actor_setup) if actor_setup is not None else None
         self._manifests: dict[str, Manifest] = {}
         for source in manifests:
             manifest = Manifest.load(source)
@@ -508,6 +570,7 @@ class RaySandboxPool:
         self._closed = False
         self._slots = [_Slot(index) for index in range(actors)]
         self._tools: dict[str, RemoteTool] = {}
+        self._gate = Gate(None)  # dispatch's admission: the actors' Sandboxes admit their calls
         # dispatch's worker threads: each waits on one call in the pool
         self._executor = ThreadPoolExecutor(
             max_workers=actors * self._threads, thread_name_prefix="wasmbox-ray"
@@ -562,7 +625,7 @@ class RaySandboxPool:
 
     def _start(self, handle: Any, host_functions: dict[str, str]) -> Any:
         return handle.start.remote(
-            self._sandbox_kwargs, self._auditor.enabled, self._shipments, host_functions
+            self._sandbox_kwargs, self._auditor.enabled, self._shipments, host_functions, self._setup
         )
 
     def _wait_started(self, refs: list[Any]) -> list[_Started]:
@@ -651,7 +714,36 @@ class RaySandboxPool:
         _kill(old)
         threading.Thread(target=self._replace, args=(slot,), name="wasmbox-ray-replace", daemon=True).start()
 
-    def _call(self, send: Callable[[Any], Any], lost: _Lost) -> CallResult:
+    def _call(self, send: _Send, lost: _Lost, budget: Budget | None = None) -> CallResult:
+        """The call on an actor; with `budget`, only if it admits it (else `over_budget`,
+        recorded here), charged what the actor's result says it used."""
+        if budget is None:
+            return self._sent(send, lost)
+        refused = budget.admit()
+        if refused is not None:
+            return self._failed(lost, f"not run: {refused}", ErrorKind.OVER_BUDGET)
+        result = None
+        try:
+            result = self._sent(send, lost)
+        finally:
+            budget.charge(result)
+        return result
+
+    async def _acall(self, send: _Send, lost: _Lost, budget: Budget | None = None) -> CallResult:
+        """`_call` awaited."""
+        if budget is None:
+            return await self._asent(send, lost)
+        refused = budget.admit()
+        if refused is not None:
+            return self._failed(lost, f"not run: {refused}", ErrorKind.OVER_BUDGET)
+        result = None
+        try:
+            result = await self._asent(send, lost)
+        finally:
+            budget.charge(result)
+        return result
+
+    def _sent(self, send: _Send, lost: _Lost) -> CallResult:
         picked = self._acquire(wait=True)
         if picked is None:
             return self._failed(lost, self._no_actor())
@@ -672,7 +764,7 @@ class RaySandboxPool:
             self._release(slot)
         return self._finish(outcome)
 
-    async def _acall(self, send: Callable[[Any], Any], lost: _Lost) -> CallResult:
+    async def _asent(self, send: _Send, lost: _Lost) -> CallResult:
         picked = self._acquire(wait=False)
         if picked is None:  # every actor is being replaced: wait off the event loop
             picked = await asyncio.to_thread(self._acquire, True)
@@ -696,15 +788,16 @@ class RaySandboxPool:
         return self._finish(outcome)
 
     def _send(
-        self, send: Callable[[Any], Any], picked: tuple[_Slot, int, Any], lost: _Lost
+        self, send: _Send, picked: tuple[_Slot, int, Any], lost: _Lost
     ) -> tuple[_Slot, int, Any] | CallResult:
-        """The call sent to the picked actor: its slot, generation and object ref. When Ray
+        """The call sent to the picked actor with the caller's trace context: its slot,
+        generation and object ref. When Ray
         cannot send it (its input does not serialize), the slot is given back and the answer
         is the call's failed result, recorded: `invalid_arguments`, as in-process for input
         MessagePack cannot take, or `host_error` for a failure of Ray's own."""
         slot, generation, handle = picked
         try:
-            return slot, generation, send(handle)
+            return slot, generation, send(handle, _carrier())
         except RayError as exc:
             self._release(slot)
             return self._failed(lost, f"Ray could not send this call: {_first_line(exc)}")
@@ -768,29 +861,39 @@ class RaySandboxPool:
         """`call` awaited."""
         return await self.tool(name).acall(args, **kwargs)
 
-    def run_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
-        """`Sandbox.run_python` on an actor; `manifest`'s preopens must exist on its node."""
+    def run_python(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
+        """`Sandbox.run_python` on an actor; `manifest`'s preopens must exist on its node. With
+        `budget`, admitted and charged on the driver."""
         send, lost = self._python(code, manifest)
-        return self._call(send, lost)
+        return self._call(send, lost, budget)
 
-    async def arun_python(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    async def arun_python(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
         """`run_python` awaited."""
         send, lost = self._python(code, manifest)
-        return await self._acall(send, lost)
+        return await self._acall(send, lost, budget)
 
-    def run_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
-        """`Sandbox.run_javascript` on an actor; `manifest`'s preopens must exist on its node."""
+    def run_javascript(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
+        """`Sandbox.run_javascript` on an actor; `manifest`'s preopens must exist on its node.
+        With `budget`, admitted and charged on the driver."""
         send, lost = self._python(code, manifest, "javascript")
-        return self._call(send, lost)
+        return self._call(send, lost, budget)
 
-    async def arun_javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
+    async def arun_javascript(
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
+    ) -> CallResult:
         """`run_javascript` awaited."""
         send, lost = self._python(code, manifest, "javascript")
-        return await self._acall(send, lost)
+        return await self._acall(send, lost, budget)
 
     def _python(
         self, code: Any, manifest: ManifestSource | None, runtime: Literal["python", "javascript"] = "python"
-    ) -> tuple[Callable[[Any], Any], _Lost]:
+    ) -> tuple[_Send, _Lost]:
         """How to send a run_python (or run_javascript) call, and its record should its actor die."""
         unset, unset_digest = (
             (_NO_GRANTS, _NO_GRANTS_DIGEST)
@@ -812,8 +915,8 @@ class RaySandboxPool:
         )
         lost = _Lost(grants.name, digest, code_digest, code, grants.limits)
         if runtime == "javascript":
-            return (lambda actor: actor.run_javascript.remote(code, sent)), lost
-        return (lambda actor: actor.run_python.remote(code, sent)), lost
+            return (lambda actor, carrier: actor.run_javascript.remote(code, sent, carrier)), lost
+        return (lambda actor, carrier: actor.run_python.remote(code, sent, carrier)), lost
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
@@ -831,8 +934,9 @@ class RaySandboxPool:
         max_calls: int | None = None,
         deadline_s: float | None = None,
         javascript: bool | ManifestSource = False,
+        budget: Budget | None = None,
     ) -> list[dict[str, Any]]:
-        """`Sandbox.dispatch`, each call on the pool."""
+        """`Sandbox.dispatch`, each call on the pool (with `budget`, admitted and charged here)."""
         return _dispatch.dispatch(
             self,
             calls,
@@ -841,6 +945,7 @@ class RaySandboxPool:
             max_calls=max_calls,
             deadline_s=deadline_s,
             javascript=javascript,
+            budget=budget,
         )
 
     async def adispatch(
@@ -852,8 +957,9 @@ class RaySandboxPool:
         max_calls: int | None = None,
         deadline_s: float | None = None,
         javascript: bool | ManifestSource = False,
+        budget: Budget | None = None,
     ) -> list[dict[str, Any]]:
-        """`Sandbox.adispatch`, each call on the pool."""
+        """`Sandbox.adispatch`, each call on the pool (with `budget`, admitted and charged here)."""
         return await _dispatch.adispatch(
             self,
             calls,
@@ -862,6 +968,7 @@ class RaySandboxPool:
             max_calls=max_calls,
             deadline_s=deadline_s,
             javascript=javascript,
+            budget=budget,
         )
 
     # -- host functions --------------------------------------------------------------------

@@ -17,6 +17,8 @@ import wasmtime
 from ... import _abi, _call, _outcome
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
+from ..._capabilities import wasi_files as _wasi_files
+from ..._capabilities import wasi_poll as _wasi_poll
 from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import CapabilityError, ErrorKind, ManifestError
 from ..._inspect import ModuleInfo, ToolKind
@@ -25,8 +27,6 @@ from ..._outcome import Failure
 from ..._results import CallResult
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store
-from ..._wasmtime import wasi_files as _wasi_files
-from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
 from . import hostcall as _hostcall

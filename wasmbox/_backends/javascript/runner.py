@@ -37,9 +37,11 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome, _snapshot
+from ... import _abi, _call, _outcome, _replay, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
+from ..._capabilities import wasi_files as _wasi_files
+from ..._capabilities import wasi_poll as _wasi_poll
 from ..._capabilities.hostfuncs import HostFunction
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
@@ -48,8 +50,6 @@ from ..._outcome import Failure
 from ..._results import CallResult
 from ..._wasmtime import capi as _capi
 from ..._wasmtime import store as _store
-from ..._wasmtime import wasi_files as _wasi_files
-from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from . import build
 
@@ -202,7 +202,7 @@ class JavaScriptRunner:
         layout = self._layout
         context = _store.context(store)
         guest = _Guest(context, _Exports(store, instance), memory)
-        guest.write(layout.random_state, _seed())
+        guest.write(layout.random_state, _replay.randomness(_seed))  # (kept or replayed by a tape)
         if env:  # the C library read the set-up's empty environment: read the call's
             _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
         _capi.set_table_func(

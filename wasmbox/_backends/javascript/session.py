@@ -23,12 +23,12 @@ import wasmtime
 
 from ... import _call
 from ..._call import CallState
+from ..._capabilities import wasi_files as _wasi_files
 from ..._errors import SessionError
 from ..._manifest import Manifest
 from ..._outcome import Failure
 from ..._results import CallResult
 from ..._wasmtime import capi as _capi
-from ..._wasmtime import wasi_files as _wasi_files
 from ..python.session import SessionLimits
 from .runner import _STORE_LIMITS, JavaScriptRunner, Request
 

@@ -22,7 +22,7 @@ import os
 import stat
 import threading
 
-from ..._wasmtime.wasi_files import process_budget as _core_budget
+from ..._capabilities.wasi_files import process_budget as _core_budget
 
 Descriptor = tuple[int, int, int]  # (number, device, inode): one open file, not its number reused
 

@@ -182,6 +182,11 @@ class PythonRuntimeRunner:
     def dispose(self, store: wasmtime.Store) -> None:
         self._keeper.retire_store(store)
 
+    @property
+    def spares(self) -> int:
+        """Spare instances ready for a next call (one per recent grant set)."""
+        return self._spares.ready
+
     def instantiate(self, manifest: Manifest) -> _call.Instance:
         """A store and instance for one call under `manifest`, not yet run (see `_Instances.make`)."""
         return self._instances.make(manifest)
@@ -384,6 +389,10 @@ class _Spares:
             while len(self._ready) > self.limit:
                 displaced.append(self._ready.pop(next(iter(self._ready))))
             return displaced
+
+    @property
+    def ready(self) -> int:
+        return len(self._ready)
 
     def drain(self) -> list[_call.Instance]:
         with self._lock:

@@ -37,6 +37,7 @@ import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ... import _call, _outcome, _telemetry
+from ..._admission import Gate
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
 from ..._capabilities import scratch as _scratch
@@ -163,6 +164,7 @@ class Session:
         limits: SessionLimits,
         auditor: Auditor,
         executor: Executor,
+        gate: Gate,
     ) -> None:
         self.id = secrets.token_hex(8)
         self.name = name if name is not None else self.id
@@ -172,6 +174,7 @@ class Session:
         self._manifest = manifest
         self._auditor = auditor
         self._executor = executor
+        self._gate = gate  # the Sandbox's admission control
         self._lock = threading.RLock()
         self._running = False
         self._calls = 0
@@ -219,24 +222,26 @@ class Session:
     ) -> CallResult:  # fmt: skip
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
-        run (else `over_budget`, and the session stays as it was); with `limits`, under those
-        (tighter than the manifest's; its memory cap is the session's, fixed when it opened).
-        `files` are written under /tmp/in first, replacing those of the same name (the manifest
-        needs `inputs`); the manifest's `outputs` come back in `CallResult.files`; `on_output`
-        gets stdout and stderr as they are written (`Tool.call`). Raises `SessionEndedError`
-        when the session has ended (or ends now: idle, too old, a total spent), LimitsError for
-        limits that would loosen the manifest's."""
-        run_limits = self._limits_for(limits)
-        if budget is not None:
-            return budget.run(
-                self._manifest.name, partial(self.run, code, limits=limits, files=files, on_output=on_output)
-            )
+        run (else `over_budget`, and the session stays as it was; so too when the Sandbox's
+        admission control refuses it, `overloaded`); with `limits`, under those (tighter than
+        the manifest's; its memory cap is the session's, fixed when it opened). `files` are
+        written under /tmp/in first, replacing those of the same name (the manifest needs
+        `inputs`); the manifest's `outputs` come back in `CallResult.files`; `on_output` gets
+        stdout and stderr as they are written (`Tool.call`). Raises `SessionEndedError` when the
+        session has ended (or ends now: idle, too old, a total spent), LimitsError for limits
+        that would loosen the manifest's."""
+        run_limits = self._limits_for(limits)  # (raises before anything is admitted)
+        work = partial(self._admitted, code, budget, run_limits, files)
         if on_output is not None:
             with _output.streaming(on_output):
-                return self._run_audited(code, run_limits, files)
-        return self._run_audited(code, run_limits, files)
+                return self._gate.run(self._manifest.name, work)
+        return self._gate.run(self._manifest.name, work)
 
-    def _run_audited(self, code: str, run_limits: Limits, files: object) -> CallResult:
+    def _admitted(
+        self, code: str, budget: Budget | None, run_limits: Limits, files: object = None
+    ) -> CallResult:
+        if budget is not None:
+            return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits, files))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -269,17 +274,16 @@ class Session:
         self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
         files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
-        """`run` on the Sandbox's worker threads (limits are checked here, before); `on_output`
-        is called on the event loop."""
+        """`run` on the Sandbox's worker threads, admitted before it is queued for them (limits
+        are checked here, before); `on_output` is called on the event loop."""
         import asyncio  # lazily, as in Tool.acall
 
         from ..._tool import on_the_loop
 
         self._limits_for(limits)
-        loop = asyncio.get_running_loop()
-        listener = on_the_loop(loop, on_output) if on_output is not None else None
+        listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
         run = partial(self.run, code, budget=budget, limits=limits, files=files, on_output=listener)
-        return await loop.run_in_executor(self._executor, _telemetry.carried(run))
+        return await self._gate.offload(self._executor, _telemetry.carried(run))
 
     def files(self) -> dict[str, int]:
         """The regular files in the session's scratch `/tmp` now (what its runs left), by guest

@@ -25,6 +25,8 @@ import wasmtime
 from ... import _abi, _call, _outcome
 from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
+from ..._capabilities import wasi_files as _wasi_files
+from ..._capabilities import wasi_poll as _wasi_poll
 from ..._errors import ErrorKind
 from ..._inspect import ToolKind
 from ..._manifest import Manifest
@@ -32,8 +34,6 @@ from ..._outcome import Failure
 from ..._results import CallResult
 from ..._units import format_size
 from ..._wasmtime import store as _store
-from ..._wasmtime import wasi_files as _wasi_files
-from ..._wasmtime import wasi_poll as _wasi_poll
 from ..._wasmtime.engine import EpochTicker
 from ..._wasmtime.output import Output
 from ..python.build import RuntimeBuildError

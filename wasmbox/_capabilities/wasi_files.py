@@ -9,7 +9,8 @@ of the process together (half its descriptor limit: the rest stays the host's).
 They cannot call Wasmtime's functions themselves: a WASI function finds the guest's memory
 through its caller's exports, and a call from the host has no caller. So at a call's first
 file operation a tiny forwarding module is instantiated in the call's store: it imports the
-guest's memory and re-exports it as `memory`, and its functions call Wasmtime's. Calls that
+guest's memory and re-exports it as `memory`, and its functions call Wasmtime's (instantiated
+through the engine layer's `capi.instantiate_with`). Calls that
 never touch a file pay nothing. A trap in a forwarded call stops the guest at once, as it
 would have unforwarded.
 
@@ -35,16 +36,14 @@ from functools import partial
 from typing import Any, cast
 
 import wasmtime
-from wasmtime import _ffi as ffi
 
 from .. import _abi, _call, _outcome
-from . import capi as _capi
+from .._wasmtime import capi as _capi
 
 MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once
 FIRST_PREOPEN_FD = 3  # WASI numbers preopens from 3, in the order the config added them
 MAX_NOTED = 8  # distinct paths one call records as landing on the hidden root
 _NOTED_CHARS = 256  # of each recorded path
-_WASI = _abi.WASI_MODULE.encode()
 _PATH_OPEN, _FD_CLOSE, _FD_RENUMBER, _PATH_SYMLINK = "path_open", "fd_close", "fd_renumber", "path_symlink"
 # The forwarded functions' parameter types (each returns an errno) ...
 _SIGNATURES = {
@@ -106,8 +105,8 @@ class OpenFiles:
     much of the process budget it has taken (what it gives back at the end, whatever
     happened in between: an interrupt may leave `fds` short, never the budget)."""
 
-    functions: dict[str, ffi.wasmtime_extern_t]
-    memory: ffi.wasmtime_extern_t
+    functions: dict[str, _capi.Extern]
+    memory: _capi.Extern
     root: int | None = None  # the hidden root's descriptor now (the guest may move or close it)
     fds: set[int] = field(default_factory=set)
     taken: int = 0
@@ -208,24 +207,8 @@ class FileGuard:
         memory = _capi.MEMORY.from_caller(caller, _capi.EXTERN_MEMORY)
         if memory is None:
             raise wasmtime.WasmtimeError("missing required memory export")  # as Wasmtime's WASI says
-        imports = (ffi.wasmtime_extern_t * (len(_FORWARDED) + 1))()
-        for i, name in enumerate(_FORWARDED):
-            encoded = name.encode()
-            found = ffi.wasmtime_linker_get(
-                self._wasi.ptr(), context, _WASI, len(_WASI), encoded, len(encoded), ctypes.byref(imports[i])
-            )
-            assert found, name  # define_wasi defines them all
-        imports[len(_FORWARDED)] = memory
-        instance = ffi.wasmtime_instance_t()
-        trap = ctypes.POINTER(ffi.wasm_trap_t)()
-        error = ffi.wasmtime_instance_new(
-            context, self._module.ptr(), imports, len(imports), ctypes.byref(instance), ctypes.byref(trap)
-        )
-        if error:
-            raise wasmtime.WasmtimeError._from_ptr(error)
-        if trap:
-            raise wasmtime.Trap._from_ptr(trap)
-        functions = {name: export.lookup(context, instance) for name, export in _EXPORTS.items()}
+        linked = tuple((_abi.WASI_MODULE, name) for name in _FORWARDED)
+        functions = _capi.instantiate_with(context, self._module, self._wasi, linked, memory, _EXPORTS)
         return OpenFiles(functions, memory, root=self.hidden_root)
 
 
@@ -262,7 +245,7 @@ class _Wasi:
     """One guest call of a forwarded function: its raw arguments, and Wasmtime's function."""
 
     context: _capi.Context
-    function: ffi.wasmtime_extern_t
+    function: _capi.Extern
     values: _capi.Values
     count: int
 
@@ -273,7 +256,7 @@ class _Wasi:
         """Wasmtime's function on the guest's arguments; its errno (also the guest's result)."""
         return _capi.call_raw(self.context, self.function, self.values, self.count) & 0xFFFF
 
-    def path(self, memory: ffi.wasmtime_extern_t, at: int) -> str | None:
+    def path(self, memory: _capi.Extern, at: int) -> str | None:
         """The path whose pointer is argument `at` (its length the next), as an absolute guest
         path on `/` (its first `_NOTED_CHARS` bytes); None if it is not in the guest's memory."""
         ptr, length = self.arg(at), self.arg(at + 1)

@@ -17,7 +17,7 @@ import wasmtime
 
 from .. import _abi, _call
 from .._errors import ErrorKind
-from . import capi as _capi
+from .._wasmtime import capi as _capi
 
 _SUBSCRIPTION = struct.Struct("<QB7xIxxxxQQH6x")  # userdata, tag, clock id, timeout, precision, flags
 _EVENT = struct.Struct("<QHB5xQH6x")  # userdata, error, type, nbytes, flags
