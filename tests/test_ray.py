@@ -488,3 +488,21 @@ def _until(condition: Any, what: str, timeout: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for: {what}"
         time.sleep(0.05)
+
+
+def test_limits_per_call_are_checked_on_the_driver_and_run_on_the_actors(
+    pool: RaySandboxPool, local: wasmbox.Sandbox
+) -> None:
+    tight = pool.call("echo", {"text": "x"}, limits={"fuel": 10})
+    assert tight.error is not None and tight.error.kind is ErrorKind.OUT_OF_FUEL and tight.fuel_used == 10
+    assert same(tight) == same(local.call("echo", {"text": "x"}, limits={"fuel": 10}))
+    assert pool.call("echo", {"text": "x"}).ok  # the next call under the manifest's own
+    with pytest.raises(wasmbox.LimitsError, match="echo: limits.fuel"):
+        pool.call("echo", {}, limits={"fuel": 10**18})
+    cut = pool.run_python("print('x' * 100)", limits={"output": 10})
+    assert cut.error is not None and cut.error.kind is ErrorKind.OUTPUT_LIMIT
+    with pytest.raises(wasmbox.LimitsError, match="limits.timeout"):
+        asyncio.run(pool.arun_python("1", limits={"timeout": 3600}))
+    calls = [{"id": "1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}]
+    [reply] = pool.dispatch(calls, format="openai", limits=wasmbox.CallLimits(fuel=10))
+    assert "fuel" in reply["content"]

@@ -65,7 +65,7 @@ from .._errors import CapabilityError, ErrorKind, ManifestError, UnknownToolErro
 from .._files import read_regular_file
 from .._formats import SpecFormat, StrictMode
 from .._inspect import ToolKind
-from .._manifest import Limits, Manifest, ManifestSource
+from .._manifest import CallLimits, Limits, Manifest, ManifestSource
 from .._results import CallResult
 from .._sandbox import (
     _NO_GRANTS,
@@ -327,21 +327,32 @@ class _SandboxActor:
             return _portable(exc)
         return None
 
-    async def call(self, name: str, args: Any, argv: Any, stdin: Any, carrier: dict[str, str]) -> _Outcome:
+    async def call(
+        self, name: str, args: Any, argv: Any, stdin: Any, carrier: dict[str, str], limits: Any = None
+    ) -> _Outcome:
         assert self._box is not None
-        return await self._run(partial(self._box.call, name, args, argv=argv, stdin=stdin), carrier)
+        call = partial(self._box.call, name, args, argv=argv, stdin=stdin, limits=limits)
+        return await self._run(call, carrier)
 
     async def run_python(
-        self, code: Any, grants: tuple[str, dict[str, Any]] | None, carrier: dict[str, str]
+        self,
+        code: Any,
+        grants: tuple[str, dict[str, Any]] | None,
+        carrier: dict[str, str],
+        limits: Any = None,
     ) -> _Outcome:
         assert self._box is not None
-        return await self._snippet(self._box.run_python, code, grants, carrier)
+        return await self._snippet(partial(self._box.run_python, limits=limits), code, grants, carrier)
 
     async def run_javascript(
-        self, code: Any, grants: tuple[str, dict[str, Any]] | None, carrier: dict[str, str]
+        self,
+        code: Any,
+        grants: tuple[str, dict[str, Any]] | None,
+        carrier: dict[str, str],
+        limits: Any = None,
     ) -> _Outcome:
         assert self._box is not None
-        return await self._snippet(self._box.run_javascript, code, grants, carrier)
+        return await self._snippet(partial(self._box.run_javascript, limits=limits), code, grants, carrier)
 
     async def _snippet(
         self,
@@ -400,6 +411,13 @@ class _SandboxActor:
         if self._box is not None:
             await asyncio.to_thread(self._box.close)
         self._cleanup()
+
+
+def _sent_limits(limits: CallLimits | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A call's limits as they travel to an actor (a plain mapping, read there again)."""
+    if limits is None:
+        return None
+    return CallLimits.of(limits).model_dump(exclude_none=True)
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -477,10 +495,14 @@ class RemoteTool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:
         """`Tool.call` on the actor with the fewest calls in flight; with `budget`, admitted
-        and charged here on the driver (as `Tool.call`)."""
-        return self._pool._call(self._send(args, argv, stdin), self._lost(args, argv, stdin), budget)
+        and charged here on the driver (as `Tool.call`); `limits` as `Tool.call`'s (checked
+        here: LimitsError)."""
+        tightened = self.limits_for(limits)
+        send, lost = self._send(args, argv, stdin, limits), self._lost(args, argv, stdin, tightened)
+        return self._pool._call(send, lost, budget)
 
     async def acall(
         self,
@@ -489,17 +511,25 @@ class RemoteTool:
         argv: list[str] | tuple[str, ...] = (),
         stdin: bytes | str = b"",
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> CallResult:
         """`call` awaited: the event loop keeps running."""
-        return await self._pool._acall(self._send(args, argv, stdin), self._lost(args, argv, stdin), budget)
+        tightened = self.limits_for(limits)
+        send, lost = self._send(args, argv, stdin, limits), self._lost(args, argv, stdin, tightened)
+        return await self._pool._acall(send, lost, budget)
 
-    def _send(self, args: Any, argv: Any, stdin: Any) -> _Send:
+    def limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits | None:
+        """As `Tool.limits_for`: the limits a call with `limits` runs under (LimitsError)."""
+        return None if limits is None else CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
+
+    def _send(self, args: Any, argv: Any, stdin: Any, limits: Any) -> _Send:
         name = self.name
-        return lambda actor, carrier: actor.call.remote(name, args, argv, stdin, carrier)
+        sent = _sent_limits(limits)
+        return lambda actor, carrier: actor.call.remote(name, args, argv, stdin, carrier, sent)
 
-    def _lost(self, args: Any, argv: Any, stdin: Any) -> _Lost:
+    def _lost(self, args: Any, argv: Any, stdin: Any, limits: Limits | None) -> _Lost:
         given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
-        return _Lost(self.name, self.manifest_digest, self.code_digest, given, self.manifest.limits)
+        return _Lost(self.name, self.manifest_digest, self.code_digest, given, limits or self.manifest.limits)
 
     def __repr__(self) -> str:
         return f"<RemoteTool {self.name!r} {self.kind.value}>"
@@ -862,39 +892,45 @@ class RaySandboxPool:
         return await self.tool(name).acall(args, **kwargs)
 
     def run_python(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> CallResult:  # fmt: skip
         """`Sandbox.run_python` on an actor; `manifest`'s preopens must exist on its node. With
         `budget`, admitted and charged on the driver."""
-        send, lost = self._python(code, manifest)
+        send, lost = self._python(code, manifest, limits=limits)
         return self._call(send, lost, budget)
 
     async def arun_python(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run_python` awaited."""
-        send, lost = self._python(code, manifest)
+        send, lost = self._python(code, manifest, limits=limits)
         return await self._acall(send, lost, budget)
 
     def run_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> CallResult:  # fmt: skip
         """`Sandbox.run_javascript` on an actor; `manifest`'s preopens must exist on its node.
         With `budget`, admitted and charged on the driver."""
-        send, lost = self._python(code, manifest, "javascript")
+        send, lost = self._python(code, manifest, "javascript", limits=limits)
         return self._call(send, lost, budget)
 
     async def arun_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None
-    ) -> CallResult:
+        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run_javascript` awaited."""
-        send, lost = self._python(code, manifest, "javascript")
+        send, lost = self._python(code, manifest, "javascript", limits=limits)
         return await self._acall(send, lost, budget)
 
     def _python(
-        self, code: Any, manifest: ManifestSource | None, runtime: Literal["python", "javascript"] = "python"
-    ) -> tuple[_Send, _Lost]:
-        """How to send a run_python (or run_javascript) call, and its record should its actor die."""
+        self, code: Any, manifest: ManifestSource | None, runtime: Literal["python", "javascript"] = "python",
+        limits: CallLimits | Mapping[str, Any] | None = None,
+    ) -> tuple[_Send, _Lost]:  # fmt: skip
+        """How to send a run_python (or run_javascript) call, and its record should its actor
+        die. Raises ManifestError for a grant set that is not one, LimitsError as `Tool.call`."""
         unset, unset_digest = (
             (_NO_GRANTS, _NO_GRANTS_DIGEST)
             if runtime == "python"
@@ -913,10 +949,14 @@ class RaySandboxPool:
         code_digest = (
             hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest() if isinstance(code, str) else ""
         )
-        lost = _Lost(grants.name, digest, code_digest, code, grants.limits)
+        tightened = (
+            grants.limits if limits is None else CallLimits.of(limits).applied_to(grants.limits, grants.name)
+        )
+        lost = _Lost(grants.name, digest, code_digest, code, tightened)
+        given = _sent_limits(limits)
         if runtime == "javascript":
-            return (lambda actor, carrier: actor.run_javascript.remote(code, sent, carrier)), lost
-        return (lambda actor, carrier: actor.run_python.remote(code, sent, carrier)), lost
+            return (lambda actor, carrier: actor.run_javascript.remote(code, sent, carrier, given)), lost
+        return (lambda actor, carrier: actor.run_python.remote(code, sent, carrier, given)), lost
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
@@ -935,8 +975,10 @@ class RaySandboxPool:
         deadline_s: float | None = None,
         javascript: bool | ManifestSource = False,
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """`Sandbox.dispatch`, each call on the pool (with `budget`, admitted and charged here)."""
+        """`Sandbox.dispatch`, each call on the pool (with `budget`, admitted and charged here;
+        `limits` as `Sandbox.dispatch`'s)."""
         return _dispatch.dispatch(
             self,
             calls,
@@ -946,6 +988,7 @@ class RaySandboxPool:
             deadline_s=deadline_s,
             javascript=javascript,
             budget=budget,
+            limits=limits,
         )
 
     async def adispatch(
@@ -958,8 +1001,10 @@ class RaySandboxPool:
         deadline_s: float | None = None,
         javascript: bool | ManifestSource = False,
         budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """`Sandbox.adispatch`, each call on the pool (with `budget`, admitted and charged here)."""
+        """`Sandbox.adispatch`, each call on the pool (with `budget`, admitted and charged here;
+        `limits` as `Sandbox.dispatch`'s)."""
         return await _dispatch.adispatch(
             self,
             calls,
@@ -969,6 +1014,7 @@ class RaySandboxPool:
             deadline_s=deadline_s,
             javascript=javascript,
             budget=budget,
+            limits=limits,
         )
 
     # -- host functions --------------------------------------------------------------------
