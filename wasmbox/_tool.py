@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -55,6 +56,18 @@ class Runner(Protocol):
     def kind(self) -> ToolKind: ...
 
     def call(self, call: CallInput) -> CallResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What one call asks, as its caller gave it (checked in `Tool._call`), and the limits it
+    runs under."""
+
+    args: Any
+    argv: Any
+    stdin: Any
+    limits: Limits | None
+    files: Any
 
 
 class Tool:
@@ -180,21 +193,18 @@ class Tool:
         same. A listener that raises is told nothing more (logged); a slow one slows the call,
         whose deadline runs on.
         """
-        tightened = self.limits_for(limits)
+        asked = _Asked(args, argv, stdin, self.limits_for(limits), files)
         if on_output is not None or (_output.listening() and _call.inside_call()):
             # (a call made by a host function of a streamed call streams only its own listener's)
             with _output.streaming(on_output):
-                return self._traced(args, argv, stdin, budget, tightened, files)
-        return self._traced(args, argv, stdin, budget, tightened, files)
+                return self._traced(asked, budget)
+        return self._traced(asked, budget)
 
-    def _traced(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None, files: Any
-    ) -> CallResult:
+    def _traced(self, asked: _Asked, budget: Budget | None) -> CallResult:
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            work = partial(self._counted, args, argv, stdin, budget, limits, files)
-            return telemetry.tool_call(self.name, self.kind.value, work)
-        return self._counted(args, argv, stdin, budget, limits, files)
+            return telemetry.tool_call(self.name, self.kind.value, partial(self._counted, asked, budget))
+        return self._counted(asked, budget)
 
     def limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits | None:
         """The limits a call with `limits` runs under (None: the manifest's, unchanged).
@@ -203,50 +213,35 @@ class Tool:
             return None
         return CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
 
-    def _counted(
-        self,
-        args: Any,
-        argv: Any,
-        stdin: Any,
-        budget: Budget | None,
-        limits: Limits | None,
-        files: Any = None,
-    ) -> CallResult:
+    def _counted(self, asked: _Asked, budget: Budget | None) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._budgeted(args, argv, stdin, budget, limits, files)
-            given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
+                result = self._budgeted(asked, budget)
+            given = (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
             self._auditor.record(
-                result, self.manifest_digest, self.code_digest, given, limits or self.manifest.limits,
+                result, self.manifest_digest, self.code_digest, given, asked.limits or self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
         else:
-            result = self._budgeted(args, argv, stdin, budget, limits, files)
+            result = self._budgeted(asked, budget)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
-    def _budgeted(
-        self,
-        args: Any,
-        argv: Any,
-        stdin: Any,
-        budget: Budget | None,
-        limits: Limits | None,
-        files: Any = None,
-    ) -> CallResult:
+    def _budgeted(self, asked: _Asked, budget: Budget | None) -> CallResult:
         """The call if the Sandbox admits it (first: its bound protects the host) and then its
         budget does."""
-        call = partial(self._call, args, argv, stdin, limits, files)
+        call = partial(self._call, asked)
         if budget is not None:
             call = partial(budget.run, self.name, call)
         if self._gate is None:
             return call()
         return self._gate.run(self.name, call)
 
-    def _call(self, args: Any, argv: Any, stdin: Any, limits: Limits | None, files: Any = None) -> CallResult:
+    def _call(self, asked: _Asked) -> CallResult:
         start = time.perf_counter()
+        args, argv, stdin, files = asked.args, asked.argv, asked.stdin, asked.files
         problem = self._check(args, argv, stdin)
         inputs: Mapping[str, bytes] = {}
         if problem is None and files is not None:
@@ -262,7 +257,9 @@ class Tool:
             )
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-            result = self._runner.call(CallInput(args or {}, tuple(argv), data, files=inputs, limits=limits))
+            result = self._runner.call(
+                CallInput(args or {}, tuple(argv), data, files=inputs, limits=asked.limits)
+            )
             if result.ok and self._output_validator is not None:
                 result = self._checked_value(result, self._output_validator)
         return result
