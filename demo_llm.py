@@ -3,7 +3,10 @@
 The real `openai` and `anthropic` clients talk to a fake model over httpx.MockTransport (no
 network): the model asks for parallel tool calls (one with bad JSON, one unknown tool), wasmbox
 runs them and answers, and the next request the SDK sends is printed. Then the model writes one
-snippet that calls three tools itself and sends back one answer instead of three results.
+snippet that calls three tools itself and sends back one answer instead of three results. Last,
+the model asks for a chart: matplotlib draws it in the scientific runtime, and the PNG reaches
+the next request as an image, in OpenAI Responses', Anthropic's and MCP's shapes (skipped, saying
+why, when the scientific runtime cannot be had).
 
 Run it with `./dev demo llm`.
 """
@@ -167,6 +170,92 @@ def code_loop(box: wasmbox.Sandbox) -> None:
     print(f"--- the model: {final.choices[0].message.content}")
 
 
+# The grant set of a chart: the scientific runtime (matplotlib), a scratch /tmp, the PNGs back.
+CHART_GRANTS = {
+    "name": "charts", "runtime": "python", "python": "scientific", "scratch": "16MiB",
+    "env": {"MPLCONFIGDIR": "/tmp/.matplotlib"}, "outputs": ["/tmp/out/*.png"], "limits": {"fuel": 50_000_000_000, "memory": "1GiB", "timeout": 120, "output": "4MiB"},
+}  # fmt: skip
+CHART = """
+import os
+import matplotlib.pyplot as plt
+units = {"north": 41, "south": 22, "east": 25}
+fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+ax.bar(list(units), list(units.values()), color="tab:blue")
+ax.set_title("units by region")
+os.makedirs("/tmp/out")
+fig.savefig("/tmp/out/units.png")
+f"north leads with {units['north']} units"
+"""
+
+
+def _image_summary(block: dict[str, Any]) -> dict[str, Any]:
+    """An image block with its base64 cut short, to print."""
+    shown = dict(block)
+    for key in ("image_url", "data"):
+        if isinstance(shown.get(key), str):
+            shown[key] = shown[key][:48] + f"... ({len(shown[key])} chars)"
+    if isinstance(shown.get("source"), dict):
+        shown["source"] = _image_summary(shown["source"])
+    return shown
+
+
+def chart_loop(box: wasmbox.Sandbox) -> None:
+    print("\n======== A chart: the PNG as an image block ========")
+    try:
+        box.prepare_scientific()  # (built on first use: minutes, once per cache)
+    except (wasmbox.RuntimeBuildError, OSError) as exc:
+        print(f"--- skipped: the scientific runtime cannot be had here: {exc}")
+        return
+    arguments = json.dumps({"code": CHART})
+    body = {"id": "resp_demo", "object": "response", "created_at": 0, "model": "fake", "status": "completed",
+            "output": [{"type": "function_call", "id": "fc_1", "call_id": "call_chart", "name": "run_python",
+                        "arguments": arguments, "status": "completed"}],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
+    done = {**body, "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                                "content": [{"type": "output_text", "text": "North leads.", "annotations": []}]}]}  # fmt: skip
+    model = FakeModel(body, done)
+    client = openai.OpenAI(api_key="sk-demo", base_url="http://fake-model/v1",
+                           http_client=httpx.Client(transport=httpx.MockTransport(model)))  # fmt: skip
+    inputs: list[Any] = [{"role": "user", "content": "Chart the units by region."}]
+    response = client.responses.create(
+        model="fake", input=inputs, tools=box.specs("openai-responses", python=CHART_GRANTS)
+    )
+    inputs += [item.model_dump(exclude_none=True) for item in response.output]
+    inputs += box.dispatch(response, format="openai-responses", python=CHART_GRANTS)
+    client.responses.create(model="fake", input=inputs)
+    (sent,) = [i["output"] for i in model.requests[1]["input"] if i.get("type") == "function_call_output"]
+    show(
+        "OpenAI Responses: the function_call_output the next request carries",
+        [_image_summary(b) for b in sent],
+    )
+
+    use = {"type": "tool_use", "id": "toolu_chart", "name": "run_python", "input": {"code": CHART}}
+    anthropic_reply = box.dispatch([use], format="anthropic", python=CHART_GRANTS)
+    (result,) = anthropic_reply
+    show(
+        "Anthropic: the tool_result block",
+        {**result, "content": [_image_summary(b) for b in result["content"]]},
+    )
+
+    try:
+        import asyncio
+
+        from mcp import Client
+
+        from wasmbox.integrations import mcp as wasmbox_mcp
+    except ImportError:
+        print("--- MCP: skipped (pip install 'wasmbox[mcp]')")
+        return
+
+    async def over_mcp() -> Any:
+        async with Client(wasmbox_mcp.build_server(box, python=CHART_GRANTS)) as client:
+            return await client.call_tool("run_python", {"code": CHART})
+
+    called = asyncio.run(over_mcp())
+    blocks = [_image_summary(block.model_dump(mode="json", exclude_none=True)) for block in called.content]
+    show("MCP: the tools/call result's content", blocks)
+
+
 def kv_get(key: str) -> str | None:
     """The demo's key-value store, served to kv_lookup as the host function kv.get."""
     return {"target": "100"}.get(key)
@@ -181,6 +270,7 @@ def main() -> int:
         openai_loop(box)
         anthropic_loop(box)
         code_loop(box)
+        chart_loop(box)
     return 0
 
 

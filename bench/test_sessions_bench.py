@@ -68,3 +68,33 @@ def test_sessions_open_run_close(benchmark, box: wasmbox.Sandbox) -> None:  # ty
             return opened.run("sum(range(100))").value
 
     assert benchmark(life) == 4950
+
+
+@pytest.fixture
+def js_session(box: wasmbox.Sandbox) -> Iterator[wasmbox.Session]:
+    box.prepare_javascript()
+    with box.session(limits=UNBOUNDED, runtime="javascript") as opened:
+        yield opened
+
+
+def test_sessions_js_fresh_call_sum(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """The JavaScript baseline: a fresh QuickJS instance per call."""
+    code = "let s = 0; for (let i = 0; i < 100; i++) s += i; s"
+    assert benchmark(box.run_javascript, code).value == 4950
+
+
+def test_sessions_js_run_sum(benchmark, js_session: wasmbox.Session) -> None:  # type: ignore[no-untyped-def]
+    """The same in a JavaScript session (a block scope: `let s` is the block's, not the session's)."""
+    code = "{ let s = 0; for (let i = 0; i < 100; i++) s += i; s }"
+    assert benchmark(js_session.run, code).value == 4950
+
+
+def test_sessions_js_open_run_close(benchmark, box: wasmbox.Sandbox) -> None:  # type: ignore[no-untyped-def]
+    """A JavaScript session's whole life with one run."""
+    box.prepare_javascript()
+
+    def life() -> object:
+        with box.session(runtime="javascript") as opened:
+            return opened.run("1 + 2").value
+
+    assert benchmark(life) == 3

@@ -164,7 +164,7 @@ INTERNAL_PARAMETERS = {
     # a Session is made by Sandbox.session
     "Session.__init__: auditor: wasmbox._audit.Auditor",
     "Session.__init__: gate: wasmbox._admission.Gate",
-    "Session.__init__: runner: wasmbox._backends.python.runner.PythonRuntimeRunner",
+    "Session.__init__: kernel: wasmbox._backends.python.session.Kernel",
     "Session.__init__: table: wasmbox._backends.python.session.SessionTable",
 }
 

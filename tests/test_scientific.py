@@ -193,3 +193,33 @@ def test_calls_are_audited(scientific_cache: Path) -> None:
     assert [r.ok for r in records] == [True, False]
     assert records[1].error_kind == failed.error.kind.value == "out_of_fuel"  # type: ignore[union-attr]
     assert records[0].fuel_used == ok.fuel_used and records[0].limits.memory == 512 * 1024**2
+
+
+CHART = """
+import os
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+ax.bar(["mon", "tue", "wed"], [3, 1, 2])
+ax.set_title("sales")
+os.makedirs("/tmp/out")
+fig.savefig("/tmp/out/chart.png")
+try:
+    open(plt.matplotlib.get_data_path() + "/matplotlibrc", "a")
+    changed = "changed"
+except OSError as exc:
+    changed = type(exc).__name__
+[plt.get_backend(), changed]
+"""
+
+
+def test_matplotlib_draws_a_chart_that_comes_back_as_a_png(scientific_box: wasmbox.Sandbox) -> None:
+    """matplotlib (Agg) finds its data (a read-only preopen where it looks) and saves a chart
+    into the scratch space; `outputs` returns it, sniffed as image/png."""
+    chart = grants(scratch="16MiB", outputs=["/tmp/out/*.png"],
+                   limits={"fuel": 50_000_000_000, "memory": "1GiB", "timeout": 300, "output": "4MiB"})  # fmt: skip
+    result = scientific_box.run_python(CHART, chart)
+    assert result.ok, result.error
+    assert result.value == ["Agg", "PermissionError"]
+    png = result.files["/tmp/out/chart.png"]
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert result.media_types == {"/tmp/out/chart.png": "image/png"}

@@ -13,6 +13,7 @@ import pytest
 
 import wasmbox
 from wasmbox import ErrorKind, SessionEndedError, SessionError, SessionLimits
+from wasmbox._backends.python.session import PythonKernel
 
 SCRATCH = {"name": "nb", "runtime": "python", "scratch": "1MiB"}
 
@@ -86,7 +87,7 @@ def test_a_run_stopped_by_a_limit_or_trap_ends_the_session(
 ) -> None:
     session = box.session({"name": "nb", "runtime": "python", "limits": limits, "scratch": "1MiB"}, name="s")
     assert session.run("x = 1").ok
-    scratch = session._spare.scratch.path  # type: ignore[union-attr]
+    scratch = session._kernel.scratch.path  # type: ignore[union-attr]
     assert scratch.is_dir()
     failed = session.run(code)
     assert failed.error is not None and failed.error.kind is kind
@@ -219,11 +220,12 @@ def test_sessions_of_different_grant_sets_never_share_state(box: wasmbox.Sandbox
 def test_close_frees_the_instance_and_scratch_at_once(box: wasmbox.Sandbox) -> None:
     with box.session(SCRATCH) as session:
         assert session.run("open('/tmp/a', 'w').write('x' * 1000)").ok
-        spare = session._spare
-        assert spare is not None and spare.scratch is not None
+        assert isinstance(session._kernel, PythonKernel)
+        spare = session._kernel._spare
+        assert spare.scratch is not None
         folder = spare.scratch.path
         assert (folder / "a").stat().st_size == 1000
-    assert session.closed and session.end_reason == "closed" and session._spare is None
+    assert session.closed and session.end_reason == "closed" and session._kernel is None
     assert not folder.exists()
     with pytest.raises(ValueError, match="closed"):
         spare.store._context()  # the Store is freed
@@ -279,7 +281,7 @@ def test_dispatch_routes_a_conversation_to_its_session(box: wasmbox.Sandbox) -> 
     assert "NameError" in turn("conv-2", "x")[0]  # another conversation: another session
     # the calls of one turn run one after another, in the order sent
     assert turn("conv-1", "x += 1", "x += 1", "x") == ["null", "null", "7"]
-    with pytest.raises(ValueError, match="give python= too"):
+    with pytest.raises(ValueError, match="give python= or javascript= too"):
         box.dispatch(_openai_calls("1"), format="openai", session="conv-1")
 
 
@@ -326,7 +328,7 @@ def test_mcp_sessions_are_named_by_the_server(box: wasmbox.Sandbox) -> None:
             assert told.content[0].text == "3"  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(main(), 60))
-    with pytest.raises(ValueError, match="give python= too"):
+    with pytest.raises(ValueError, match="give python= or javascript= too"):
         wasmbox_mcp.build_server(box, sessions=True)
 
 

@@ -22,7 +22,7 @@ from . import _outcome, _phases, _replay, _telemetry
 from ._capabilities import grants as _grants
 from ._capabilities.hostfuncs import HostFunction, HostReply, not_granted, refusal
 from ._errors import ErrorKind, WasmboxError
-from ._manifest import Limits, Manifest, Preopen
+from ._manifest import Inputs, Limits, Manifest, Preopen
 from ._outcome import Failure
 from ._results import CallError, CallResult, HostCallRecord, construct_result
 from ._schema import Validator
@@ -38,11 +38,13 @@ _local = threading.local()
 @dataclass(frozen=True)
 class CallInput:
     """One call's input: args for ABI v1 and Python tools; argv/stdin for WASI commands; the
+    input files to write under /tmp/in (checked: `_capabilities.scratch.check_inputs`); the
     limits it runs under, when not its manifest's."""
 
     args: Mapping[str, Any]
     argv: tuple[str, ...] = ()
     stdin: bytes = b""
+    files: Mapping[str, bytes] = field(default_factory=dict)
     limits: Limits | None = None  # the call's own, tighter than its manifest's (None: the manifest's)
 
     def manifest(self, manifest: Manifest) -> Manifest:
@@ -350,13 +352,21 @@ class CallScratch(Protocol):
     """A call's scratch folder as the skeleton uses it (`_capabilities.scratch.CallScratch`)."""
 
     @property
-    def preopen(self) -> tuple[Path, str, bool]: ...
+    def preopens(self) -> tuple[tuple[Path, str, bool], ...]: ...
+
+    def put(self, files: Mapping[str, bytes]) -> None: ...
 
     def arm(self, store: wasmtime.Store) -> None: ...
 
     def settle(self) -> str | None: ...
 
     def collect(self, paths: tuple[str, ...], cap: int) -> dict[str, bytes]: ...
+
+    def collect_globs(self, patterns: tuple[str, ...], cap: int) -> dict[str, bytes]: ...
+
+    def listing(self) -> dict[str, int]: ...
+
+    def read(self, guest: str, cap: int) -> bytes | None: ...
 
     def remove(self) -> None: ...
 
@@ -427,11 +437,13 @@ class Backend(Protocol[Request_contra]):
 
 
 def perform(
-    backend: Backend[Request_contra], manifest: Manifest, request: Request_contra, ticker: EpochTicker
-) -> CallResult:
-    """One call, in the order every runtime's call takes: its state, its instance, the run under
-    `running`, the evidence, the outcome (`finish`), then the clean-up. Raises only what a host
-    function re-raises on the caller's thread (an interrupt)."""
+    backend: Backend[Request_contra], manifest: Manifest, request: Request_contra, ticker: EpochTicker,
+    files: Mapping[str, bytes] | None = None,
+) -> CallResult:  # fmt: skip
+    """One call, in the order every runtime's call takes: its state, its instance, the input
+    `files` written into its scratch space (checked already), the run under `running`, the
+    evidence, the manifest's `outputs` read back, the outcome (`finish`), then the clean-up.
+    Raises only what a host function re-raises on the caller's thread (an interrupt)."""
     ticker.enter()
     started = time.perf_counter()
     state = CallState.start(manifest, started)
@@ -447,6 +459,8 @@ def perform(
         scratch_over: str | None = None
         try:
             if error is None:
+                if files and instance.scratch is not None:
+                    instance.scratch.put(files)
                 with running(state):
                     if instance.scratch is not None:
                         instance.scratch.arm(instance.store)
@@ -459,8 +473,11 @@ def perform(
                 instance.stderr.detach()
             if instance.scratch is not None:
                 scratch_over = instance.scratch.settle()
+        ok = error is None and scratch_over is None
         try:
-            backend.after(instance, state, error is None and scratch_over is None)
+            backend.after(instance, state, ok)
+            if ok and manifest.outputs and instance.scratch is not None:
+                instance.files = instance.scratch.collect_globs(manifest.outputs, manifest.limits.output)
         except Failure as failure:  # a check of the runner's own (output files over the cap)
             error = failure.error
         return finish(state, instance, started, value, error, backend.dispose, scratch_over)
@@ -479,7 +496,7 @@ def fresh_instance(
     *,
     wasi: bool = True,
     preopens: tuple[tuple[Path, str, bool], ...] = (),
-    scratch: Callable[[int], CallScratch] | None = None,
+    scratch: Callable[[int, Inputs | None], CallScratch] | None = None,
     last: tuple[tuple[Path, str, bool], ...] = (),
     store_limits: Mapping[str, int] | None = None,
 ) -> Instance:
@@ -493,8 +510,8 @@ def fresh_instance(
     try:
         if wasi:
             if scratch is not None and manifest.scratch is not None:
-                instance.scratch = scratch(manifest.scratch)
-                preopens = (*preopens, instance.scratch.preopen)
+                instance.scratch = scratch(manifest.scratch, manifest.inputs)
+                preopens = (*preopens, *instance.scratch.preopens)
             world = build_wasi(manifest, call, instance.stdout, instance.stderr, (*preopens, *last))
             instance.store.set_wasi(world)
     except Failure as failure:
@@ -516,7 +533,7 @@ def finish(
 
     `close` disposes of the Store: at once by default, since wasmtime-py keeps a failed
     call's Store in a reference cycle until the garbage collector runs. A failed call returns
-    no output files."""
+    no output files (`command.outputs`, `outputs`)."""
     limits = state.manifest.limits
     clock = state.phases
     ran = time.perf_counter() if clock is not None else 0.0
@@ -582,10 +599,9 @@ def media_types(manifest: Manifest, stdout: bytes, files: dict[str, bytes]) -> d
     if found:
         known["stdout"] = found
     if files:
-        assert command is not None
-        for output in command.outputs:
-            if output.path in files:
-                found = output.media_type or sniff(files[output.path])
-                if found:
-                    known[output.path] = found
+        named = {output.path: output.media_type for output in command.outputs} if command else {}
+        for path, data in files.items():
+            found = named.get(path) or sniff(data)
+            if found:
+                known[path] = found
     return known

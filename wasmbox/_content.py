@@ -11,6 +11,7 @@ from typing import Any
 import pydantic_core
 
 from ._results import CallResult
+from ._wasmtime.output import sniff
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Raster images the providers take as image content (Anthropic, MCP, OpenAI Responses)."""
@@ -85,6 +86,8 @@ def result_content(result: CallResult) -> Content:
       text: see `_text_view`); such a stream is then absent from `"stdout"`/`"stderr"`. A part
       of at most `INLINE_BASE64` bytes that is not an image also has `"base64"` (standard
       alphabet).
+    - A value that is `bytes` of an image or PDF (sniffed, as a command's output is) is a part
+      named "value", listed in `"attachments"`, and the object has no `"value"`.
     - `"truncated": true` is added to either object when stdout or stderr was cut at the
       tool's output cap (`limits.output`, which bounds streams and files together).
 
@@ -92,13 +95,15 @@ def result_content(result: CallResult) -> Content:
     """
     extra: dict[str, Any] = {}
     parts: tuple[Attachment, ...] = ()
+    shown = _value_part(result)
     if (
         result.media_types
         or result.files
         or result.stdout_bytes is not None
         or result.stderr_bytes is not None
+        or shown is not None
     ):
-        parts = _outputs(result, extra)
+        parts = _outputs(result, extra, shown)
     else:  # text streams only, the common case
         if result.stdout:
             extra["stdout"] = result.stdout
@@ -109,6 +114,8 @@ def result_content(result: CallResult) -> Content:
     if result.error is not None:
         error = {"kind": result.error.kind.value, "message": result.error.message}
         return Content(_json({"error": error, **extra}), True, parts)
+    if shown is not None:
+        return Content(_json(extra), False, parts)
     if extra:
         return Content(_json({"value": result.value, **extra}), False, parts)
     if isinstance(result.value, str):
@@ -116,10 +123,21 @@ def result_content(result: CallResult) -> Content:
     return Content(_json(result.value), False)
 
 
-def _outputs(result: CallResult, extra: dict[str, Any]) -> tuple[Attachment, ...]:
+def _value_part(result: CallResult) -> Attachment | None:
+    """The value as a part, when it is `bytes` of an image or PDF and the call succeeded."""
+    value = result.value
+    if result.error is not None or not isinstance(value, bytes):
+        return None
+    media_type = sniff(value)
+    return Attachment("value", media_type, value) if media_type in _BLOCKS else None
+
+
+def _outputs(
+    result: CallResult, extra: dict[str, Any], shown: Attachment | None = None
+) -> tuple[Attachment, ...]:
     """Sort the streams and files into `extra` (text) and the parts (binary, returned), and
-    note the parts in `extra`."""
-    parts: list[Attachment] = []
+    note the parts in `extra`; `shown`, the value as a part, first."""
+    parts: list[Attachment] = [] if shown is None else [shown]
     streams = (("stdout", result.stdout, result.stdout_bytes), ("stderr", result.stderr, result.stderr_bytes))
     for stream, text, raw in streams:
         media_type = result.media_types.get(stream)

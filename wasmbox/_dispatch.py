@@ -18,6 +18,9 @@ from ._errors import ErrorKind, SessionEndedError, SessionError
 from ._formats import RUN_JAVASCRIPT, RUN_JAVASCRIPT_SCHEMA, RUN_PYTHON, RUN_PYTHON_SCHEMA, prepare_args
 from ._manifest import CallLimits, ManifestSource
 from ._results import CallResult
+from ._tool import on_the_loop
+from ._wasmtime import output as _output
+from ._wasmtime.output import OutputListener
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
@@ -153,7 +156,7 @@ def call_one(
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
     text, or None. Never raises for the call's own faults."""
     job = _Job("", name)
-    _check_session(session, python)
+    _check_session(session, python, javascript)
     # ("openai": JSON text is parsed); the tool table is read, not copied
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
@@ -166,12 +169,25 @@ def call_one(
 async def acall_one(
     box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
     javascript: bool | ManifestSource = False, budget: Budget | None = None,
+    on_output: OutputListener | None = None,
 ) -> CallResult:  # fmt: skip
-    """`call_one` on the Sandbox's worker threads, admitted before it is queued for them."""
+    """`call_one` on the Sandbox's worker threads, admitted before it is queued for them;
+    `on_output` (called on the event loop) gets the call's stdout and stderr as they are written."""
+    import asyncio  # lazily, as in Tool.acall
+
     call = partial(
         call_one, box, name, args, python=python, session=session, javascript=javascript, budget=budget
     )
+    if on_output is not None:
+        call = partial(_streamed, on_the_loop(asyncio.get_running_loop(), on_output), call)
     return await box._gate.offload(box._executor, _telemetry.carried(call))
+
+
+def _streamed(listener: OutputListener, call: Callable[[], CallResult]) -> CallResult:
+    """`call()` with what it writes sent to `listener` (the tool, interpreter or session it
+    runs takes the listener of the thread it starts on)."""
+    with _output.streaming(listener):
+        return call()
 
 
 def _deadline(deadline_s: float | None) -> float | None:
@@ -232,7 +248,7 @@ def _jobs(
 ) -> list[_Job]:
     """The planned calls; raises ValueError for bad options, LimitsError when `limits` would
     loosen a called tool's (before any call runs)."""
-    _check_session(session, python)
+    _check_session(session, python, javascript)
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")
     if max_calls is not None and (
@@ -263,13 +279,31 @@ def _jobs(
     return jobs
 
 
-def _check_session(session: str | None, python: bool | ManifestSource) -> None:
+def _check_session(
+    session: str | None, python: bool | ManifestSource, javascript: bool | ManifestSource = False
+) -> None:
     if session is None:
         return
     if not isinstance(session, str) or not session:
         raise ValueError(f"session must be a non-empty str naming the conversation, got {session!r}")
-    if python is False:
-        raise ValueError("session= routes run_python calls to a session: give python= too")
+    if python is False and javascript is False:
+        raise ValueError(
+            "session= routes run_python and run_javascript calls to sessions: give python= or javascript= too"
+        )
+    if javascript is not False and len(javascript_session(session)) > _SESSION_NAME:
+        raise ValueError(
+            f"session must be at most {_SESSION_NAME - len(_JS_SESSION)} characters with javascript="
+        )
+
+
+_SESSION_NAME = 200  # (`Sandbox.session`'s longest name)
+_JS_SESSION = "#javascript"
+
+
+def javascript_session(session: str) -> str:
+    """The name of a conversation's JavaScript session (its Python session has the name itself):
+    each runtime's session of one conversation is a session of its own."""
+    return session + _JS_SESSION
 
 
 def _in_order(jobs: list[_Job], deadline: float | None) -> None:
@@ -341,7 +375,20 @@ def _plan(
     if job.name == RUN_JAVASCRIPT and javascript is not False:
         args = prepare_args(args, RUN_JAVASCRIPT_SCHEMA)
         grants = None if javascript is True else javascript
-        job.run = partial(_run_javascript, box, grants, args)
+        if session is None:
+            job.run = partial(_run_javascript, box, grants, args)
+            return
+        problem = _schema.validate(args, RUN_JAVASCRIPT_SCHEMA)
+        if problem is not None:
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, problem)
+        elif not hasattr(box, "session"):
+            job.result = CallResult.failed(job.name, ErrorKind.INVALID_ARGUMENTS, "sessions need a Sandbox")
+        else:
+            box_ = cast("Sandbox", box)
+            job.run = partial(
+                _session_run, box_, javascript_session(session), grants, args["code"], tool=RUN_JAVASCRIPT
+            )
+            job.in_session = True
         return
     names = sorted(name for name, tool in tools.items() if "model" in tool.manifest.callers)
     names += [RUN_PYTHON] if python is not False else []
@@ -373,23 +420,26 @@ def _run_javascript(
 
 
 def _session_run(
-    box: Sandbox, name: str, grants: ManifestSource | None, code: str, limits: Any = None
-) -> CallResult:
-    """A run of the conversation's session `name` (opened if there is none). When the
-    session ended without a run's result saying so (a total spent, idle), this call gets an
-    error result that says so, once, and the next call opens a new session."""
+    box: Sandbox, name: str, grants: ManifestSource | None, code: str, limits: Any = None,
+    tool: str = RUN_PYTHON,
+) -> CallResult:  # fmt: skip
+    """A run of the conversation's session `name` (opened if there is none) for `tool`
+    (run_python, or run_javascript: a JavaScript session). When the session ended without a
+    run's result saying so (a total spent, idle), this call gets an error result that says so,
+    once, and the next call opens a new session."""
     ended = box._sessions.take_unreported_end(name)
+    runtime: Literal["python", "javascript"] = "javascript" if tool == RUN_JAVASCRIPT else "python"
     try:
         if ended is None:
-            return box.session(grants, name=name).run(code, limits=limits)
+            return box.session(grants, name=name, runtime=runtime).run(code, limits=limits)
     except SessionEndedError as exc:  # (a total spent, found as this run began)
         ended = exc.reason
     except SessionError as exc:  # too many sessions
-        return CallResult.failed(RUN_PYTHON, ErrorKind.HOST_ERROR, f"not run: {exc}")
+        return CallResult.failed(tool, ErrorKind.HOST_ERROR, f"not run: {exc}")
     return CallResult.failed(
-        RUN_PYTHON, ErrorKind.HOST_ERROR,
+        tool, ErrorKind.HOST_ERROR,
         f"not run: the session ended ({ended}); its variables and files are gone, and the next "
-        "run_python call starts a new session",
+        f"{tool} call starts a new session",
     )  # fmt: skip
 
 

@@ -75,6 +75,13 @@ RUN_JAVASCRIPT_DESCRIPTION = (
     "processes unless granted; top-level await works). Returns the value of the last expression "
     "as JSON, with anything console.log printed."
 )
+RUN_JAVASCRIPT_SESSION_DESCRIPTION = (
+    "Run JavaScript (ES2023, QuickJS) in a sandboxed context (no network, no files, no processes "
+    "unless granted; top-level await works) that keeps its global variables and functions and its "
+    "files in /tmp from one call to the next, like a notebook (assign a name declared with let or "
+    "const again instead of declaring it twice). Returns the value of the last expression as "
+    "JSON, with anything console.log printed."
+)
 RUN_JAVASCRIPT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"code": {"type": "string", "description": "The JavaScript source to run"}},
@@ -250,7 +257,7 @@ def tools_specs(
     """`Sandbox.specs`: the spec of each tool the model may call (`callers`), in order, and with
     `python` the run_python tool's (described as keeping its state with `session`; under
     `python_grants`, with MCP hints from them, and the tools they let its code call shown as
-    stubs), with `javascript` the run_javascript tool's (`javascript_grants`)."""
+    stubs), with `javascript` the run_javascript tool's (`javascript_grants`; `session` too)."""
     specs = [tool.spec(format, strict=strict) for tool in tools.values() if "model" in tool.manifest.callers]
     if python:
         if RUN_PYTHON in tools:
@@ -265,7 +272,7 @@ def tools_specs(
     if javascript:
         if RUN_JAVASCRIPT in tools:
             raise ValueError(f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be added as well")
-        description = RUN_JAVASCRIPT_DESCRIPTION
+        description = RUN_JAVASCRIPT_SESSION_DESCRIPTION if session else RUN_JAVASCRIPT_DESCRIPTION
         if javascript_grants is not None and javascript_grants.tools:
             stubs = javascript_stubs(tools[name] for name in javascript_grants.tools)
             description += CALLS_TOOLS.format(language="javascript", stubs=stubs)

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -36,6 +37,7 @@ from ._units import DURATION_PATTERN, SIZE_PATTERN, format_size, parse_duration,
 from ._wasmtime.engine import MAX_MEMORY
 
 SCRATCH_GUEST_PATH = "/tmp"  # noqa: S108 - a path inside the guest: each call's scratch space
+INPUTS_GUEST_PATH = "/tmp/in"  # noqa: S108 - a call's input files (`inputs`), in its scratch space
 STDLIB_GUEST_PATH = "/python"  # the Python runtime's stdlib (where its build saw it, too)
 PACKAGES_GUEST_PATH = "/packages"  # a Python manifest's third-party packages, read-only
 SCIENTIFIC_LIB_GUEST_PATH = "/usr/local/lib"  # the scientific runtime's stdlib zip, read-only
@@ -380,6 +382,31 @@ def _output_file(value: object) -> object:
     return {"path": value} if isinstance(value, str) else value
 
 
+class Inputs(_Strict):
+    """Files a call may bring (`Tool.call(files=...)`, `run_python(files=...)`), written under
+    /tmp/in before the guest starts."""
+
+    size: Size = Field(description="The most bytes a call's files may hold together, e.g. '4MiB'.")
+    count: int = Field(64, gt=0, le=4096, description="The most files a call may bring.")
+    writable: bool = Field(
+        False, description="Whether the guest may change them (they are then part of the scratch space)."
+    )
+
+
+def _output_glob(value: str) -> str:
+    """A path or glob (`*`, `?`, `[...]`, `**`) under /tmp, as `outputs` takes it."""
+    path = PurePosixPath(value)
+    if (
+        not isinstance(value, str) or not path.is_absolute() or ".." in path.parts or "\0" in value
+        or not _within(str(path), SCRATCH_GUEST_PATH) or str(path) == SCRATCH_GUEST_PATH
+    ):  # fmt: skip
+        raise ValueError(f"{value!r}: must be a path or glob under {SCRATCH_GUEST_PATH}, without '..'")
+    return str(path)
+
+
+OutputGlob = Annotated[str, AfterValidator(_output_glob)]
+
+
 class Command(_Strict):
     """How a WASI command tool is called with args (see `_command.py`), and what it returns."""
 
@@ -528,6 +555,13 @@ class Manifest(_Strict):
         None, description="A fresh writable /tmp of at most this size for each call, then deleted."
     )
     network: Network | None = None
+    inputs: Inputs | None = Field(
+        None, description="Files a call may bring, written under /tmp/in (needs `scratch`)."
+    )
+    outputs: tuple[OutputGlob, ...] = Field(
+        (), strict=False,
+        description="Files a Python or JavaScript call returns from /tmp, by path or glob (needs `scratch`).",
+    )  # fmt: skip
     input_schema: dict[str, Any] | None = Field(
         None, description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
         "in a dict manifest or `Manifest(...)`, a Pydantic model class too (its `model_json_schema()`).",
@@ -675,6 +709,20 @@ class Manifest(_Strict):
                 _within(guest, STDLIB_GUEST_PATH) or _within(guest, PACKAGES_GUEST_PATH)
             ):
                 raise ValueError(f"preopen {guest} is reserved for the Python runtime")
+        if (self.inputs is not None or self.outputs) and self.scratch is None:
+            raise ValueError("`inputs` and `outputs` are files in /tmp: they need `scratch`")
+        writable = self.inputs is not None and self.inputs.writable
+        if (
+            writable
+            and self.scratch is not None
+            and self.inputs is not None
+            and self.inputs.size > self.scratch
+        ):
+            raise ValueError(
+                "writable inputs are part of the scratch space: `scratch` must be at least inputs.size"
+            )
+        if self.outputs and self.runtime is None:
+            raise ValueError("`outputs` are for Python and JavaScript calls; a command lists command.outputs")
         self._check_packages()
         self._check_tools()
         self._check_narrowed()

@@ -57,7 +57,8 @@ class CallResult(BaseModel):
     )
     stderr_bytes: bytes | None = Field(None, description="The same for stderr.")
     files: dict[str, bytes] = Field(
-        default_factory=dict, description="The manifest's `command.outputs` the call wrote, by guest path."
+        default_factory=dict,
+        description="The files the call wrote that its manifest's `outputs` (or `command.outputs`) name, by guest path.",
     )
     media_types: dict[str, str] = Field(
         default_factory=dict,

@@ -28,7 +28,7 @@ from ._backends.python.runner import (
     PythonSnippetRunner,
     PythonToolRunner,
 )
-from ._backends.python.session import Session, SessionLimits, SessionTable
+from ._backends.python.session import Kernel, PythonKernel, Session, SessionLimits, SessionTable
 from ._backends.python.signature import entry_problem, return_schema, signature_schema
 from ._budget import Budget
 from ._cache import ArtifactCache, CacheStats, default_cache_dir, default_max_bytes
@@ -70,10 +70,11 @@ from ._progress import Progress, compile_step, stderr_progress
 from ._results import CallResult
 from ._runtimes import Runtimes
 from ._stats import CallCounts, SandboxStats
-from ._tool import Tool
+from ._tool import Tool, on_the_loop
 from ._toolcalls import ToolCaller
 from ._units import parse_size
 from ._wasmtime.engine import EngineSettings, EpochTicker, make_engine
+from ._wasmtime.output import OutputListener
 
 if TYPE_CHECKING:
     from ._backends.javascript.runner import JavaScriptSnippetRunner
@@ -83,6 +84,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 PythonRuntimeName = Literal["standard", "scientific"]
 # What `interpreter` runs snippets in: a Python runtime, or the JavaScript one.
 InterpreterName = Literal["standard", "scientific", "javascript"]
+SessionRuntime = Literal["python", "javascript"]
 
 
 class _Default(Enum):
@@ -551,39 +553,51 @@ class Sandbox:
     def run_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
         budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
-        `runtime="scientific"` runs it in the scientific runtime. The call of
-        `interpreter(manifest, runtime=runtime)` with `{"code": code}` (and `budget`, and
-        `limits`, which may only tighten the grant set's: LimitsError otherwise).
+        `runtime="scientific"` runs it in the scientific runtime. `files` are written under
+        /tmp/in first (the manifest needs `inputs`); the manifest's `outputs` come back in
+        `CallResult.files`. `on_output(stream, text)` gets stdout and stderr as they are written
+        (`Tool.call`). The call of `interpreter(manifest, runtime=runtime)` with `{"code": code}`
+        (and `budget`, `files`, `on_output`, and `limits`, which may only tighten the grant
+        set's: LimitsError otherwise).
         """
-        return self.interpreter(manifest, runtime=runtime).call({"code": code}, budget=budget, limits=limits)
+        tool = self.interpreter(manifest, runtime=runtime)
+        return tool.call({"code": code}, budget=budget, limits=limits, files=files, on_output=on_output)
 
     def run_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        limits: CallLimits | Mapping[str, Any] | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
         source) grants preopens, env, host functions and limits; without one the snippet gets
         no grants and default limits. The call of `interpreter(manifest, runtime="javascript")`
-        with `{"code": code}` (and `budget` and `limits`, as `run_python`). Raises what
-        `interpreter` does."""
-        return self.interpreter(manifest, runtime="javascript").call(
-            {"code": code}, budget=budget, limits=limits
-        )
+        with `{"code": code}` (and `budget`, `limits`, `files`, `on_output`, as `run_python`
+        takes them). Raises what `interpreter` does."""
+        tool = self.interpreter(manifest, runtime="javascript")
+        return tool.call({"code": code}, budget=budget, limits=limits, files=files, on_output=on_output)
 
     async def arun_javascript(
         self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        limits: CallLimits | Mapping[str, Any] | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too),
-        admitted before it is queued for them (as `Tool.acall`)."""
-        work = _telemetry.carried(partial(self.run_javascript, code, manifest, budget=budget, limits=limits))
-        return await self._gate.offload(self._executor, work)
+        admitted before it is queued for them (as `Tool.acall`); `on_output` is called on the
+        event loop."""
+        import asyncio
+
+        listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
+        run = partial(
+            self.run_javascript, code, manifest, budget=budget, limits=limits, files=files, on_output=listener
+        )
+        return await self._gate.offload(self._executor, _telemetry.carried(run))
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
@@ -631,51 +645,68 @@ class Sandbox:
 
     def session(
         self, manifest: ManifestSource | None = None, *, name: str | None = None,
-        limits: SessionLimits | None = None,
+        limits: SessionLimits | None = None, runtime: SessionRuntime | None = None,
     ) -> Session:  # fmt: skip
         """A `Session`: `run_python` runs that share one interpreter (variables, imports and
         files in its scratch `/tmp` persist), under `manifest`'s grants and per-call limits
-        and `limits`' totals (default: the Sandbox's `session_limits`). With `name`, the live
-        session of that name is returned if it has these grants (SessionError if it has
-        others: a session is never shared between grant sets), else a new one is opened.
-        Raises SessionError past `max_sessions`, and what `run_python` raises for a bad
-        manifest. docs/python.md, "Sessions", has the failure rule and the costs."""
-        grants, key = self._python_grant_set(manifest)
-        if grants.python == "scientific":
-            raise ManifestError(
-                f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
-            )
-        runtime = self._runtimes.python()
+        and `limits`' totals (default: the Sandbox's `session_limits`); `runtime="javascript"`:
+        `run_javascript` runs sharing one QuickJS context, under a grant set with runtime =
+        "javascript". With `name`, the live session of that name is returned if it has these
+        grants (SessionError if it has others: a session is never shared between grant sets),
+        else a new one is opened. Raises SessionError past `max_sessions`, and what
+        `run_python` (or `run_javascript`) raises for a bad manifest. docs/python.md,
+        "Sessions", has the failure rule and the costs."""
+        if runtime not in (None, "python", "javascript"):
+            raise ValueError(f'runtime must be "python" or "javascript", got {runtime!r}')
+        kernel: Callable[[Manifest], Kernel]
+        if runtime == "javascript":
+            from ._backends.javascript.session import JavaScriptKernel
+
+            grants, key = self._python_grant_set(manifest, "javascript")
+            kernel = partial(JavaScriptKernel, self._runtimes.javascript())
+        else:
+            grants, key = self._python_grant_set(manifest)
+            if grants.python == "scientific":
+                raise ManifestError(
+                    f"{grants.name}: sessions run in the standard Python runtime, not the scientific one"
+                )
+            kernel = partial(PythonKernel, self._runtimes.python())
         totals = limits if limits is not None else self._session_limits
         if not isinstance(totals, SessionLimits):
             raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
         if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
             raise ValueError("a session name is a non-empty str of at most 200 characters")
         return self._sessions.open(name, key, lambda: Session(
-            self._sessions, runtime, grants, key, name, totals, self._auditor, self._executor, self._gate,
+            self._sessions, kernel, grants, key, name, totals, self._auditor, self._executor, self._gate,
         ))  # fmt: skip
 
     async def asession(
         self, manifest: ManifestSource | None = None, *, name: str | None = None,
-        limits: SessionLimits | None = None,
+        limits: SessionLimits | None = None, runtime: SessionRuntime | None = None,
     ) -> Session:  # fmt: skip
         """`session` on the Sandbox's worker threads (opening one makes an instance)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        opening = partial(self.session, manifest, name=name, limits=limits)
+        opening = partial(self.session, manifest, name=name, limits=limits, runtime=runtime)
         return await loop.run_in_executor(self._executor, opening)
 
     async def arun_python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
         budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
     ) -> CallResult:  # fmt: skip
         """`run_python` on the Sandbox's worker threads (the grant set is read there too),
-        admitted before it is queued for them (as `Tool.acall`)."""
-        work = _telemetry.carried(
-            partial(self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits)
-        )
-        return await self._gate.offload(self._executor, work)
+        admitted before it is queued for them (as `Tool.acall`); `on_output` is called on the
+        event loop, in the order written."""
+        import asyncio
+
+        listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
+        run = partial(
+            self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits, files=files,
+            on_output=listener,
+        )  # fmt: skip
+        return await self._gate.offload(self._executor, _telemetry.carried(run))
 
     def specs(
         self, format: SpecFormat = "generic", *, strict: StrictMode = False,

@@ -9,14 +9,16 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from . import _abi, _formats, _outcome, _schema, _telemetry
+from . import _abi, _call, _formats, _outcome, _schema, _telemetry
 from ._admission import Gate
 from ._audit import Auditor
 from ._budget import Budget
 from ._call import CallInput
+from ._capabilities import scratch as _scratch
 from ._command import CommandMapping
 from ._errors import ErrorKind, ManifestError
 from ._formats import SpecFormat, StrictMode
@@ -24,8 +26,11 @@ from ._inspect import ModuleInfo, ToolKind
 from ._manifest import CallLimits, Limits, Manifest
 from ._results import CallResult
 from ._stats import CallCounts
+from ._wasmtime import output as _output
+from ._wasmtime.output import OutputListener
 
 _ids = itertools.count(1)
+_TAKES_FILES = frozenset({ToolKind.PYTHON, ToolKind.JAVASCRIPT})  # the runners that write `files`
 _open = threading.local()  # the ids of the calls running on this thread, outermost first
 
 
@@ -51,6 +56,18 @@ class Runner(Protocol):
     def kind(self) -> ToolKind: ...
 
     def call(self, call: CallInput) -> CallResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What one call asks, as its caller gave it (checked in `Tool._call`), and the limits it
+    runs under."""
+
+    args: Any
+    argv: Any
+    stdin: Any
+    limits: Limits | None
+    files: Any
 
 
 class Tool:
@@ -156,6 +173,8 @@ class Tool:
         stdin: bytes | str = b"",
         budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:
         """Run one call in a fresh instance. Never raises for guest behaviour: see `CallResult`.
 
@@ -166,14 +185,26 @@ class Tool:
         charged to it. `limits` (a `CallLimits`, or a mapping like a manifest's `[limits]`)
         tighten the manifest's for this call; raises LimitsError for limits that would
         loosen them or are malformed. A call the Sandbox's admission control refuses is
-        `overloaded`.
+        `overloaded`. `files` (path below /tmp/in → bytes or str) are written there before the
+        guest starts, for a Python or JavaScript tool whose manifest has `inputs` (bad names or
+        sizes: `invalid_arguments`). `on_output(stream, text)` gets what the guest writes to
+        "stdout" and "stderr" as it writes it (within the output cap), one write at a time in the
+        order written (on the calling thread or one of Wasmtime's); the result holds it all the
+        same. A listener that raises is told nothing more (logged); a slow one slows the call,
+        whose deadline runs on.
         """
-        tightened = self.limits_for(limits)
+        asked = _Asked(args, argv, stdin, self.limits_for(limits), files)
+        if on_output is not None or (_output.listening() and _call.inside_call()):
+            # (a call made by a host function of a streamed call streams only its own listener's)
+            with _output.streaming(on_output):
+                return self._traced(asked, budget)
+        return self._traced(asked, budget)
+
+    def _traced(self, asked: _Asked, budget: Budget | None) -> CallResult:
         telemetry = _telemetry.active
         if telemetry is not None:  # (off: this one check)
-            work = partial(self._counted, args, argv, stdin, budget, tightened)
-            return telemetry.tool_call(self.name, self.kind.value, work)
-        return self._counted(args, argv, stdin, budget, tightened)
+            return telemetry.tool_call(self.name, self.kind.value, partial(self._counted, asked, budget))
+        return self._counted(asked, budget)
 
     def limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits | None:
         """The limits a call with `limits` runs under (None: the manifest's, unchanged).
@@ -182,39 +213,39 @@ class Tool:
             return None
         return CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
 
-    def _counted(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None
-    ) -> CallResult:
+    def _counted(self, asked: _Asked, budget: Budget | None) -> CallResult:
         """The call under its budget, audited (with its id and its caller's) and counted."""
         if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             with _call_ids() as (call_id, parent_id):
-                result = self._budgeted(args, argv, stdin, budget, limits)
-            given = (args, argv, stdin) if self.kind is ToolKind.COMMAND else args
+                result = self._budgeted(asked, budget)
+            given = (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
             self._auditor.record(
-                result, self.manifest_digest, self.code_digest, given, limits or self.manifest.limits,
+                result, self.manifest_digest, self.code_digest, given, asked.limits or self.manifest.limits,
                 call_id=call_id, parent_id=parent_id,
             )  # fmt: skip
         else:
-            result = self._budgeted(args, argv, stdin, budget, limits)
+            result = self._budgeted(asked, budget)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
-    def _budgeted(
-        self, args: Any, argv: Any, stdin: Any, budget: Budget | None, limits: Limits | None
-    ) -> CallResult:
+    def _budgeted(self, asked: _Asked, budget: Budget | None) -> CallResult:
         """The call if the Sandbox admits it (first: its bound protects the host) and then its
         budget does."""
-        call = partial(self._call, args, argv, stdin, limits)
+        call = partial(self._call, asked)
         if budget is not None:
             call = partial(budget.run, self.name, call)
         if self._gate is None:
             return call()
         return self._gate.run(self.name, call)
 
-    def _call(self, args: Any, argv: Any, stdin: Any, limits: Limits | None) -> CallResult:
+    def _call(self, asked: _Asked) -> CallResult:
         start = time.perf_counter()
+        args, argv, stdin, files = asked.args, asked.argv, asked.stdin, asked.files
         problem = self._check(args, argv, stdin)
+        inputs: Mapping[str, bytes] = {}
+        if problem is None and files is not None:
+            inputs, problem = self._inputs(files)
         if problem is None and self._mapping is not None:
             try:
                 argv, stdin = self._mapping.render(args or {})
@@ -226,7 +257,9 @@ class Tool:
             )
         else:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-            result = self._runner.call(CallInput(args or {}, tuple(argv), data, limits))
+            result = self._runner.call(
+                CallInput(args or {}, tuple(argv), data, files=inputs, limits=asked.limits)
+            )
             if result.ok and self._output_validator is not None:
                 result = self._checked_value(result, self._output_validator)
         return result
@@ -248,19 +281,38 @@ class Tool:
         stdin: bytes | str = b"",
         budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
     ) -> CallResult:
         """`call` on the Sandbox's worker threads, so the event loop keeps running; admitted (or
         refused as `overloaded`) before it is queued for them (limits are checked here, before:
-        LimitsError as `call`)."""
+        LimitsError as `call`); `on_output` is called on the event loop, in the order written."""
         import asyncio  # lazily: most callers are sync and need not pay for its import
 
         self.limits_for(limits)
+        loop = asyncio.get_running_loop()
+        listener = on_the_loop(loop, on_output) if on_output is not None else None
         work = _telemetry.carried(
-            partial(self.call, args, argv=argv, stdin=stdin, budget=budget, limits=limits)
+            partial(
+                self.call,
+                args,
+                argv=argv,
+                stdin=stdin,
+                budget=budget,
+                limits=limits,
+                files=files,
+                on_output=listener,
+            )
         )
         if self._gate is not None:
             return await self._gate.offload(self._executor, work)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        return await loop.run_in_executor(self._executor, work)
+
+    def _inputs(self, files: object) -> tuple[Mapping[str, bytes], str | None]:
+        """The call's input files, checked against the manifest's `inputs`, or why not."""
+        if self.kind not in _TAKES_FILES and files:
+            return {}, "files are for Python and JavaScript calls"
+        return _scratch.check_inputs(files, self.manifest.inputs)
 
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):
@@ -290,3 +342,12 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"<Tool {self.name!r} {self.kind.value}>"
+
+
+def on_the_loop(loop: Any, listener: OutputListener) -> OutputListener:
+    """`listener` called on the event loop `loop` (from the worker thread a call runs on)."""
+
+    def forward(stream: str, text: str) -> None:
+        loop.call_soon_threadsafe(listener, stream, text)
+
+    return forward

@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
     serve.add_argument(
         "--sessions", action="store_true",
-        help="run_python calls of one client connection share one interpreter (a session)",
+        help="run_python (and run_javascript) calls that pass the session a result named share one interpreter",
     )  # fmt: skip
     serve.add_argument(
         "--python-grants", type=Path, metavar="MANIFEST",
@@ -381,8 +381,11 @@ def _mcp_serve(options: argparse.Namespace) -> int:  # noqa: C901 - each option 
     if not options.manifests and not any(interpreters):
         print("wasmbox: nothing to serve: give manifests, --python or --javascript", file=sys.stderr)
         return 2
-    if options.sessions and not (options.python or options.python_grants):
-        print("wasmbox: --sessions is for run_python: add --python", file=sys.stderr)
+    if options.sessions and not any(interpreters):
+        print(
+            "wasmbox: --sessions is for run_python and run_javascript: add --python or --javascript",
+            file=sys.stderr,
+        )
         return 2
     http_only = (
         options.auth_token_file,

@@ -1,5 +1,5 @@
-"""Hostile session runs: state left for another session or a fresh call, a driver the guest
-rewrote between runs, a grant swapped under a live session, and what a closed session holds."""
+"""Hostile session runs, Python's and JavaScript's: state left for another session or a fresh
+call, a driver the guest rewrote between runs, a grant swapped under a live session, and what a closed session holds."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def test_a_closed_session_holds_no_descriptor(guarded: Guarded) -> None:
     grants = {"name": "nb", "runtime": "python", "scratch": "1MiB", "limits": QUICK,
               "preopens": guarded.preopen()}  # fmt: skip
     session = guarded.box.session(grants)
-    assert session._spare is not None and session._spare.scratch is not None
-    folders = (str(guarded.granted), str(session._spare.scratch.path))
+    assert session._kernel is not None and session._kernel.scratch is not None
+    folders = (str(guarded.granted), str(session._kernel.scratch.path))
 
     def held() -> list[str]:
         return [target for target in fd_targets() if any(folder in target for folder in folders)]
@@ -205,4 +205,105 @@ def test_sessions_past_the_cap_are_refused_and_the_sandbox_keeps_serving(guarded
     for session in opened:
         session.close()
     del opened, session  # (a session holds its runtime, and the runtime its compiled file)
+    guarded.assert_untouched()
+
+
+# -- JavaScript sessions ---------------------------------------------------------------------
+
+JS_PLANT = f"""
+globalThis.LEFT = {SECRET!r};
+var planted = {SECRET!r};
+Object.prototype.polluted = {SECRET!r};
+JSON.stringify = () => {SECRET!r};
+Array.prototype.push = function () {{ return {SECRET!r}; }};
+std.setenv("LEFT", {SECRET!r});
+setTimeout(() => {{ globalThis.late = {SECRET!r}; }}, 0);
+const f = std.open("/tmp/left.txt", "w"); f.puts({SECRET!r}); f.close();
+"planted"
+"""
+JS_LOOK = """
+[typeof globalThis.LEFT, typeof planted, ({}).polluted ?? "no", JSON.stringify(1), [].push(1),
+ std.getenv("LEFT") ?? "unset", typeof globalThis.late, std.loadFile("/tmp/left.txt")]
+"""
+JS_NOTHING = ["undefined", "undefined", "no", "1", 1, "unset", "undefined", None]
+
+
+def test_a_javascript_sessions_state_reaches_no_other_session_nor_a_fresh_call(guarded: Guarded) -> None:
+    grants = {"name": "nb", "runtime": "javascript", "scratch": "1MiB", "limits": QUICK}
+    planter = guarded.box.session(grants, name="planter", runtime="javascript")
+    assert planter.run(JS_PLANT).value == "planted"
+    kept = planter.run(JS_LOOK)
+    assert kept.value[:2] == ["string", "string"] and kept.value[-1] == SECRET  # (it is kept)
+    for _ in range(3):  # the same grants: another session, a fresh call
+        neighbour = guarded.box.session(grants, runtime="javascript")
+        seen = neighbour.run(JS_LOOK)
+        assert seen.value == JS_NOTHING and not leaks_secret(seen), seen
+        neighbour.close()
+        fresh = guarded.box.run_javascript(JS_LOOK, grants)
+        assert fresh.value == JS_NOTHING and not leaks_secret(fresh), fresh
+    python = guarded.box.session({"name": "py", "runtime": "python", "scratch": "1MiB", "limits": QUICK})
+    assert python.run("import os\nos.listdir('/tmp')").value == []
+    planter.close()
+    python.close()
+    del planter, neighbour, python
+    guarded.assert_untouched()
+
+
+def test_a_javascript_driver_rewritten_between_runs_does_not_lift_the_hosts_caps(guarded: Guarded) -> None:
+    """What a run may replace for the later ones (JSON, console, std.out, the prototypes the
+    driver's reply is made with) changes neither the output cap nor the kind of an error."""
+    grants = {"name": "nb", "runtime": "javascript", "limits": {**QUICK, "output": "16KiB"}}
+    session = guarded.box.session(grants, runtime="javascript")
+    rewrite = (
+        "JSON.stringify = () => '1'; Object.prototype.toJSON = function () { return {error: 'forged', "
+        "kind: 'memory_limit'}; }; std.out.puts = function (s) { std.err.puts(s); }; 1"
+    )
+    assert session.run(rewrite).ok
+    forged = session.run("throw new Error('x')")
+    assert forged.error is not None and forged.error.kind is ErrorKind.GUEST_ERROR and not session.closed
+    big = session.run("delete Object.prototype.toJSON; 'x'.repeat(100_000)")
+    assert big.error is not None and big.error.kind is ErrorKind.OUTPUT_LIMIT and session.closed
+    again = guarded.box.session(grants, runtime="javascript")
+    assert again.run("globalThis.console = {log: (s) => std.err.puts(s)}; 1").ok
+    flood = again.run("for (let i = 0; i < 100; i++) console.log('y'.repeat(1000))")
+    assert flood.error is not None and flood.error.kind is ErrorKind.OUTPUT_LIMIT
+    assert len(flood.stderr) <= 16 * 1024 and flood.truncated and again.closed
+    del session, again
+    guarded.assert_untouched()
+
+
+def test_a_grant_swapped_under_a_live_javascript_session_ends_it(guarded: Guarded) -> None:
+    grants = {"name": "nb", "runtime": "javascript", "limits": QUICK, "preopens": guarded.preopen()}
+    session = guarded.box.session(grants, runtime="javascript")
+    assert session.run("std.loadFile('/data/inside.txt')").value == "inside\n"
+    moved = guarded.root / "moved"
+    os.rename(guarded.granted, moved)
+    os.symlink(guarded.outside, guarded.granted)
+    try:
+        swapped = session.run("std.loadFile('/data/secret.txt')")
+        assert swapped.error is not None and swapped.error.kind is ErrorKind.CAPABILITY_DENIED
+        assert not leaks_secret(swapped) and session.closed
+    finally:
+        os.unlink(guarded.granted)
+        os.rename(moved, guarded.granted)
+    del session
+    guarded.assert_untouched()
+
+
+def test_a_closed_javascript_session_holds_no_descriptor(guarded: Guarded) -> None:
+    grants = {"name": "nb", "runtime": "javascript", "scratch": "1MiB", "limits": QUICK,
+              "preopens": guarded.preopen()}  # fmt: skip
+    session = guarded.box.session(grants, runtime="javascript")
+    assert session._kernel is not None and session._kernel.scratch is not None
+    folders = (str(guarded.granted), str(session._kernel.scratch.path))
+
+    def held() -> list[str]:
+        return [target for target in fd_targets() if any(folder in target for folder in folders)]
+
+    opened = "globalThis.f = std.open('/data/inside.txt', 'r'); globalThis.g = std.open('/tmp/x', 'w'); f.getline()"
+    assert session.run(opened).value == "inside"
+    assert len(held()) >= 4  # its WASI context holds the two preopens and the guest's two files
+    session.close()
+    assert held() == []
+    del session
     guarded.assert_untouched()

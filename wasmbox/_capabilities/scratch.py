@@ -13,23 +13,38 @@ its functions need the calling instance's memory).
 Removal and measurement never follow symlinks and work relative to directory descriptors, so
 a guest's deep trees (deeper than PATH_MAX or the recursion limit) and symlinks cannot make
 the host remove, measure or keep anything outside the call's directory.
+
+Input files (a manifest's `inputs`, a call's `files`) are checked by `check_inputs` before the
+call starts (names under /tmp/in, no `..`, `.` or empty parts, no NUL, short parts, few and
+small enough) and written by `CallScratch.put` before the guest runs: into a folder of their
+own, preopened read-only at /tmp/in (Wasmtime's read-only preopen: the guest cannot change
+them, whatever the host's file modes say), or with `inputs.writable` into the scratch folder's
+`in/`, where they count against its cap. Output files (`outputs`: paths and globs under /tmp)
+are found by a walk that follows no link and read like `command.outputs` (`collect`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fnmatch
 import os
+import re
 import stat
 import tempfile
 import time
 import weakref
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
 
 import wasmtime
 
 from .. import _call, _outcome
 from .._errors import ErrorKind
+from .._manifest import INPUTS_GUEST_PATH, Inputs
 from .._manifest import SCRATCH_GUEST_PATH as GUEST_PATH
+from .._outcome import Failure
 from .._units import format_size
 from .._wasmtime import capi as _capi
 from .._wasmtime import store as _store
@@ -50,9 +65,14 @@ class ScratchSpace:
         self.empty = self.root / "empty"
         self.empty.mkdir(mode=0o500)
 
-    def create(self, cap: int) -> CallScratch:
-        """A fresh, empty directory for one call, of at most `cap` bytes."""
-        return CallScratch(Path(tempfile.mkdtemp(prefix="call-", dir=self.root)), cap)
+    def create(self, cap: int, inputs: Inputs | None = None) -> CallScratch:
+        """A fresh, empty directory for one call, of at most `cap` bytes; with read-only
+        `inputs`, an empty folder beside it for the call's input files."""
+        path = Path(tempfile.mkdtemp(prefix="call-", dir=self.root))
+        folder = None
+        if inputs is not None and not inputs.writable:
+            folder = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.root))
+        return CallScratch(path, cap, folder)
 
     def close(self) -> None:
         self._finalizer()
@@ -135,11 +155,51 @@ class CallScratch:
     """One call's scratch directory: preopened at /tmp, checked with the call's deadline at
     every epoch tick while the guest runs (`arm` .. `settle`), then removed."""
 
-    def __init__(self, path: Path, cap: int) -> None:
+    def __init__(self, path: Path, cap: int, inputs: Path | None = None) -> None:
         self.path = path
         self.cap = cap
+        self.inputs = inputs  # the read-only input files' folder, preopened at /tmp/in
         self.preopen = (path, GUEST_PATH, True)  # (host, guest, writable) for `build_wasi`
+        self.preopens: tuple[tuple[Path, str, bool], ...] = (
+            (self.preopen,) if inputs is None else (self.preopen, (inputs, INPUTS_GUEST_PATH, False))
+        )  # (what `build_wasi` takes as extra preopens)
         self._id = 0
+
+    def put(self, files: Mapping[str, bytes]) -> None:
+        """Write the call's input files (checked by `check_inputs`: paths below /tmp/in) before
+        the guest runs, replacing any of the same name. Raises a `host_error` Failure when one
+        cannot be written (e.g. the disk is full)."""
+        if not files:
+            return
+        try:
+            root = self.inputs
+            if root is None:  # writable: the scratch folder's in/
+                root = self.path / "in"
+                top = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir("in", 0o700, dir_fd=top)
+                finally:
+                    os.close(top)
+            for relative, data in files.items():
+                write_file(root, relative, data)
+        except OSError as exc:
+            raise Failure(ErrorKind.HOST_ERROR, f"input files could not be written: {exc.strerror}") from None
+
+    def collect_globs(self, patterns: tuple[str, ...], cap: int) -> dict[str, bytes]:
+        """`collect` of the regular files under /tmp that `patterns` (paths and globs) match,
+        in path order; at most `MAX_OUTPUTS` of them."""
+        return self.collect(tuple(matching(self.path, patterns)), cap)
+
+    def listing(self) -> dict[str, int]:
+        """The regular files under /tmp now, by guest path, with their sizes (links not followed)."""
+        return dict(_walk(self.path))
+
+    def read(self, guest: str, cap: int) -> bytes | None:
+        """The regular file at guest path `guest` under /tmp (at most `cap` + 1 bytes), or None."""
+        if not guest.startswith(GUEST_PATH + "/") or not _plain(guest[len(GUEST_PATH) + 1 :]):
+            return None
+        return read_file(self.path, guest[len(GUEST_PATH) + 1 :], cap)
 
     def arm(self, store: wasmtime.Store) -> None:
         """Check at every tick of `store` from now until `settle` (on the call's thread)."""
@@ -177,8 +237,194 @@ class CallScratch:
         return files
 
     def remove(self) -> None:
-        """Delete the directory and all in it (again is a no-op)."""
+        """Delete the directory and all in it (again is a no-op), and the input files' folder."""
         remove(self.path)
+        if self.inputs is not None:
+            remove(self.inputs)
+
+
+NO_FILES: Mapping[str, bytes] = MappingProxyType({})
+
+
+MAX_NAME = 255  # bytes of one part of an input file's path (as most file systems allow)
+MAX_PATH = 1024  # bytes of an input file's whole path below /tmp/in
+MAX_DEPTH = 16  # folders an input file may be below /tmp/in
+MAX_OUTPUTS = 256  # files `outputs` returns at most (the output cap bounds their bytes)
+
+
+def check_inputs(files: object, inputs: Inputs | None) -> tuple[dict[str, bytes], str | None]:
+    """A call's input files by their path below /tmp/in, and None; or nothing and what is wrong
+    with them, naming the file and the fix. Names are paths relative to /tmp/in ("data.csv",
+    "raw/a.json") or absolute under it ("/tmp/in/data.csv"); contents are bytes or str (UTF-8)."""
+    if files is None:
+        return {}, None
+    if not isinstance(files, Mapping):
+        return {}, f"files must be a mapping of path to bytes or str, got {type(files).__name__}"
+    if not files:
+        return {}, None
+    if inputs is None:
+        return {}, 'this call takes no files: its manifest has no `inputs` (e.g. inputs = {size = "4MiB"})'
+    if len(files) > inputs.count:
+        return {}, f"{len(files)} files, more than the {inputs.count} a call may bring (inputs.count)"
+    checked: dict[str, bytes] = {}
+    total = 0
+    for name, content in files.items():
+        shown = repr(name)[:80]
+        if not isinstance(name, str):
+            return {}, f"an input file's name must be a str, got {type(name).__name__}"
+        relative = name[len(INPUTS_GUEST_PATH) + 1 :] if name.startswith(INPUTS_GUEST_PATH + "/") else name
+        if name.startswith("/") and relative is name:
+            return {}, f"input file {shown}: an absolute path must be under {INPUTS_GUEST_PATH}"
+        problem = _name_problem(relative)
+        if problem is not None:
+            return {}, f"input file {shown}: {problem}"
+        if isinstance(content, str):
+            data = content.encode("utf-8", "surrogatepass")
+        elif isinstance(content, (bytes, bytearray, memoryview)):
+            data = bytes(content)
+        else:
+            return {}, f"input file {shown}: its content must be bytes or str, got {type(content).__name__}"
+        if relative in checked:
+            return {}, f"input file {shown} is given twice"
+        checked[relative] = data
+        total += len(data)
+        if total > inputs.size:
+            return (
+                {},
+                f"the input files hold more than the {format_size(inputs.size)} a call may bring (inputs.size)",
+            )
+    names = set(checked)
+    for relative in checked:  # a file cannot also be a folder of another
+        parts = relative.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in names:
+                return {}, f"input file {folder!r} is also the folder of {relative!r}"
+    return checked, None
+
+
+def _name_problem(relative: str) -> str | None:
+    if not relative:
+        return "an empty name"
+    if "\0" in relative:
+        return "a NUL byte in the name"
+    encoded = relative.encode("utf-8", "surrogatepass")
+    if len(encoded) > MAX_PATH:
+        return f"a path longer than {MAX_PATH} bytes"
+    parts = relative.split("/")
+    if len(parts) > MAX_DEPTH + 1:
+        return f"more than {MAX_DEPTH} folders deep"
+    for part in parts:
+        if part in ("", ".", ".."):
+            return "'..', '.' and empty parts are refused: give a plain path below /tmp/in"
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME:
+            return f"a part longer than {MAX_NAME} bytes"
+    if _SURROGATE.search(relative):
+        return "a lone surrogate in the name"
+    return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _plain(relative: str) -> bool:
+    return all(part not in ("", ".", "..") for part in relative.split("/")) and "\0" not in relative
+
+
+def write_file(root: Path, relative: str, data: bytes) -> None:
+    """Write `data` as the regular file `relative` below `root`, making its folders, one
+    component at a time without following links; a file of that name is replaced (unlinked
+    first: a link to it elsewhere is left as it was)."""
+    names = relative.split("/")
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)]
+    try:
+        for name in names[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=fds[-1])
+            fds.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(names[-1], dir_fd=fds[-1])
+        fd = os.open(names[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fds[-1])
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def matching(root: Path, patterns: tuple[str, ...]) -> list[str]:
+    """The guest paths of the regular files below `root` (the call's /tmp) that one of
+    `patterns` matches (fnmatch per path part; `**` any number of parts), sorted, at most
+    `MAX_OUTPUTS`."""
+    if not patterns:
+        return []
+    found = []
+    for guest, _ in _walk(root):
+        if any(_matches(guest, pattern) for pattern in patterns):
+            found.append(guest)
+            if len(found) >= MAX_OUTPUTS:
+                break
+    return sorted(found)
+
+
+def _matches(guest: str, pattern: str) -> bool:
+    path, want = PurePosixPath(guest).parts, PurePosixPath(pattern).parts
+    return _match_parts(path, want)
+
+
+def _match_parts(path: tuple[str, ...], want: tuple[str, ...]) -> bool:
+    if not want:
+        return not path
+    if want[0] == "**":
+        return any(_match_parts(path[i:], want[1:]) for i in range(len(path) + 1))
+    return bool(path) and fnmatch.fnmatchcase(path[0], want[0]) and _match_parts(path[1:], want[1:])
+
+
+_WALK_MAX = 10_000  # entries a walk looks at, at most (a guest may have made millions)
+
+
+def _walk(root: Path) -> list[tuple[str, int]]:
+    """(guest path, size) of the regular files below `root`, not following links, looking at
+    no more than `_WALK_MAX` entries."""
+    found: list[tuple[str, int]] = []
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return found
+    stack = [(top, GUEST_PATH)]
+    seen = 0
+    try:
+        while stack and seen < _WALK_MAX:
+            fd, prefix = stack.pop()
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen >= _WALK_MAX:
+                            break
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        guest = f"{prefix}/{entry.name}"
+                        if stat.S_ISREG(info.st_mode):
+                            found.append((guest, info.st_size))
+                        elif stat.S_ISDIR(info.st_mode):
+                            try:
+                                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                stack.append((os.open(entry.name, flags, dir_fd=fd), guest))
+                            except OSError:
+                                continue
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    return found
 
 
 def read_file(root: Path, relative: str, cap: int) -> bytes | None:

@@ -4,12 +4,25 @@ wasmtime-py's `stdout_custom` registers a finalizer that Wasmtime may run on one
 threads after the store is gone, even while the interpreter shuts down (which aborts the
 process noisily). Here the callback has no finalizer: the call that owns an `Output` attaches
 it before the guest runs and detaches it afterwards.
+
+Streaming: inside a `streaming(listener)` block, what a call started on this thread writes
+to stdout or stderr also goes to `listener(stream, text)` as it is written (the part within
+the cap, decoded as UTF-8 across writes), before the write returns: a line a call printed has
+reached the listener even if the call is then stopped. Wasmtime makes a component's writes on
+a thread of its own, so an `Output` takes its listener from the thread that made it, reset it
+for a session's run, or took it for a call (`listen_here`, for an instance made ahead on
+another thread); without one, a write pays one attribute check.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import ctypes
 import errno
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import wasmtime
@@ -18,6 +31,10 @@ from wasmtime import _ffi as ffi
 from . import capi as _capi
 
 _live: _capi.Handles[Output] = _capi.Handles()
+OutputListener = Callable[[str, str], None]
+"""`listener(stream, text)`: "stdout" or "stderr", and what the guest wrote (decoded)."""
+_local = threading.local()  # this thread's listener, if any (`streaming`)
+_log = logging.getLogger("wasmbox")
 _WriteCallback = ctypes.CFUNCTYPE(
     ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t
 )
@@ -32,6 +49,9 @@ class Output:
         self.truncated = False
         self._chunks: list[bytes] = []
         self._id = 0
+        self.stream = "stdout"  # set by `attach`
+        self._decoder: codecs.IncrementalDecoder | None = None  # made at the first streamed write
+        self._listener: OutputListener | None = getattr(_local, "listener", None)
 
     def reset(self, cap: int) -> None:
         """Empty, with a new cap: the next run of a session that keeps this stream attached."""
@@ -39,6 +59,12 @@ class Output:
         self.size = 0
         self.truncated = False
         self._chunks = []
+        self._decoder = None
+        self._listener = getattr(_local, "listener", None)
+
+    def listen_here(self) -> None:
+        """Take this thread's listener (or none) for the call about to run."""
+        self._listener = getattr(_local, "listener", None)
 
     def write(self, data: bytes) -> int:
         room = self.cap - self.size
@@ -49,7 +75,23 @@ class Output:
             data = data[:room]
         self._chunks.append(data)
         self.size += len(data)
+        if self._listener is not None:
+            self._tell(self._listener, data)
         return len(data)
+
+    def _tell(self, listener: OutputListener, data: bytes) -> None:
+        """Hand `data` to the listener; one that raises is told nothing more by this stream
+        (logged), and the guest's write goes on."""
+        if self._decoder is None:
+            self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = self._decoder.decode(data)
+        if not text:
+            return
+        try:
+            listener(self.stream, text)
+        except Exception:  # noqa: BLE001 - the caller's code: it must not fail the guest's write
+            _log.exception("wasmbox: an on_output listener raised; it is told nothing more for this call")
+            self._listener = None
 
     def note(self, data: bytes) -> None:
         """Add the host's own `data` after what the guest wrote, past the cap if need be (it
@@ -65,6 +107,7 @@ class Output:
     def attach(self, wasi: wasmtime.WasiConfig, stream: Literal["stdout", "stderr"]) -> None:
         """Route the guest's `stream` into this Output until `detach`."""
         self._id = _live.add(self)
+        self.stream = stream
         setter = (
             ffi.wasi_config_set_stdout_custom if stream == "stdout"
             else ffi.wasi_config_set_stderr_custom
@@ -73,6 +116,23 @@ class Output:
 
     def detach(self) -> None:
         _live.discard(self._id)
+
+
+def listening() -> bool:
+    """Whether a listener is set on this thread (a `streaming` block with one is open)."""
+    return getattr(_local, "listener", None) is not None
+
+
+@contextlib.contextmanager
+def streaming(listener: OutputListener | None) -> Iterator[None]:
+    """Send what calls started on this thread write to stdout/stderr to `listener` until the
+    block ends (None: to nobody, e.g. for a call a host function makes: its output is its own)."""
+    outer = getattr(_local, "listener", None)
+    _local.listener = listener
+    try:
+        yield
+    finally:
+        _local.listener = outer
 
 
 def views(data: bytes) -> tuple[str, bytes | None]:

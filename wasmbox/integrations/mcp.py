@@ -14,12 +14,18 @@ GIF or WebP, an `EmbeddedResource` blob per other binary output. A tool with an 
 lists it as `outputSchema` and returns its value as `structuredContent` too (a value that is not
 an object wrapped as `{"result": value}`, as MCP before 2026-07-28 takes only objects).
 
-With `sessions=True`, `run_python` takes an optional `session`: a call without one opens a
-`Sandbox.session` and its result ends with a text block `session: <name>`; calls that pass that
-name run in that interpreter. (The SDK serves each request of the 2026-07 protocol on a
+With `sessions=True`, `run_python` and `run_javascript` take an optional `session`: a call
+without one opens a `Sandbox.session` (of the JavaScript runtime for run_javascript) and its
+result ends with a text block `session: <name>`; calls that pass that name run in that
+interpreter (a run_javascript call passing a name run_python was told runs in that
+conversation's JavaScript session, a session of its own). (The SDK serves each request of the 2026-07 protocol on a
 connection of its own, so there is no client connection to tie a session to.) Names are
 random tokens the server issued: a client cannot reach another's session without being told
 its name. A session ends as `Sandbox.session`'s do (idle, totals, a failed run).
+
+A client that sends a progress token with a `tools/call` gets what the call prints as it
+prints it: each write to stdout or stderr is one progress notification, its text the
+`message` (stderr's prefixed "stderr: "), all sent before the result.
 
 Over HTTP, `auth_token` makes every request need `Authorization: Bearer <token>` (the SDK's
 resource-server side: its bearer middleware over a `TokenVerifier` that compares the token in
@@ -31,6 +37,7 @@ through, beside loopback's own.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import os
@@ -61,6 +68,7 @@ from .._budget import Budget
 from .._content import Content, result_content
 from .._formats import (
     RUN_JAVASCRIPT,
+    RUN_JAVASCRIPT_SCHEMA,
     RUN_PYTHON,
     RUN_PYTHON_SCHEMA,
     mcp_structured,
@@ -88,8 +96,10 @@ def build_server(
         raise ValueError(
             f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be served beside run_javascript"
         )
-    if sessions and python is False:
-        raise ValueError("sessions=True serves run_python sessions: give python= too")
+    if sessions and python is False and javascript is False:
+        raise ValueError(
+            "sessions=True serves run_python and run_javascript sessions: give python= or javascript= too"
+        )
     issued = _IssuedSessions() if sessions else None
 
     async def list_tools(
@@ -104,12 +114,14 @@ def build_server(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         arguments, session = params.arguments or {}, None
-        if issued is not None and params.name == RUN_PYTHON:
+        if issued is not None and params.name in (RUN_PYTHON, RUN_JAVASCRIPT):
             arguments = dict(arguments)
             session, problem = issued.resolve(arguments.pop("session", None))
             if problem is not None:
                 return types.CallToolResult(content=[types.TextContent(text=problem)], is_error=True)
-        result = await _call(box, params.name, arguments, python, session, javascript, budget)
+        progress = _Progress(ctx)  # (sent only to a client that asked: the SDK drops the rest)
+        result = await _call(box, params.name, arguments, python, session, javascript, budget, progress)
+        await progress.sent()
         content = result_content(result)
         blocks = _blocks(content)
         if session is not None:
@@ -140,15 +152,38 @@ def _blocks(content: Content) -> list[types.ContentBlock]:
 
 async def _call(
     box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None,
-    javascript: bool | ManifestSource, budget: Budget | None,
+    javascript: bool | ManifestSource, budget: Budget | None, progress: _Progress | None = None,
 ) -> CallResult:  # fmt: skip
     listed = name in box.tools or (python is not False and name == RUN_PYTHON)
     if not listed and not (javascript is not False and name == RUN_JAVASCRIPT):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
     return await _dispatch.acall_one(
-        box, name, arguments, python=python, session=session, javascript=javascript, budget=budget
-    )
+        box, name, arguments, python=python, session=session, javascript=javascript, budget=budget,
+        on_output=progress.line if progress is not None else None,
+    )  # fmt: skip
+
+
+class _Progress:
+    """A call's stdout and stderr, as written, as progress notifications of the request (for a
+    client that sent a progress token): each write's text is one notification's `message`,
+    its count the `progress` (stderr's prefixed "stderr: ")."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._session = ctx.session
+        self._count = 0
+        self._sending: list[asyncio.Task[None]] = []
+
+    def line(self, stream: str, text: str) -> None:
+        """On the event loop (`acall_one` forwards it there), in the order written."""
+        self._count += 1
+        message = text if stream == "stdout" else f"stderr: {text}"
+        self._sending.append(asyncio.ensure_future(self._session.report_progress(self._count, None, message)))
+
+    async def sent(self) -> None:
+        """Wait until every notification is sent, before the result goes out (after them)."""
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
 
 
 class _IssuedSessions:
@@ -188,10 +223,24 @@ _SESSION_SCHEMA = {
 }
 
 
+_JAVASCRIPT_SESSION_SCHEMA = {
+    **RUN_JAVASCRIPT_SCHEMA,
+    "properties": {
+        **RUN_JAVASCRIPT_SCHEMA["properties"],
+        "session": {
+            "type": "string",
+            "description": "The session a previous run_javascript result named, to run in its context "
+            "(its global variables and functions, its /tmp files); omit it to start a new session",
+        },
+    },
+}
+
+
 def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec["name"] != RUN_PYTHON:
+    schema = {RUN_PYTHON: _SESSION_SCHEMA, RUN_JAVASCRIPT: _JAVASCRIPT_SESSION_SCHEMA}.get(spec["name"])
+    if schema is None:
         return spec
-    return {**spec, "inputSchema": _SESSION_SCHEMA}  # (described as a session's by `specs`)
+    return {**spec, "inputSchema": schema}  # (described as a session's by `specs`)
 
 
 async def serve_stdio(

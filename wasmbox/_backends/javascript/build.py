@@ -68,6 +68,7 @@ class Layout:
     run: int  # the driver's `run`, a JSValue
     finish: int  # the driver's `finish`, a JSValue
     check: int  # the driver's `check`, a JSValue
+    reset: int  # the driver's `reset` (a session's next run), a JSValue
     fail: int  # the driver's `fail`, a JSValue
     undefined: int  # JS_UNDEFINED
     true: int  # JS_TRUE
@@ -263,6 +264,9 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
     check = guest.check(
         guest("JS_GetPropertyStr", context, driver, guest.string("check")), exception, "driver"
     )
+    reset = guest.check(
+        guest("JS_GetPropertyStr", context, driver, guest.string("reset")), exception, "driver"
+    )
     random_state = _find_random_state(guest, exception)
     guest.memory.write(store, bytes(_SCRATCH), scratch)
     code_buffer = guest("malloc", CODE_CAPACITY)
@@ -270,8 +274,8 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
         raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
     stack_guard = _move_the_stack(guest)  # the last: the heap's end, and the stack above it
     return Layout(
-        context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, check=check, fail=fail,
-        undefined=undefined, true=true, exception=exception, string_tag=string_tag,
+        context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, check=check,
+        reset=reset, fail=fail, undefined=undefined, true=true, exception=exception, string_tag=string_tag,
         input_name=guest.string(INPUT_NAME), scratch=scratch, random_state=random_state, host_slot=slot,
         code_buffer=code_buffer, stack_guard=stack_guard,
     )  # fmt: skip

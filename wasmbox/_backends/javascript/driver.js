@@ -1,7 +1,7 @@
 // The guest side of wasmbox's JavaScript runtime, evaluated once when the runtime is built.
 // Its completion value is `install(host)`: the build calls it with the host-call function (a C
 // function in a table slot the host fills in each instance) and keeps what it returns, `run`,
-// `finish` and `fail`, for every call. A call evaluates its code (a tool's source, then its
+// `finish`, `check`, `reset` and `fail`, for every call. A call evaluates its code (a tool's source, then its
 // entry is called with the args); `finish` makes the JSON reply, `{"ok": value}` or
 // `{"error": text}`, of a script that has nothing left to await, and `run` that of one that
 // has (top-level await, a promise, pending jobs); `fail` that of a script that did not compile.
@@ -262,5 +262,14 @@
     return uncaught === null ? undefined : fail(uncaught.error);
   }
 
-  return freeze({ run, finish, check, fail });
+  // A session's next run starts clean: the timers an earlier run left pending never fire in
+  // it (as a fresh call's never run at all), and a timer's old exception does not fail it.
+  function reset() {
+    for (const timer of timers.values()) osClearTimeout(timer);
+    timers.clear();
+    intervals.clear();
+    uncaught = null;
+  }
+
+  return freeze({ run, finish, check, reset, fail });
 })

@@ -141,9 +141,12 @@ class JavaScriptRunner:
 
     exit_is_an_end = True  # std.exit(n) ends the script
 
-    def call(self, manifest: Manifest, request: Request) -> CallResult:
-        """Run `request` in a fresh instance under `manifest`'s grants and limits."""
-        return _call.perform(self, manifest, request, self._ticker)
+    def call(
+        self, manifest: Manifest, request: Request, files: Mapping[str, bytes] = _scratch.NO_FILES
+    ) -> CallResult:
+        """Run `request` in a fresh instance under `manifest`'s grants and limits, with `files`
+        (checked input files) written under /tmp/in before it runs."""
+        return _call.perform(self, manifest, request, self._ticker, files)
 
     def prepare(self, state: CallState, request: Request) -> _call.Instance:
         return _call.fresh_instance(
@@ -189,6 +192,13 @@ class JavaScriptRunner:
         cap: int,
         env: bool,
     ) -> Any:
+        return self.evaluate(self.prepare_guest(store, instance, memory, env), request, cap)
+
+    def prepare_guest(
+        self, store: wasmtime.Store, instance: wasmtime.Instance, memory: _capi.Extern, env: bool
+    ) -> _Guest:
+        """A fresh instance made ready for code: its random state seeded, the call's
+        environment read (`env`), the host-call slot filled."""
         layout = self._layout
         context = _store.context(store)
         guest = _Guest(context, _Exports(store, instance), memory)
@@ -198,6 +208,11 @@ class JavaScriptRunner:
         _capi.set_table_func(
             context, _TABLE.get(store, instance), layout.host_slot, self._host_type, _host_call, self._handle
         )
+        return guest
+
+    def evaluate(self, guest: _Guest, request: Request, cap: int) -> Any:
+        """Run `request` in a prepared instance: its value (a Failure for its error reply)."""
+        layout = self._layout
         ctx = layout.context
         code = request.code.encode("utf-8", "surrogatepass")
         if len(code) < build.CODE_CAPACITY:  # (with its NUL)
@@ -638,7 +653,7 @@ class JavaScriptSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(call.manifest(self._grants), Request(call.args["code"]))
+        return self._runtime.call(call.manifest(self._grants), Request(call.args["code"]), call.files)
 
 
 class JavaScriptToolRunner:
@@ -662,4 +677,4 @@ class JavaScriptToolRunner:
                 self._manifest.name, ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}"
             )
         request = Request(self._source, self._filename, self._entry, args)
-        return self._runtime.call(call.manifest(self._manifest), request)
+        return self._runtime.call(call.manifest(self._manifest), request, call.files)

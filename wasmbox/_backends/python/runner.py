@@ -113,15 +113,16 @@ class PythonRuntimeRunner:
         self._packages[packages] = (site, writable)
 
     def call(
-        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], *, prepare_next: bool = True
-    ) -> CallResult:
+        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], *, prepare_next: bool = True,
+        files: Mapping[str, bytes] = _scratch.NO_FILES,
+    ) -> CallResult:  # fmt: skip
         """Send one request to a fresh instance under `manifest`'s grants and limits;
         `grants_digest` is `manifest.digest()`, which names the grant set (callers compute it
         once). With `prepare_next`, a spare instance for the next call under these grants is made
-        meanwhile."""
+        meanwhile. `files` (checked input files) are written under /tmp/in before it runs."""
         self._ticker.enter()
         try:
-            return self._send(manifest, grants_digest, request, prepare_next)
+            return self._send(manifest, grants_digest, request, prepare_next, files)
         finally:
             self._ticker.leave()
 
@@ -141,11 +142,14 @@ class PythonRuntimeRunner:
     exit_is_an_end = False  # the driver never exits: a WASI exit is a trap
 
     def _send(
-        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool
-    ) -> CallResult:
+        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool,
+        files: Mapping[str, bytes],
+    ) -> CallResult:  # fmt: skip
         if manifest.packages:
             request = {**request, "path": PACKAGES_GUEST_PATH}
-        return _call.perform(self, manifest, _Request(request, grants_digest, prepare_next), self._ticker)
+        return _call.perform(
+            self, manifest, _Request(request, grants_digest, prepare_next), self._ticker, files
+        )
 
     def prepare(self, state: _call.CallState, request: _Request) -> _call.Instance:
         manifest = state.manifest
@@ -159,6 +163,8 @@ class PythonRuntimeRunner:
             prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
         else:
             prepared.renew(self._ticker)
+            prepared.stdout.listen_here()  # (a spare was made on another thread)
+            prepared.stderr.listen_here()
         if request.prepare_next:  # the next call under these grants finds one ready
             self._keeper.request_spare(manifest, request.grants_digest)
         state.ready(made_ahead)
@@ -472,7 +478,10 @@ class PythonSnippetRunner:
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
         return self._runtime.call(
-            call.manifest(self._grants), self._grants_digest, {"mode": "code", "code": call.args["code"]}
+            call.manifest(self._grants),
+            self._grants_digest,
+            {"mode": "code", "code": call.args["code"]},
+            files=call.files,
         )
 
 
@@ -497,4 +506,6 @@ class PythonToolRunner:
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}
-        return self._runtime.call(call.manifest(self._manifest), self._grants_digest, request)
+        return self._runtime.call(
+            call.manifest(self._manifest), self._grants_digest, request, files=call.files
+        )

