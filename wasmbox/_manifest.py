@@ -679,7 +679,7 @@ class Manifest(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _one_kind_of_tool(self) -> Manifest:
+    def _one_kind_of_tool(self) -> Manifest:  # noqa: C901 - a rule per field that one kind of tool excludes
         if self.runtime is None and self.module is None:
             raise ValueError('give `module`, or `runtime` ("python" or "javascript")')
         if self.runtime is not None and self.module is not None:

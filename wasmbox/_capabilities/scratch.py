@@ -252,7 +252,9 @@ MAX_DEPTH = 16  # folders an input file may be below /tmp/in
 MAX_OUTPUTS = 256  # files `outputs` returns at most (the output cap bounds their bytes)
 
 
-def check_inputs(files: object, inputs: Inputs | None) -> tuple[dict[str, bytes], str | None]:
+def check_inputs(  # noqa: C901 - a refusal per way a file can be wrong, each naming the fix
+    files: object, inputs: Inputs | None
+) -> tuple[dict[str, bytes], str | None]:
     """A call's input files by their path below /tmp/in, and None; or nothing and what is wrong
     with them, naming the file and the fix. Names are paths relative to /tmp/in ("data.csv",
     "raw/a.json") or absolute under it ("/tmp/in/data.csv"); contents are bytes or str (UTF-8)."""
