@@ -122,16 +122,28 @@ class Auditor:
         """Deliver the record of `result` (of a run of `session`, if given) to every sink.
         Never raises: a failing sink is logged, and the call's result stands."""
         record = AuditRecord(
-            seq=next(self._seq), time=time.time(), tool=result.tool,
-            manifest_digest=manifest_digest, code_digest=code_digest, args_digest=args_digest(args),
-            limits=limits, ok=result.ok,
+            seq=next(self._seq),
+            time=time.time(),
+            tool=result.tool,
+            manifest_digest=manifest_digest,
+            code_digest=code_digest,
+            args_digest=args_digest(args),
+            limits=limits,
+            ok=result.ok,
             error_kind=result.error.kind.value if result.error else None,
             error_message=result.error.message if result.error else None,
-            fuel_used=result.fuel_used, duration_s=result.duration_s, peak_memory=result.peak_memory,
-            stdout_bytes=_utf8_size(result.stdout), stderr_bytes=_utf8_size(result.stderr),
-            truncated=result.truncated, host_calls=tuple(result.host_calls),
-            session=session, session_id=session_id, call_id=call_id, parent_id=parent_id,
-        )  # fmt: skip
+            fuel_used=result.fuel_used,
+            duration_s=result.duration_s,
+            peak_memory=result.peak_memory,
+            stdout_bytes=_utf8_size(result.stdout),
+            stderr_bytes=_utf8_size(result.stderr),
+            truncated=result.truncated,
+            host_calls=tuple(result.host_calls),
+            session=session,
+            session_id=session_id,
+            call_id=call_id,
+            parent_id=parent_id,
+        )
         self._send(record)
 
     def deliver(self, record: AuditRecord) -> None:
@@ -326,9 +338,11 @@ def verify_audit_log(path: str | os.PathLike[str], head: str | None = None) -> V
                 return Verification(False, count, prev, f"line {number}: not JSON")
             if not isinstance(data, dict) or data.get("prev") != prev:
                 return Verification(
-                    False, count, prev,
+                    False,
+                    count,
+                    prev,
                     f"line {number}: chain broken (a line before it was edited, removed or inserted, or this one was)",
-                )  # fmt: skip
+                )
             prev = hashlib.sha256(line).hexdigest()
             count += 1
     if head is not None and head != prev:

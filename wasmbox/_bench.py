@@ -110,8 +110,14 @@ def run(seconds: float = 1.0, python: bool = True) -> list[tuple[str, str, str]]
         loop_path.write_text(HOST_LOOP_WAT)
         box.register_host_function("bench.inc", lambda x: x + 1)
         echo = box.load({"name": "echo", "module": str(echo_path)})
-        loop = box.load({"name": "loop", "module": str(loop_path),
-                         "host_functions": ["bench.inc"], "limits": {"host_calls": 100}})  # fmt: skip
+        loop = box.load(
+            {
+                "name": "loop",
+                "module": str(loop_path),
+                "host_functions": ["bench.inc"],
+                "limits": {"host_calls": 100},
+            }
+        )
         args = {"text": "the quick brown fox", "n": 3}
         ours = latency(lambda: echo.call(args), 5000)
         plain = latency(plain_core_call(echo_path, args), 5000)

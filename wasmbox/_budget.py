@@ -38,8 +38,14 @@ class Budget:
         name: str = "budget",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        for label, value in (("calls", calls), ("fuel", fuel), ("wall_s", wall_s), ("output", output),
-                             ("concurrent", concurrent), ("window_s", window_s)):  # fmt: skip
+        for label, value in (
+            ("calls", calls),
+            ("fuel", fuel),
+            ("wall_s", wall_s),
+            ("output", output),
+            ("concurrent", concurrent),
+            ("window_s", window_s),
+        ):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
             ):
@@ -109,9 +115,12 @@ class Budget:
         with self._lock:
             self._forget(self._clock())
             return {
-                "calls": len(self._started), "fuel": self._fuel, "wall_s": self._wall,
-                "output": self._output, "running": self._running,
-            }  # fmt: skip
+                "calls": len(self._started),
+                "fuel": self._fuel,
+                "wall_s": self._wall,
+                "output": self._output,
+                "running": self._running,
+            }
 
     def _forget(self, now: float) -> None:
         if self.window_s is None:

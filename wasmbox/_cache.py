@@ -383,8 +383,9 @@ class ArtifactCache:
                 f"wasmbox: cannot write to the compile cache {self.directory} "
                 f"({exc.strerror or exc}); using the compiled code without caching it, so "
                 "the next process compiles it again",
-                RuntimeWarning, stacklevel=5,
-            )  # fmt: skip
+                RuntimeWarning,
+                stacklevel=5,
+            )
             return False
 
     def _compile(self, engine: wasmtime.Engine, wasm: bytes, kind: type[Artifact]) -> Artifact:

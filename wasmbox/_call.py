@@ -223,8 +223,12 @@ def serve_host_call(
             reply = refusal(name, "bad_request", problem, size, None)
         elif function is None:
             reply = refusal(
-                name, "denied", not_granted(name), size, ErrorKind.CAPABILITY_DENIED,
-            )  # fmt: skip
+                name,
+                "denied",
+                not_granted(name),
+                size,
+                ErrorKind.CAPABILITY_DENIED,
+            )
         else:
             outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
             try:
@@ -271,9 +275,13 @@ def new_store(
     if not ticker.running:
         raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
     store = _store.new_store(
-        engine, limits.memory, table_elements=table_elements, instances=instances, tables=tables,
+        engine,
+        limits.memory,
+        table_elements=table_elements,
+        instances=instances,
+        tables=tables,
         memories=memories,
-    )  # fmt: skip
+    )
     ticker.opened(store)
     renew(store, limits, ticker)
     return store
@@ -437,9 +445,12 @@ class Backend(Protocol[Request_contra]):
 
 
 def perform(
-    backend: Backend[Request_contra], manifest: Manifest, request: Request_contra, ticker: EpochTicker,
+    backend: Backend[Request_contra],
+    manifest: Manifest,
+    request: Request_contra,
+    ticker: EpochTicker,
     files: Mapping[str, bytes] | None = None,
-) -> CallResult:  # fmt: skip
+) -> CallResult:
     """One call, in the order every runtime's call takes: its state, its instance, the input
     `files` written into its scratch space (checked already), the run under `running`, the
     evidence, the manifest's `outputs` read back, the outcome (`finish`), then the clean-up.
@@ -540,15 +551,24 @@ def finish(
     stdout, stderr = instance.stdout, instance.stderr
     truncated = "stdout" if stdout.truncated else "stderr" if stderr.truncated else None
     if (
-        error is not None or state.abort is not None or truncated is not None or scratch_over is not None
+        error is not None
+        or state.abort is not None
+        or truncated is not None
+        or scratch_over is not None
         or instance.overflowed is not None
-    ):  # fmt: skip
+    ):
         error = _outcome.decide(
             _outcome.Evidence(
-                limits, error, state.abort, state.failure, instance.peak_memory, truncated, scratch_over,
+                limits,
+                error,
+                state.abort,
+                state.failure,
+                instance.peak_memory,
+                truncated,
+                scratch_over,
                 instance.overflowed,
             )
-        )  # fmt: skip
+        )
     # (else every rule of the table gives success: the common case skips building the evidence)
     store = instance.store
     fuel = (

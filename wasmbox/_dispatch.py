@@ -148,10 +148,16 @@ async def adispatch(
 
 
 def call_one(
-    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
-    javascript: bool | ManifestSource = False, budget: Budget | None = None,
+    box: Sandbox,
+    name: str,
+    args: Any,
+    *,
+    python: bool | ManifestSource = False,
+    session: str | None = None,
+    javascript: bool | ManifestSource = False,
+    budget: Budget | None = None,
     limits: CallLimits | Mapping[str, Any] | None = None,
-) -> CallResult:  # fmt: skip
+) -> CallResult:
     """One model tool call by name, with `dispatch`'s rules (the adapters' path: MCP,
     pydantic-ai, LangChain, Agents each get calls one at a time). `args`: a mapping, JSON
     text, or None. Never raises for the call's own faults."""
@@ -167,10 +173,16 @@ def call_one(
 
 
 async def acall_one(
-    box: Sandbox, name: str, args: Any, *, python: bool | ManifestSource = False, session: str | None = None,
-    javascript: bool | ManifestSource = False, budget: Budget | None = None,
+    box: Sandbox,
+    name: str,
+    args: Any,
+    *,
+    python: bool | ManifestSource = False,
+    session: str | None = None,
+    javascript: bool | ManifestSource = False,
+    budget: Budget | None = None,
     on_output: OutputListener | None = None,
-) -> CallResult:  # fmt: skip
+) -> CallResult:
     """`call_one` on the Sandbox's worker threads, admitted before it is queued for them;
     `on_output` (called on the event loop) gets the call's stdout and stderr as they are written."""
     import asyncio  # lazily, as in Tool.acall
@@ -223,10 +235,11 @@ def _late(job: _Job, deadline_s: float | None) -> CallResult:
     if not job.started:
         return _not_started(job)
     return CallResult.failed(
-        job.name, ErrorKind.TIMEOUT,
+        job.name,
+        ErrorKind.TIMEOUT,
         f"the dispatch deadline ({deadline_s} s) passed before this call finished; it may still "
         "complete, but its result is discarded",
-    )  # fmt: skip
+    )
 
 
 def _not_started(job: _Job) -> CallResult:
@@ -262,10 +275,11 @@ def _jobs(
         job = _Job(call_id, name)
         if max_calls is not None and index >= max_calls:
             job.result = CallResult.failed(
-                name, ErrorKind.HOST_ERROR,
+                name,
+                ErrorKind.HOST_ERROR,
                 f"not run: at most {max_calls} tool calls are run per turn and this one is call "
                 f"{index + 1} of {len(parsed)}; ask for it again in a later turn",
-            )  # fmt: skip
+            )
         else:
             _plan(job, raw, format, tools, box, python, session, javascript)
             if limits is not None and job.run is not None:
@@ -353,9 +367,10 @@ def _plan(
         return
     if tool is not None:
         job.result = CallResult.failed(
-            job.name, ErrorKind.INVALID_ARGUMENTS,
+            job.name,
+            ErrorKind.INVALID_ARGUMENTS,
             f"tool {job.name!r} is called from code only: call tools.{job.name}(...) in run_python's code",
-        )  # fmt: skip
+        )
         return
     if job.name == RUN_PYTHON and python is not False:
         args = prepare_args(args, RUN_PYTHON_SCHEMA)
@@ -420,9 +435,13 @@ def _run_javascript(
 
 
 def _session_run(
-    box: Sandbox, name: str, grants: ManifestSource | None, code: str, limits: Any = None,
+    box: Sandbox,
+    name: str,
+    grants: ManifestSource | None,
+    code: str,
+    limits: Any = None,
     tool: str = RUN_PYTHON,
-) -> CallResult:  # fmt: skip
+) -> CallResult:
     """A run of the conversation's session `name` (opened if there is none) for `tool`
     (run_python, or run_javascript: a JavaScript session). When the session ended without a
     run's result saying so (a total spent, idle), this call gets an error result that says so,
@@ -437,10 +456,11 @@ def _session_run(
     except SessionError as exc:  # too many sessions
         return CallResult.failed(tool, ErrorKind.HOST_ERROR, f"not run: {exc}")
     return CallResult.failed(
-        tool, ErrorKind.HOST_ERROR,
+        tool,
+        ErrorKind.HOST_ERROR,
         f"not run: the session ended ({ended}); its variables and files are gone, and the next "
         f"{tool} call starts a new session",
-    )  # fmt: skip
+    )
 
 
 def _arguments(raw: Any, parse: bool) -> tuple[dict[str, Any], str | None]:
@@ -507,9 +527,11 @@ def _reply(job: _Job, format: str, deadline_s: float | None = None) -> dict[str,
     if format == "openai-responses":
         return {"type": "function_call_output", "call_id": job.call_id, "output": _responses_output(content)}
     return {
-        "type": "tool_result", "tool_use_id": job.call_id, "content": _anthropic_content(content),
+        "type": "tool_result",
+        "tool_use_id": job.call_id,
+        "content": _anthropic_content(content),
         "is_error": content.is_error,
-    }  # fmt: skip
+    }
 
 
 def _anthropic_content(content: Content) -> str | list[dict[str, Any]]:

@@ -29,21 +29,49 @@ FORMATS: tuple[str, ...] = get_args(SpecFormat)
 # Dropped from a strict schema, written into its description, and still checked at call time
 # (strict mode does not support them; each only narrows what the model may send).
 _CHECKED_LATER = (
-    "minLength", "maxLength", "minProperties", "maxProperties", "uniqueItems", "contains",
-    "minContains", "maxContains", "propertyNames", "dependentRequired", "dependentSchemas",
-    "if", "then", "else", "unevaluatedProperties", "unevaluatedItems",
-)  # fmt: skip
+    "minLength",
+    "maxLength",
+    "minProperties",
+    "maxProperties",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
 _KEPT = (
-    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minItems", "maxItems",
-)  # fmt: skip
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+)
 _REFUSED = ("allOf", "not", "$dynamicRef")  # no strict equivalent that keeps their meaning
 _STRICT_FORMATS = {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
 # dropped from a strict schema (a `$ref` with only these beside it stays a `$ref`)
 _ANNOTATIONS = {
-    "title", "$comment", "$schema", "$id", "$anchor", "$dynamicAnchor", "examples",
-    "deprecated", "readOnly", "writeOnly", "discriminator",
-}  # fmt: skip
+    "title",
+    "$comment",
+    "$schema",
+    "$id",
+    "$anchor",
+    "$dynamicAnchor",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "discriminator",
+}
 
 RUN_PYTHON = "run_python"  # `Sandbox.run_python` offered to a model as a tool
 RUN_PYTHON_DESCRIPTION = (
@@ -102,10 +130,16 @@ def spec_of(tool: Described, format: str, strict: StrictMode) -> dict[str, Any]:
     """`tool`'s definition in `format` (see `Tool.spec`)."""
     manifest = tool.manifest
     return tool_spec(
-        tool.name, tool.description, tool.parameters, format, strict,
+        tool.name,
+        tool.description,
+        tool.parameters,
+        format,
+        strict,
         mcp_annotations(manifest) if format == "mcp" else None,
-        output_schema=tool.output_schema, examples=manifest.examples, defer_loading=manifest.defer_loading,
-    )  # fmt: skip
+        output_schema=tool.output_schema,
+        examples=manifest.examples,
+        defer_loading=manifest.defer_loading,
+    )
 
 
 def tool_spec(  # noqa: C901 - a branch per provider's format
@@ -148,9 +182,12 @@ def tool_spec(  # noqa: C901 - a branch per provider's format
         return {"type": "function", "function": function}
     if format == "openai-responses":  # (its `strict` defaults to true: always say which)
         spec = {
-            "type": "function", "name": name, "description": description,
-            "parameters": parameters, "strict": is_strict,
-        }  # fmt: skip
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": parameters,
+            "strict": is_strict,
+        }
         if output_schema is not None:
             spec["output_schema"] = dict(output_schema)
         if defer_loading:
@@ -167,9 +204,11 @@ def tool_spec(  # noqa: C901 - a branch per provider's format
         return spec
     if format == "mcp":
         spec = {
-            "name": name, "description": description, "inputSchema": parameters,
+            "name": name,
+            "description": description,
+            "inputSchema": parameters,
             "annotations": dict(annotations or {}),
-        }  # fmt: skip
+        }
         if output_schema is not None:
             spec["outputSchema"] = mcp_output_schema(output_schema)
         return spec
@@ -266,9 +305,16 @@ def tools_specs(
         if python_grants is not None and python_grants.tools:
             stubs = python_stubs(tools[name] for name in python_grants.tools)
             description += CALLS_TOOLS.format(language="python", stubs=stubs)
-        specs.append(tool_spec(
-            RUN_PYTHON, description, RUN_PYTHON_SCHEMA, format, strict, _snippet_annotations(format, python_grants)
-        ))  # fmt: skip
+        specs.append(
+            tool_spec(
+                RUN_PYTHON,
+                description,
+                RUN_PYTHON_SCHEMA,
+                format,
+                strict,
+                _snippet_annotations(format, python_grants),
+            )
+        )
     if javascript:
         if RUN_JAVASCRIPT in tools:
             raise ValueError(f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be added as well")
@@ -276,10 +322,16 @@ def tools_specs(
         if javascript_grants is not None and javascript_grants.tools:
             stubs = javascript_stubs(tools[name] for name in javascript_grants.tools)
             description += CALLS_TOOLS.format(language="javascript", stubs=stubs)
-        specs.append(tool_spec(
-            RUN_JAVASCRIPT, description, RUN_JAVASCRIPT_SCHEMA, format, strict,
-            _snippet_annotations(format, javascript_grants),
-        ))  # fmt: skip
+        specs.append(
+            tool_spec(
+                RUN_JAVASCRIPT,
+                description,
+                RUN_JAVASCRIPT_SCHEMA,
+                format,
+                strict,
+                _snippet_annotations(format, javascript_grants),
+            )
+        )
     return specs
 
 

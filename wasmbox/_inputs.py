@@ -80,16 +80,36 @@ def _download(requirement: str, folder: Path, progress: Callable[[str], None] | 
     try:
         command = [
             # -I: neither the working directory nor PYTHON* variables nor the user site
-            sys.executable, "-I", "-m", "pip", "download", "--isolated", "--no-input",
-            "--disable-pip-version-check", "--no-deps", "--only-binary=:all:", "--timeout", "15",
-            "--retries", "1", "--dest", str(stage), "--", requirement,
-        ]  # fmt: skip
+            sys.executable,
+            "-I",
+            "-m",
+            "pip",
+            "download",
+            "--isolated",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--timeout",
+            "15",
+            "--retries",
+            "1",
+            "--dest",
+            str(stage),
+            "--",
+            requirement,
+        ]
         try:
             with Step(progress, f"downloading {requirement} from PyPI", "once per cache"):
                 done = subprocess.run(  # noqa: S603 - an argv of our own: pip, the pinned requirement, no shell
-                    command, check=False, capture_output=True, text=True, timeout=PIP_TIMEOUT,
-                    stdin=subprocess.DEVNULL, cwd=stage,
-                )  # fmt: skip
+                    command,
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    timeout=PIP_TIMEOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=stage,
+                )
         except subprocess.TimeoutExpired:
             raise InputUnavailable(
                 f"{requirement}: pip did not finish in {PIP_TIMEOUT:.0f} s (is PyPI reachable?)"

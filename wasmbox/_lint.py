@@ -307,8 +307,12 @@ def _unused_grant_warnings(manifest: Manifest) -> list[str]:
             if name not in used
         ]
         if not info.uses_wasi:
-            for what, given in (("preopens", manifest.preopens), ("scratch", manifest.scratch),
-                                ("env", manifest.env), ("args", manifest.args)):  # fmt: skip
+            for what, given in (
+                ("preopens", manifest.preopens),
+                ("scratch", manifest.scratch),
+                ("env", manifest.env),
+                ("args", manifest.args),
+            ):
                 if given:
                     warnings.append(
                         f"{what} is granted but the module does not import WASI, so cannot use it"

@@ -79,9 +79,16 @@ _TYPED_KEYWORDS = {
     "string": ("pattern", "minLength", "maxLength", "format"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
     "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
-    "object": ("properties", "patternProperties", "additionalProperties", "required",
-               "minProperties", "maxProperties", "propertyNames"),
-}  # fmt: skip
+    "object": (
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "propertyNames",
+    ),
+}
 
 
 def constraint_schema(args: Mapping[str, Mapping[str, Any] | bool]) -> dict[str, Any]:
@@ -290,13 +297,15 @@ class EgressSecret(_Strict):
     )
     prefix: str = Field("", description='Sent before the value, e.g. "Bearer ".')
     env: str | None = Field(
-        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="The host environment variable holding it, read at each request.",
-    )  # fmt: skip
+    )
     sandbox: str | None = Field(
-        None, pattern=_NAME,
+        None,
+        pattern=_NAME,
         description="The name it is given under in Sandbox(secrets={name: value or callable}).",
-    )  # fmt: skip
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> EgressSecret:
@@ -318,10 +327,12 @@ class EgressRule(_Strict):
         None, strict=False, min_length=1, description='HTTP methods allowed, e.g. ["GET"].'
     )
     paths: tuple[str, ...] | None = Field(
-        None, strict=False, min_length=1,
+        None,
+        strict=False,
+        min_length=1,
         description="Paths allowed: '*' is any run of characters within one segment, a last "
-        "segment '**' any rest, e.g. [\"/v1/forecast\", \"/repos/acme/*/issues/**\"].",
-    )  # fmt: skip
+        'segment \'**\' any rest, e.g. ["/v1/forecast", "/repos/acme/*/issues/**"].',
+    )
     query: tuple[str, ...] | None = Field(
         None, strict=False, description="Query parameter names allowed ([]: no query)."
     )
@@ -341,10 +352,11 @@ class Network(_Strict):
     `egress.py`, `fetch.py`)."""
 
     allow: tuple[str | EgressRule, ...] = Field(
-        strict=False, min_length=1,
+        strict=False,
+        min_length=1,
         description="Where requests may go: 'host:port', an address with or without ':port', "
         "'[v6]:port', a CIDR, or a table with `host` and the limits of its requests.",
-    )  # fmt: skip
+    )
     max_response: Size = Field(1024**2, description="Cap on a response body.")
     timeout: Duration = Field(5.0, description="Cap on one fetch, redirects included.")
 
@@ -371,9 +383,12 @@ class OutputFile(_Strict):
     def _under_scratch(cls, value: str) -> str:
         path = PurePosixPath(value)
         if (
-            not path.is_absolute() or ".." in path.parts or "\0" in value
-            or not _within(str(path), SCRATCH_GUEST_PATH) or str(path) == SCRATCH_GUEST_PATH
-        ):  # fmt: skip
+            not path.is_absolute()
+            or ".." in path.parts
+            or "\0" in value
+            or not _within(str(path), SCRATCH_GUEST_PATH)
+            or str(path) == SCRATCH_GUEST_PATH
+        ):
             raise ValueError(f"must be a file path under {SCRATCH_GUEST_PATH}, without '..'")
         return str(path)
 
@@ -397,9 +412,13 @@ def _output_glob(value: str) -> str:
     """A path or glob (`*`, `?`, `[...]`, `**`) under /tmp, as `outputs` takes it."""
     path = PurePosixPath(value)
     if (
-        not isinstance(value, str) or not path.is_absolute() or ".." in path.parts or "\0" in value
-        or not _within(str(path), SCRATCH_GUEST_PATH) or str(path) == SCRATCH_GUEST_PATH
-    ):  # fmt: skip
+        not isinstance(value, str)
+        or not path.is_absolute()
+        or ".." in path.parts
+        or "\0" in value
+        or not _within(str(path), SCRATCH_GUEST_PATH)
+        or str(path) == SCRATCH_GUEST_PATH
+    ):
         raise ValueError(f"{value!r}: must be a path or glob under {SCRATCH_GUEST_PATH}, without '..'")
     return str(path)
 
@@ -411,10 +430,11 @@ class Command(_Strict):
     """How a WASI command tool is called with args (see `_command.py`), and what it returns."""
 
     argv: tuple[str, ...] | None = Field(
-        None, strict=False,
-        description="argv templates after `args`, e.g. [\"-T{format}\", \"{*files}\"]: "
+        None,
+        strict=False,
+        description='argv templates after `args`, e.g. ["-T{format}", "{*files}"]: '
         "{name} is an input_schema property, {*name} repeats the item per array element.",
-    )  # fmt: skip
+    )
     stdin: str | None = Field(None, description='stdin template, e.g. "{graph}".')
     fail_on_exit_code: bool = Field(False, description="A nonzero exit code is a guest_error.")
     stdout_media_type: str | None = Field(
@@ -478,15 +498,17 @@ class Reactor(_Strict):
 
     entry: str = Field(pattern=EXPORT_NAME, description="The export to call, e.g. graphviz_render.")
     initialize: str | None = Field(
-        None, pattern=EXPORT_NAME,
+        None,
+        pattern=EXPORT_NAME,
         description="An export () -> () run first; if not given, _initialize when the module exports it.",
-    )  # fmt: skip
+    )
     allocator: Allocator | None = Field(None, description="Needed for any param but `integer`.")
     params: tuple[ReactorSlot | ReactorParam, ...] = Field(
-        (), strict=False,
-        description="In order: {cstring = \"{dot}\"}, {buffer = ...}, {integer = ...}, or argc, argv "
+        (),
+        strict=False,
+        description='In order: {cstring = "{dot}"}, {buffer = ...}, {integer = ...}, or argc, argv '
         "(from [command] argv), out_len (a size_t the entry sets), out_ptr (a char * it sets).",
-    )  # fmt: skip
+    )
     result: ReactorResult = Field(
         description="cstring: char * (NULL fails); out_len: char * with its length in the out_len "
         "param; ptr_len: (ptr, len) as i64 ptr<<32|len or two i32s; out_ptr: int status (0 is "
@@ -496,9 +518,10 @@ class Reactor(_Strict):
         "text", description="How a returned buffer becomes the value: UTF-8 text, bytes, or JSON."
     )
     error: str | None = Field(
-        None, pattern=EXPORT_NAME,
+        None,
+        pattern=EXPORT_NAME,
         description="An export () -> char * whose string says why the entry failed, e.g. graphviz_last_error.",
-    )  # fmt: skip
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> Reactor:
@@ -527,15 +550,17 @@ class Manifest(_Strict):
     description: str = ""
     module: Path | None = Field(None, description="A core wasm module or .wat file.")
     runtime: Literal["python", "javascript"] | None = Field(
-        None, description="Source run by a runtime of wasmbox's instead of a `module`: 'python' "
+        None,
+        description="Source run by a runtime of wasmbox's instead of a `module`: 'python' "
         "(CPython) or 'javascript' (QuickJS); without `source`, a grant set for run_python or "
         "run_javascript.",
-    )  # fmt: skip
+    )
     source: Path | None = Field(None, description="The tool's Python or JavaScript source (with `runtime`).")
     python: Literal["standard", "scientific"] | None = Field(
-        None, description="Which Python runtime (runtime = 'python'): the standard one (the default), "
+        None,
+        description="Which Python runtime (runtime = 'python'): the standard one (the default), "
         "or 'scientific' (numpy, pandas; docs/scientific.md).",
-    )  # fmt: skip
+    )
     entry: str = "main"
     # the validators of `host_function_args` and `tool_args`, by ("host" | "tool", name)
     _narrowed: _Narrowed = PrivateAttr(default_factory=lambda: _Narrowed(None, None))
@@ -543,10 +568,10 @@ class Manifest(_Strict):
     host_function_args: ArgConstraints = Field(
         default_factory=dict,
         description="What this tool may pass each granted host function: per function, a JSON "
-        "Schema per argument (`[host_function_args.\"kv.get\"]` `key = {type = \"string\", "
-        "pattern = \"^public/\"}`). Only the arguments named may be given, and each must be; a call "
+        'Schema per argument (`[host_function_args."kv.get"]` `key = {type = "string", '
+        'pattern = "^public/"}`). Only the arguments named may be given, and each must be; a call '
         "outside them is capability_denied before the function runs.",
-    )  # fmt: skip
+    )
     env: dict[str, str] = Field(default_factory=dict)
     args: tuple[str, ...] = Field((), strict=False)
     limits: Limits = Field(default_factory=Limits)
@@ -559,33 +584,40 @@ class Manifest(_Strict):
         None, description="Files a call may bring, written under /tmp/in (needs `scratch`)."
     )
     outputs: tuple[OutputGlob, ...] = Field(
-        (), strict=False,
+        (),
+        strict=False,
         description="Files a Python or JavaScript call returns from /tmp, by path or glob (needs `scratch`).",
-    )  # fmt: skip
+    )
     input_schema: dict[str, Any] | None = Field(
-        None, description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
+        None,
+        description="The JSON Schema (Draft 2020-12) of the args, checked on every call; "
         "in a dict manifest or `Manifest(...)`, a Pydantic model class too (its `model_json_schema()`).",
-    )  # fmt: skip
+    )
     output_schema: dict[str, Any] | None = Field(
-        None, description="The JSON Schema (Draft 2020-12) of a call's value, checked on every "
+        None,
+        description="The JSON Schema (Draft 2020-12) of a call's value, checked on every "
         "call that succeeds (a value that breaks it is a bad_response); a Pydantic model class too. "
         "A Python tool without one takes its entry's return annotation.",
-    )  # fmt: skip
+    )
     examples: tuple[dict[str, Any], ...] = Field(
-        (), strict=False, max_length=16,
+        (),
+        strict=False,
+        max_length=16,
         description="Example args, each checked against the args schema at load; sent as "
         "Anthropic's input_examples, and in the description where a provider has no field.",
-    )  # fmt: skip
+    )
     defer_loading: bool = Field(
-        False, description="Offer the tool through the provider's tool search instead of up front "
+        False,
+        description="Offer the tool through the provider's tool search instead of up front "
         "(OpenAI Responses' and Anthropic's `defer_loading`).",
-    )  # fmt: skip
+    )
     tools: tuple[Annotated[str, Field(pattern=_NAME, max_length=64)], ...] = Field(
-        (), strict=False,
+        (),
+        strict=False,
         description="Loaded tools this Python or JavaScript code may call as functions "
         "(`tools.word_count(text=...)`), each call checked and run as the tool's own, under its "
         "grants and limits, and counted as a host call.",
-    )  # fmt: skip
+    )
     tool_args: ArgConstraints = Field(
         default_factory=dict,
         description="What the code may pass each tool in `tools`: per tool, a JSON Schema per "
@@ -593,21 +625,24 @@ class Manifest(_Strict):
         "them is refused (capability_denied) before the tool runs.",
     )
     callers: tuple[Literal["model", "code"], ...] = Field(
-        ("model", "code"), strict=False, min_length=1,
+        ("model", "code"),
+        strict=False,
+        min_length=1,
         description="Who may call the tool: the model directly (its specs list it, dispatch runs "
         "it), code whose manifest lists it in `tools`, or both (the default).",
-    )  # fmt: skip
+    )
     command: Command | None = None
     reactor: Reactor | None = Field(
         None, description="Call the module through its own exports, not the wasmbox ABI or _start."
     )
     packages: tuple[str, ...] = Field(
-        (), strict=False,
+        (),
+        strict=False,
         description="Pure-Python packages a Python tool or grant set imports, pinned: "
-        "[\"idna==3.10\"], or hashed as pip takes them, [\"idna==3.10 --hash=sha256:<hex>\"] (then "
+        '["idna==3.10"], or hashed as pip takes them, ["idna==3.10 --hash=sha256:<hex>"] (then '
         "every pin of the set, dependencies too, and pip refuses a file with another digest); "
-        "their dependencies are installed too (docs/python.md, \"Third-party packages\").",
-    )  # fmt: skip
+        'their dependencies are installed too (docs/python.md, "Third-party packages").',
+    )
     requirements: Path | None = Field(
         None,
         description="A requirements file of pinned packages (with --hash options, lines continued "

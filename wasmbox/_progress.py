@@ -36,9 +36,14 @@ class Step:
     normal exit sends "<done> in N s" when `done` is given."""
 
     def __init__(
-        self, progress: Progress | None, doing: str, about: str, *, done: str | None = None,
+        self,
+        progress: Progress | None,
+        doing: str,
+        about: str,
+        *,
+        done: str | None = None,
         every: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._progress = progress or quiet
         self._doing = doing
         self._about = about

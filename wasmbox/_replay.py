@@ -77,10 +77,13 @@ class Recording:
 
     def to_json(self) -> str:
         exchanges = [
-            {**dataclasses.asdict(e), "payload": base64.b64encode(e.payload).decode(),
-             "failure": e.failure.value if e.failure else None}
+            {
+                **dataclasses.asdict(e),
+                "payload": base64.b64encode(e.payload).decode(),
+                "failure": e.failure.value if e.failure else None,
+            }
             for e in self.exchanges
-        ]  # fmt: skip
+        ]
         return json.dumps({"exchanges": exchanges, "seeds": [seed.hex() for seed in self.seeds]})
 
     @classmethod
@@ -90,10 +93,15 @@ class Recording:
         data = json.loads(text)
         recording.seeds = [bytes.fromhex(seed) for seed in data["seeds"]]
         for item in data["exchanges"]:
-            recording.exchanges.append(HostExchange(
-                item["name"], item["request_sha256"], base64.b64decode(item["payload"], validate=True),
-                HostCallRecord(**item["record"]), ErrorKind(item["failure"]) if item["failure"] else None,
-            ))  # fmt: skip
+            recording.exchanges.append(
+                HostExchange(
+                    item["name"],
+                    item["request_sha256"],
+                    base64.b64decode(item["payload"], validate=True),
+                    HostCallRecord(**item["record"]),
+                    ErrorKind(item["failure"]) if item["failure"] else None,
+                )
+            )
         return recording
 
 

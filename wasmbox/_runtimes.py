@@ -89,9 +89,13 @@ class Runtimes:
                     directory, progress, partial(self._precompile_stdlib, progress=progress)
                 )
                 self._python = PythonRuntimeRunner(
-                    self._engine, self._compile(runtime, progress), runtime, self._host_functions,
-                    self._ticker, self._scratch,
-                )  # fmt: skip
+                    self._engine,
+                    self._compile(runtime, progress),
+                    runtime,
+                    self._host_functions,
+                    self._ticker,
+                    self._scratch,
+                )
             return self._python
 
     @property
@@ -233,23 +237,36 @@ class Runtimes:
         compiled = self._components.get(runtime.component_sha256)
         if compiled is None:
             compiled = self._cache.component(
-                self._engine, runtime.component, runtime.component_sha256,
-                lambda: Step(progress, "compiling the Python runtime", "about 10 s, once per cache",
-                             done="compiled the Python runtime"),
-            )  # fmt: skip
+                self._engine,
+                runtime.component,
+                runtime.component_sha256,
+                lambda: Step(
+                    progress,
+                    "compiling the Python runtime",
+                    "about 10 s, once per cache",
+                    done="compiled the Python runtime",
+                ),
+            )
             self._components[runtime.component_sha256] = compiled
         return compiled
 
     def _precompile_stdlib(self, runtime: PythonRuntime, progress: Progress) -> None:
         """Byte-compile the stdlib with the runtime itself (the .pyc must be CPython 3.14's)."""
         runner = PythonRuntimeRunner(
-            self._engine, self._compile(runtime, progress), runtime, {}, self._ticker, self._scratch,
-            stdlib_writable=True, spares=0,
-        )  # fmt: skip
+            self._engine,
+            self._compile(runtime, progress),
+            runtime,
+            {},
+            self._ticker,
+            self._scratch,
+            stdlib_writable=True,
+            spares=0,
+        )
         grants = Manifest(
-            name="precompile", runtime="python",
+            name="precompile",
+            runtime="python",
             limits=Limits(fuel=10**13, memory=1024**3, timeout=1800, output=1024**2),
-        )  # fmt: skip
+        )
         step = Step(
             progress, "byte-compiling the standard library inside the runtime", "about 10 s, once per cache"
         )
@@ -275,9 +292,11 @@ class Runtimes:
         runner = self.python().sibling()
         runner.add_packages(packages, site, writable=True)
         grants = Manifest(
-            name="precompile", runtime="python", packages=packages,
+            name="precompile",
+            runtime="python",
+            packages=packages,
             limits=Limits(fuel=10**13, memory=1024**3, timeout=600, output=1024**2),
-        )  # fmt: skip
+        )
         try:
             result = runner.call(
                 grants, grants.digest(), {"mode": "code", "code": precompile_program(PACKAGES_GUEST_PATH)}

@@ -180,10 +180,16 @@ class Sandbox:
         }
         self._lock = threading.Lock()
         self._runtimes = Runtimes(
-            self.engine, self.settings, self._cache, self._ticker, self._scratch_space, self._host_functions,
-            progress, package_index=package_index,
+            self.engine,
+            self.settings,
+            self._cache,
+            self._ticker,
+            self._scratch_space,
+            self._host_functions,
+            progress,
+            package_index=package_index,
             package_wheels=Path(package_wheels) if package_wheels is not None else None,
-        )  # fmt: skip
+        )
         # The grants held in the process's registry (`_grants.reserve`), by tool name and by
         # run_python grant set digest; all given back when the Sandbox is closed or collected.
         self._owner = _grants.new_owner()
@@ -282,16 +288,28 @@ class Sandbox:
                         "differ from Wasmtime's (a wasmbox bug: please report it)"
                     )
             runner = ModuleRunner(
-                self.engine, module, info, manifest, self._host_functions, self._ticker,
+                self.engine,
+                module,
+                info,
+                manifest,
+                self._host_functions,
+                self._ticker,
                 self._scratch_space,
-            )  # fmt: skip
+            )
         except WasmboxError:  # refused after its compile: its artifact is not kept
             self._cache.discard_module(code_digest)
             raise
         return Tool(
-            manifest, runner, self._executor, self._auditor, counts=self._counts, gate=self._gate,
-            manifest_digest=manifest.digest(), code_digest=code_digest, info=info,
-        )  # fmt: skip
+            manifest,
+            runner,
+            self._executor,
+            self._auditor,
+            counts=self._counts,
+            gate=self._gate,
+            manifest_digest=manifest.digest(),
+            code_digest=code_digest,
+            info=info,
+        )
 
     @staticmethod
     def _check_module(manifest: Manifest, info: ModuleInfo) -> ModuleInfo:
@@ -369,9 +387,11 @@ class Sandbox:
                     device = None
                 same_device = resolved is not None and resolved.identity[0] == device
                 if preopen.host == system or system in preopen.host.parents or same_device:
-                    return (f"preopen {preopen.host} is in {system} (kernel and process state, e.g. "
-                            "the host's environment in /proc/self/environ): refused unless the "
-                            "Sandbox is made with allow_system_grants=True")  # fmt: skip
+                    return (
+                        f"preopen {preopen.host} is in {system} (kernel and process state, e.g. "
+                        "the host's environment in /proc/self/environ): refused unless the "
+                        "Sandbox is made with allow_system_grants=True"
+                    )
         return None
 
     def _private_dir_problem(self, manifest: Manifest) -> str | None:
@@ -459,11 +479,18 @@ class Sandbox:
         else:
             runner = PythonToolRunner(runtime, manifest, digest, source, compiled["code"])
         return Tool(
-            manifest, runner, self._executor, self._auditor, counts=self._counts, gate=self._gate,
-            manifest_digest=digest, code_digest=_sha256(source),
-            signature_schema=schema, return_schema=return_schema(compiled.get("signature")),
+            manifest,
+            runner,
+            self._executor,
+            self._auditor,
+            counts=self._counts,
+            gate=self._gate,
+            manifest_digest=digest,
+            code_digest=_sha256(source),
+            signature_schema=schema,
+            return_schema=return_schema(compiled.get("signature")),
             docstring=summary,
-        )  # fmt: skip
+        )
 
     # -- the runtimes ---------------------------------------------------------------------
 
@@ -500,10 +527,15 @@ class Sandbox:
                 raise WasmboxError(f"{manifest.source}: could not compile: {checked.error.message}")
             raise ManifestError(f"{manifest.source}: source: {checked.error.message}")
         return Tool(
-            manifest, JavaScriptToolRunner(runtime, manifest, source), self._executor, self._auditor,
-            counts=self._counts, gate=self._gate, manifest_digest=manifest.digest(),
+            manifest,
+            JavaScriptToolRunner(runtime, manifest, source),
+            self._executor,
+            self._auditor,
+            counts=self._counts,
+            gate=self._gate,
+            manifest_digest=manifest.digest(),
             code_digest=_sha256(source),
-        )  # fmt: skip
+        )
 
     def interpreter(
         self, manifest: ManifestSource | None = None, *, runtime: InterpreterName | None = None
@@ -542,19 +574,33 @@ class Sandbox:
             python = self._runtimes.python()
             runner, build_digest = PythonSnippetRunner(python, grants, key), python.build_digest
         tool = Tool(
-            grants, runner, self._executor, self._auditor, counts=self._counts, gate=self._gate,
-            manifest_digest=key, code_digest=build_digest, args_schema=schema, docstring=description,
-        )  # fmt: skip
+            grants,
+            runner,
+            self._executor,
+            self._auditor,
+            counts=self._counts,
+            gate=self._gate,
+            manifest_digest=key,
+            code_digest=build_digest,
+            args_schema=schema,
+            docstring=description,
+        )
         if unset:
             with self._lock:
                 tool = self._interpreters.setdefault(key, tool)
         return tool
 
     def run_python(
-        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
-        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
-    ) -> CallResult:  # fmt: skip
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        runtime: PythonRuntimeName | None = None,
+        budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> CallResult:
         """Run a snippet in a fresh interpreter: stdout/stderr captured, the value of the last
         expression returned. `manifest` (runtime = "python", no source) grants preopens, env,
         host functions and limits; without one the snippet gets no grants and default limits.
@@ -569,10 +615,15 @@ class Sandbox:
         return tool.call({"code": code}, budget=budget, limits=limits, files=files, on_output=on_output)
 
     def run_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
         on_output: OutputListener | None = None,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """Run a JavaScript snippet in a fresh QuickJS context (top-level `await` works): its
         last expression's value comes back as JSON; `console.log` is stdout; an exception is a
         `guest_error` with its stack. `manifest` (runtime = "javascript", no
@@ -584,10 +635,15 @@ class Sandbox:
         return tool.call({"code": code}, budget=budget, limits=limits, files=files, on_output=on_output)
 
     async def arun_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
-        limits: CallLimits | Mapping[str, Any] | None = None, files: Mapping[str, bytes | str] | None = None,
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
         on_output: OutputListener | None = None,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """`run_javascript` on the Sandbox's worker threads (the grant set is read there too),
         admitted before it is queued for them (as `Tool.acall`); `on_output` is called on the
         event loop."""
@@ -644,9 +700,13 @@ class Sandbox:
         return grants, key
 
     def session(
-        self, manifest: ManifestSource | None = None, *, name: str | None = None,
-        limits: SessionLimits | None = None, runtime: SessionRuntime | None = None,
-    ) -> Session:  # fmt: skip
+        self,
+        manifest: ManifestSource | None = None,
+        *,
+        name: str | None = None,
+        limits: SessionLimits | None = None,
+        runtime: SessionRuntime | None = None,
+    ) -> Session:
         """A `Session`: `run_python` runs that share one interpreter (variables, imports and
         files in its scratch `/tmp` persist), under `manifest`'s grants and per-call limits
         and `limits`' totals (default: the Sandbox's `session_limits`); `runtime="javascript"`:
@@ -676,14 +736,30 @@ class Sandbox:
             raise TypeError(f"limits must be a SessionLimits, got {type(totals).__name__}")
         if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
             raise ValueError("a session name is a non-empty str of at most 200 characters")
-        return self._sessions.open(name, key, lambda: Session(
-            self._sessions, kernel, grants, key, name, totals, self._auditor, self._executor, self._gate,
-        ))  # fmt: skip
+        return self._sessions.open(
+            name,
+            key,
+            lambda: Session(
+                self._sessions,
+                kernel,
+                grants,
+                key,
+                name,
+                totals,
+                self._auditor,
+                self._executor,
+                self._gate,
+            ),
+        )
 
     async def asession(
-        self, manifest: ManifestSource | None = None, *, name: str | None = None,
-        limits: SessionLimits | None = None, runtime: SessionRuntime | None = None,
-    ) -> Session:  # fmt: skip
+        self,
+        manifest: ManifestSource | None = None,
+        *,
+        name: str | None = None,
+        limits: SessionLimits | None = None,
+        runtime: SessionRuntime | None = None,
+    ) -> Session:
         """`session` on the Sandbox's worker threads (opening one makes an instance)."""
         import asyncio
 
@@ -692,10 +768,16 @@ class Sandbox:
         return await loop.run_in_executor(self._executor, opening)
 
     async def arun_python(
-        self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None,
-        budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
-        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
-    ) -> CallResult:  # fmt: skip
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        runtime: PythonRuntimeName | None = None,
+        budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> CallResult:
         """`run_python` on the Sandbox's worker threads (the grant set is read there too),
         admitted before it is queued for them (as `Tool.acall`); `on_output` is called on the
         event loop, in the order written."""
@@ -703,16 +785,26 @@ class Sandbox:
 
         listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
         run = partial(
-            self.run_python, code, manifest, runtime=runtime, budget=budget, limits=limits, files=files,
+            self.run_python,
+            code,
+            manifest,
+            runtime=runtime,
+            budget=budget,
+            limits=limits,
+            files=files,
             on_output=listener,
-        )  # fmt: skip
+        )
         return await self._gate.offload(self._executor, _telemetry.carried(run))
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False,
-        python: bool | ManifestSource = False, session: bool = False,
+        self,
+        format: SpecFormat = "generic",
+        *,
+        strict: StrictMode = False,
+        python: bool | ManifestSource = False,
+        session: bool = False,
         javascript: bool | ManifestSource = False,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         """Every loaded tool's `Tool.spec(format, strict=strict)`, in load order (but those whose
         `callers` leave the model out: code reaches them through `tools`); with `python`,
         also `run_python` as a tool named "run_python" taking `{"code": str}` (dispatch runs it
@@ -723,9 +815,8 @@ class Sandbox:
         Raises ManifestError for a bad grant set, CapabilityError when it lists a tool that is
         not loaded."""
         grants = [
-            None if isinstance(given, bool) else self._checked_grants(given)
-            for given in (python, javascript)
-        ]  # fmt: skip
+            None if isinstance(given, bool) else self._checked_grants(given) for given in (python, javascript)
+        ]
         return _formats.tools_specs(
             self._tools, format, strict, python is not False, session, javascript is not False, *grants
         )
@@ -830,11 +921,16 @@ class Sandbox:
         open and spare instances ready (`SandboxStats`)."""
         calls, errors = self._counts.snapshot()
         return SandboxStats(
-            tools=len(self._tools), calls=calls, errors=errors, in_flight=self._ticker.in_flight,
-            sessions=self._sessions.live, cache=dataclasses.replace(self._cache.stats),
-            admission=self._gate.stats(), stores=self._ticker.stores,
+            tools=len(self._tools),
+            calls=calls,
+            errors=errors,
+            in_flight=self._ticker.in_flight,
+            sessions=self._sessions.live,
+            cache=dataclasses.replace(self._cache.stats),
+            admission=self._gate.stats(),
+            stores=self._ticker.stores,
             spares=self._runtimes.spares,
-        )  # fmt: skip
+        )
 
     def close(self, timeout: float | None = None) -> None:
         """Refuse new calls, wait for the ones in flight (each is bounded by its deadline; with

@@ -23,26 +23,81 @@ MAX_DEPTH = 64  # schemas nested deeper are refused (a deeper one only serves to
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 # the formats jsonschema-rs checks for Draft 2020-12; any other name is an annotation
 FORMATS = (
-    "date", "date-time", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
-    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uri-template", "uuid",
-    "json-pointer", "relative-json-pointer", "regex",
-)  # fmt: skip
+    "date",
+    "date-time",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uri-template",
+    "uuid",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+)
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_VALUES = (
-    "items", "additionalProperties", "contains", "propertyNames", "if", "then", "else", "not",
-    "unevaluatedItems", "unevaluatedProperties",
-)  # fmt: skip
+    "items",
+    "additionalProperties",
+    "contains",
+    "propertyNames",
+    "if",
+    "then",
+    "else",
+    "not",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
 _SCHEMA_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
 _KEYWORDS = {
-    *_SCHEMA_MAPS, *_SCHEMA_VALUES, *_SCHEMA_LISTS,
-    "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$comment",
-    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
-    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
-    "uniqueItems", "maxContains", "minContains", "maxProperties", "minProperties", "required",
-    "dependentRequired", "format",
-    "title", "description", "default", "deprecated", "readOnly", "writeOnly", "examples",
+    *_SCHEMA_MAPS,
+    *_SCHEMA_VALUES,
+    *_SCHEMA_LISTS,
+    "$schema",
+    "$id",
+    "$ref",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$comment",
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "format",
+    "title",
+    "description",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
     "discriminator",  # OpenAPI's, written by Pydantic beside a oneOf: a hint, the oneOf is checked
-}  # fmt: skip
+}
 # keys that are not JSON Schema 2020-12, with what to write instead
 _HINTS = {
     "optional": "list the properties that must be given in the object's `required` instead",
@@ -290,10 +345,11 @@ def _best_branch(error: Any, kind: Any) -> Any:
             continue
         depths = [len(inner.instance_path) for inner in errors]
         if any(
-            getattr(inner.kind, "name", "") in ("type", "const", "enum") and depth <= own + 1
+            getattr(inner.kind, "name", "") in ("type", "const", "enum")
+            and depth <= own + 1
             and (depth == own or getattr(inner.kind, "name", "") != "type")
             for inner, depth in zip(errors, depths)
-        ):  # fmt: skip
+        ):
             continue
         rank = (len(errors), -max(depths))
         if score is None or rank < score:
@@ -317,13 +373,20 @@ def _message(name: str, kind: Any, error: Any) -> str:
     if name == "const":
         return f"must be {_short(value)}"
     simple = {
-        "minimum": "must be >= {}", "maximum": "must be <= {}", "exclusiveMinimum": "must be > {}",
-        "exclusiveMaximum": "must be < {}", "multipleOf": "must be a multiple of {}",
-        "minLength": "shorter than {}", "maxLength": "longer than {}",
-        "minItems": "fewer than {} items", "maxItems": "more than {} items",
-        "minProperties": "fewer than {} properties", "maxProperties": "more than {} properties",
-        "pattern": "does not match {!r}", "format": "not a valid {}",
-    }  # fmt: skip
+        "minimum": "must be >= {}",
+        "maximum": "must be <= {}",
+        "exclusiveMinimum": "must be > {}",
+        "exclusiveMaximum": "must be < {}",
+        "multipleOf": "must be a multiple of {}",
+        "minLength": "shorter than {}",
+        "maxLength": "longer than {}",
+        "minItems": "fewer than {} items",
+        "maxItems": "more than {} items",
+        "minProperties": "fewer than {} properties",
+        "maxProperties": "more than {} properties",
+        "pattern": "does not match {!r}",
+        "format": "not a valid {}",
+    }
     if name in simple:
         return simple[name].format(_short(value) if not isinstance(value, (int, float, str)) else value)
     if name == "uniqueItems":

@@ -162,13 +162,19 @@ def _javascript_object(schema: Mapping[str, Any], typed: Callable[[Any], str]) -
 
 
 _PYTHON = _Language(
-    "Any", _PY_SCALARS, lambda values: f"Literal[{', '.join(map(repr, values))}]", lambda inner: f"list[{inner}]",
+    "Any",
+    _PY_SCALARS,
+    lambda values: f"Literal[{', '.join(map(repr, values))}]",
+    lambda inner: f"list[{inner}]",
     _python_object,
-)  # fmt: skip
+)
 _JAVASCRIPT = _Language(
-    "any", _JS_SCALARS, lambda values: " | ".join(json.dumps(v) for v in values), lambda inner: f"{inner}[]",
+    "any",
+    _JS_SCALARS,
+    lambda values: " | ".join(json.dumps(v) for v in values),
+    lambda inner: f"{inner}[]",
     _javascript_object,
-)  # fmt: skip
+)
 
 
 def _join(shown: list[str], anything: str) -> str:

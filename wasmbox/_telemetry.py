@@ -86,9 +86,11 @@ class Instruments:
         """The span of one tool call (a session's run: `session` names it), current while it
         runs; yields what records its result."""
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": "function",
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.type": "function",
             "wasmbox.tool.kind": kind,
-        }  # fmt: skip
+        }
         if session is not None:
             attributes["wasmbox.session"] = session
         call_id = model_call_id.get()
@@ -167,15 +169,27 @@ def _admitted(stats: SandboxStats) -> int:
 
 
 _GAUGES: tuple[tuple[str, str, str, Callable[[SandboxStats], int]], ...] = (
-    ("wasmbox.calls.in_flight", "{call}", "Calls running (tools code calls among them)",
-     lambda stats: stats.in_flight),
+    (
+        "wasmbox.calls.in_flight",
+        "{call}",
+        "Calls running (tools code calls among them)",
+        lambda stats: stats.in_flight,
+    ),
     ("wasmbox.admission.in_flight", "{call}", "Calls admitted and not ended (running or queued)", _admitted),
-    ("wasmbox.pool.stores", "{store}", "Stores open: calls', spares', sessions'; each holds pool slots",
-     lambda stats: stats.stores),
-    ("wasmbox.pool.spares", "{instance}", "Spare Python instances ready for a next call",
-     lambda stats: stats.spares),
+    (
+        "wasmbox.pool.stores",
+        "{store}",
+        "Stores open: calls', spares', sessions'; each holds pool slots",
+        lambda stats: stats.stores,
+    ),
+    (
+        "wasmbox.pool.spares",
+        "{instance}",
+        "Spare Python instances ready for a next call",
+        lambda stats: stats.spares,
+    ),
     ("wasmbox.sessions", "{session}", "Sessions open", lambda stats: stats.sessions),
-)  # fmt: skip
+)
 
 
 def _observed(read: Callable[[SandboxStats], int], options: Any) -> Iterator[Any]:

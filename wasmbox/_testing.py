@@ -175,8 +175,10 @@ class ToolBench:
         first = call()
         if not first.ok and not allow_errors:
             assert first.error is not None
-            raise AssertionError(f"{first.tool}: the call fails ({first.error.kind.value}: "
-                                 f"{first.error.message}), so there is nothing to time")  # fmt: skip
+            raise AssertionError(
+                f"{first.tool}: the call fails ({first.error.kind.value}: "
+                f"{first.error.message}), so there is nothing to time"
+            )
         benchmark = self.benchmark
         with record_phases() as recording:
             if pause:

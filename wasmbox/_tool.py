@@ -116,8 +116,9 @@ class Tool:
         command = manifest.command
         self._mapping = (
             CommandMapping.parse(command.argv, command.stdin, manifest.input_schema)
-            if command is not None and command.mapped else None
-        )  # fmt: skip
+            if command is not None and command.mapped
+            else None
+        )
         # a command tool without a mapping takes argv/stdin, and args would go nowhere
         self._refuses_args = self._mapping is None and runner.kind is ToolKind.COMMAND
         self._check_contract()
@@ -220,9 +221,14 @@ class Tool:
                 result = self._budgeted(asked, budget)
             given = (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
             self._auditor.record(
-                result, self.manifest_digest, self.code_digest, given, asked.limits or self.manifest.limits,
-                call_id=call_id, parent_id=parent_id,
-            )  # fmt: skip
+                result,
+                self.manifest_digest,
+                self.code_digest,
+                given,
+                asked.limits or self.manifest.limits,
+                call_id=call_id,
+                parent_id=parent_id,
+            )
         else:
             result = self._budgeted(asked, budget)
         if self._counts is not None:

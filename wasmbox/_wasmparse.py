@@ -17,9 +17,14 @@ from ._errors import ManifestError
 MAGIC = b"\0asm"  # the binary format's first four bytes
 _CORE_VERSION = b"\x01\x00\x00\x00"
 _VALTYPES = {
-    0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64", 0x7B: "v128",
-    0x70: "funcref", 0x6F: "anyref",  # externref, as wasmtime-py names it
-}  # fmt: skip
+    0x7F: "i32",
+    0x7E: "i64",
+    0x7D: "f32",
+    0x7C: "f64",
+    0x7B: "v128",
+    0x70: "funcref",
+    0x6F: "anyref",  # externref, as wasmtime-py names it
+}
 _SECTIONS_READ = {1, 2, 3, 5, 7}
 _UNNAMED = "?"
 

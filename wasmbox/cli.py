@@ -26,17 +26,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(
-        "run", help="call a tool once and print the result as JSON",
+        "run",
+        help="call a tool once and print the result as JSON",
         usage="wasmbox run MANIFEST [options] [-- ARGV...]",
         epilog="Everything after the first -- is the command tool's extra argv, as is "
         "(e.g. -- -Tsvg -p 'read x; synth').",
-    )  # fmt: skip
+    )
     run.add_argument("manifest", type=Path)
     run.add_argument("--args", default="{}", help="the call's args as a JSON object")
     run.add_argument(
-        "--arg", action="append", default=[], metavar="KEY=TEXT|KEY:=JSON",
+        "--arg",
+        action="append",
+        default=[],
+        metavar="KEY=TEXT|KEY:=JSON",
         help="one arg, a string (KEY=TEXT) or any JSON value (KEY:=JSON); over --args",
-    )  # fmt: skip
+    )
     run.add_argument(
         "--argv",
         nargs="*",
@@ -64,11 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     javascript.add_argument("--manifest", type=Path, help='grants: runtime = "javascript", no source')
 
     build = commands.add_parser(
-        "build", help="build and compile runtimes into the cache now (else: on first use)",
+        "build",
+        help="build and compile runtimes into the cache now (else: on first use)",
         description="Build and compile the runtimes a deployment needs into the cache "
         "($WASMBOX_CACHE_DIR or ~/.cache/wasmbox), e.g. in a container image or a CI cache step. "
         "Without options: the CPython runtime.",
-    )  # fmt: skip
+    )
     for runtime, what in _RUNTIMES.items():
         build.add_argument(f"--{runtime}", action="store_true", help=what)
     build.add_argument("--all", action="store_true", help="all of them")
@@ -83,9 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lint.add_argument("manifests", type=Path, nargs="+")
     lint.add_argument("--strict", action="store_true", help="exit 1 when there is any warning (for CI)")
     lint.add_argument(
-        "--no-examples", action="store_true",
+        "--no-examples",
+        action="store_true",
         help="do not run a manifest's examples to compare its raised limits with what they use",
-    )  # fmt: skip
+    )
 
     cache = commands.add_parser("cache", help="show the compile cache's entries, sizes and cap")
     cache.add_argument(
@@ -110,51 +116,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("manifests", type=Path, nargs="*", help="the tools' manifests")
     serve.add_argument("--python", action="store_true", help="also serve run_python (code interpreter)")
     serve.add_argument(
-        "--sessions", action="store_true",
+        "--sessions",
+        action="store_true",
         help="run_python (and run_javascript) calls that pass the session a result named share one interpreter",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--python-grants", type=Path, metavar="MANIFEST",
+        "--python-grants",
+        type=Path,
+        metavar="MANIFEST",
         help='run_python\'s grants and limits: runtime = "python", no source (implies --python)',
-    )  # fmt: skip
+    )
     serve.add_argument("--javascript", action="store_true", help="also serve run_javascript")
     serve.add_argument(
-        "--javascript-grants", type=Path, metavar="MANIFEST",
+        "--javascript-grants",
+        type=Path,
+        metavar="MANIFEST",
         help='run_javascript\'s grants and limits: runtime = "javascript", no source (implies --javascript)',
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--transport", choices=("stdio", "http"), default="stdio",
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
         help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--host", default="127.0.0.1",
+        "--host",
+        default="127.0.0.1",
         help="HTTP: the address to bind (default 127.0.0.1); an address other than loopback "
         "needs --allow-remote and a token",
-    )  # fmt: skip
+    )
     serve.add_argument("--port", type=int, default=8000, help="HTTP: the port (0: a free one)")
     serve.add_argument(
-        "--allow-remote", action="store_true",
+        "--allow-remote",
+        action="store_true",
         help="HTTP: allow --host to be a non-loopback address (reachable from the network)",
-    )  # fmt: skip
+    )
     token = serve.add_mutually_exclusive_group()
     token.add_argument(
-        "--auth-token-file", type=Path, metavar="PATH",
+        "--auth-token-file",
+        type=Path,
+        metavar="PATH",
         help="HTTP: every request must carry the token in this file (its first line) as "
         "`Authorization: Bearer <token>`",
-    )  # fmt: skip
+    )
     token.add_argument(
         "--auth-token-env",
         metavar="VAR",
         help="HTTP: as --auth-token-file, the token in this environment variable",
     )
     serve.add_argument(
-        "--allowed-host", action="append", default=[], metavar="HOST[:PORT]",
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
         help="HTTP: a Host header to accept besides loopback's (DNS-rebinding check; repeatable)",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--allowed-origin", action="append", default=[], metavar="URL",
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="URL",
         help="HTTP: an Origin header to accept besides loopback's, e.g. https://app.example.com (repeatable)",
-    )  # fmt: skip
+    )
     serve.add_argument("--max-workers", type=int, help="calls run at once (default: CPU count)")
     serve.add_argument("--no-cache", action="store_true", help="do not use the compile cache")
 
@@ -267,15 +290,23 @@ def _build(options: argparse.Namespace) -> int:
 
     chosen = [name for name in _RUNTIMES if options.all or getattr(options, name)] or ["python"]
     with Sandbox() as box:
-        prepare = {"python": box.prepare_python, "javascript": box.prepare_javascript,
-                   "scientific": box.prepare_scientific}  # fmt: skip
+        prepare = {
+            "python": box.prepare_python,
+            "javascript": box.prepare_javascript,
+            "scientific": box.prepare_scientific,
+        }
         for name in chosen:
             started = time.perf_counter()
             folder = prepare[name]()
-            print(f"wasmbox: the {name} runtime is ready ({time.perf_counter() - started:.1f} s): "
-                  f"{_escape(str(folder))}", file=sys.stderr)  # fmt: skip
-    print(f"wasmbox: compiled artifacts in {_escape(str(default_cache_dir()))} (wasmbox cache lists them)",
-          file=sys.stderr)  # fmt: skip
+            print(
+                f"wasmbox: the {name} runtime is ready ({time.perf_counter() - started:.1f} s): "
+                f"{_escape(str(folder))}",
+                file=sys.stderr,
+            )
+    print(
+        f"wasmbox: compiled artifacts in {_escape(str(default_cache_dir()))} (wasmbox cache lists them)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -406,12 +437,18 @@ def _mcp_serve(options: argparse.Namespace) -> int:  # noqa: C901 - each option 
         return 2
     if options.transport == "http" and not mcp.is_loopback(options.host):
         if not options.allow_remote:
-            print(f"wasmbox: --host {options.host} is not loopback: "
-                  "add --allow-remote (and a token) to serve the network", file=sys.stderr)  # fmt: skip
+            print(
+                f"wasmbox: --host {options.host} is not loopback: "
+                "add --allow-remote (and a token) to serve the network",
+                file=sys.stderr,
+            )
             return 2
         if token is None:
-            print(f"wasmbox: --host {options.host} is not loopback: anyone who can reach it could call "
-                  "the tools; give a token with --auth-token-file or --auth-token-env", file=sys.stderr)  # fmt: skip
+            print(
+                f"wasmbox: --host {options.host} is not loopback: anyone who can reach it could call "
+                "the tools; give a token with --auth-token-file or --auth-token-env",
+                file=sys.stderr,
+            )
             return 2
     kwargs: dict[str, Any] = {"cache_dir": None} if options.no_cache else {}
     with Sandbox(max_workers=options.max_workers, **kwargs) as box:
@@ -439,11 +476,18 @@ def _mcp_serve(options: argparse.Namespace) -> int:  # noqa: C901 - each option 
             serve = mcp.serve_stdio(box, python=python, sessions=options.sessions, javascript=javascript)
         else:
             serve = mcp.serve_http(
-                box, python=python, host=options.host, port=options.port,
-                allow_remote=options.allow_remote, on_listening=listening, sessions=options.sessions,
-                javascript=javascript, auth_token=token, allowed_hosts=options.allowed_host,
+                box,
+                python=python,
+                host=options.host,
+                port=options.port,
+                allow_remote=options.allow_remote,
+                on_listening=listening,
+                sessions=options.sessions,
+                javascript=javascript,
+                auth_token=token,
+                allowed_hosts=options.allowed_host,
                 allowed_origins=options.allowed_origin,
-            )  # fmt: skip
+            )
         try:
             asyncio.run(serve)
         except KeyboardInterrupt:  # Ctrl-C is how a stdio server is stopped by hand
@@ -458,8 +502,11 @@ def _inspect(options: argparse.Namespace) -> int:
 
         manifest, loaded = module, Manifest.load(module)
         if loaded.module is None:
-            print(f"wasmbox: {_escape(str(manifest))} is a {loaded.runtime} tool's manifest: it has no "
-                  "module to inspect (wasmbox lint checks its grants)", file=sys.stderr)  # fmt: skip
+            print(
+                f"wasmbox: {_escape(str(manifest))} is a {loaded.runtime} tool's manifest: it has no "
+                "module to inspect (wasmbox lint checks its grants)",
+                file=sys.stderr,
+            )
             return 2
         module = loaded.module
     try:
@@ -507,8 +554,10 @@ def _inspect(options: argparse.Namespace) -> int:
     if grants["refused_imports"]:
         print(f"  never granted (load will refuse): {_names(grants['refused_imports'])}")
     if report["command_exports_c_api"]:
-        print(f"note: a WASI command that also exports {_names(report['command_exports_c_api'])}: "
-              "if its _start does not do the work, call these through a [reactor] table")  # fmt: skip
+        print(
+            f"note: a WASI command that also exports {_names(report['command_exports_c_api'])}: "
+            "if its _start does not do the work, call these through a [reactor] table"
+        )
     return 0
 
 

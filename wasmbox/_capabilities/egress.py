@@ -88,10 +88,15 @@ class CompiledRule:
     def plain(self) -> bool:
         """A plain `host:port` entry: nothing but where it reaches."""
         return (
-            self.methods is None and self.path_pattern is None and self.query is None
-            and self.headers is None and not self.forbidden and self.max_body is None
-            and self.max_calls is None and self.secret is None
-        )  # fmt: skip
+            self.methods is None
+            and self.path_pattern is None
+            and self.query is None
+            and self.headers is None
+            and not self.forbidden
+            and self.max_body is None
+            and self.max_calls is None
+            and self.secret is None
+        )
 
     def reaches(self, host: str, port: int) -> bool:
         """Whether a request for `host:port` may fall under this rule (for an address rule and
@@ -134,8 +139,9 @@ def _compile(index: int, entry: str | EgressRule) -> CompiledRule:
             name = _header(entry.secret.header)
             if headers is not None and name in headers:
                 raise ValueError(f"headers: {entry.secret.header!r} is the secret's header, set by the host")
-            secret = SecretSource(entry.secret.header, name, entry.secret.prefix, entry.secret.env,
-                                  entry.secret.sandbox)  # fmt: skip
+            secret = SecretSource(
+                entry.secret.header, name, entry.secret.prefix, entry.secret.env, entry.secret.sandbox
+            )
             forbidden.add(name)
         if methods is not None:
             forbidden |= METHOD_OVERRIDES
@@ -145,10 +151,19 @@ def _compile(index: int, entry: str | EgressRule) -> CompiledRule:
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     return CompiledRule(
-        index, entry.host, dest, methods, entry.paths, pattern,
-        frozenset(entry.query) if entry.query is not None else None, headers, frozenset(forbidden),
-        entry.max_body, entry.max_calls, secret,
-    )  # fmt: skip
+        index,
+        entry.host,
+        dest,
+        methods,
+        entry.paths,
+        pattern,
+        frozenset(entry.query) if entry.query is not None else None,
+        headers,
+        frozenset(forbidden),
+        entry.max_body,
+        entry.max_calls,
+        secret,
+    )
 
 
 def _method(text: str) -> str:

@@ -170,8 +170,10 @@ def overlapping_preopens(ours: Iterable[Preopen], theirs: Iterable[Preopen]) -> 
             through = {Path(f) for f in b._resolved.lookup.folders} - set(b.host.parents)  # (by a symlink)
             if any(a.host == folder or a.host in folder.parents for folder in through):
                 links = ", ".join(b._resolved.lookup.links)
-                return (f"preopen {b.host} is given through a symlink ({links}) that writable "
-                        f"preopen {a.host} holds: a guest could have chosen where it leads")  # fmt: skip
+                return (
+                    f"preopen {b.host} is given through a symlink ({links}) that writable "
+                    f"preopen {a.host} holds: a guest could have chosen where it leads"
+                )
     return None
 
 

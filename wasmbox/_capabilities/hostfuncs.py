@@ -128,9 +128,13 @@ def refusal(
     malformed request); `kind` is what it makes a call that then fails (None: the guest's own)."""
     payload = _abi.error(message)
     record = HostCallRecord(
-        name=name, verdict=verdict, duration_s=0.0, bytes_in=request_size,
-        bytes_out=len(payload), detail=message,
-    )  # fmt: skip
+        name=name,
+        verdict=verdict,
+        duration_s=0.0,
+        bytes_in=request_size,
+        bytes_out=len(payload),
+        detail=message,
+    )
     if _telemetry.active is not None:  # (a host function that ran has a span of its own)
         _telemetry.active.refused(record)
     return HostReply(payload, record, kind)

@@ -138,9 +138,13 @@ def usage(path: Path, stop_above: int) -> int:
                         total += max(info.st_size, info.st_blocks * 512, ENTRY_MIN)
                         if stat.S_ISDIR(info.st_mode):
                             try:
-                                stack.append(os.open(
-                                    entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd,
-                                ))  # fmt: skip
+                                stack.append(
+                                    os.open(
+                                        entry.name,
+                                        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                        dir_fd=fd,
+                                    )
+                                )
                             except OSError:
                                 continue
             finally:

@@ -103,9 +103,16 @@ def define_func(
     it once the linker and everything made from it (InstancePres, instances) are freed."""
     module_bytes, name_bytes = module.encode(), name.encode()
     error = ffi.wasmtime_linker_define_func_unchecked(
-        linker.ptr(), module_bytes, len(module_bytes), name_bytes, len(name_bytes), functype.ptr(),
-        callback, handle, finalizer,
-    )  # fmt: skip
+        linker.ptr(),
+        module_bytes,
+        len(module_bytes),
+        name_bytes,
+        len(name_bytes),
+        functype.ptr(),
+        callback,
+        handle,
+        finalizer,
+    )
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
 

@@ -87,9 +87,13 @@ def call_bytes(store: wasmtime.Store, func: component.Func, payload: bytes) -> b
     set_bytes(argument, payload)
     try:
         error = ffi.wasmtime_component_func_call(
-            ctypes.byref(func._func), store._context(), ctypes.byref(argument), 1,
-            ctypes.byref(result), 1,
-        )  # fmt: skip
+            ctypes.byref(func._func),
+            store._context(),
+            ctypes.byref(argument),
+            1,
+            ctypes.byref(result),
+            1,
+        )
         if error:
             raise wasmtime.WasmtimeError._from_ptr(error)
         reply = take_bytes(result)

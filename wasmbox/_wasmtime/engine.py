@@ -83,9 +83,8 @@ def _use_pooling_allocator(config: wasmtime.Config, settings: EngineSettings) ->
         (ffi.wasmtime_pooling_allocation_config_max_core_instance_size_set, 16 * 1024**2),
         (ffi.wasmtime_pooling_allocation_config_max_component_instance_size_set, 16 * 1024**2),
         (ffi.wasmtime_pooling_allocation_config_table_elements_set, 200_000),
-        (ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set,
-         settings.pool_keep_resident),
-    ):  # fmt: skip
+        (ffi.wasmtime_pooling_allocation_config_linear_memory_keep_resident_set, settings.pool_keep_resident),
+    ):
         setter(pool, value)
     ffi.wasmtime_pooling_allocation_strategy_set(config.ptr(), pool)
     ffi.wasmtime_pooling_allocation_config_delete(pool)
@@ -110,9 +109,11 @@ class EpochTicker:
         self._idle = threading.Condition()
         self._accepting = True
         self._thread = threading.Thread(
-            target=_tick, args=(self._engines, tick_s, self._stop),
-            name="wasmbox-epoch", daemon=True,
-        )  # fmt: skip
+            target=_tick,
+            args=(self._engines, tick_s, self._stop),
+            name="wasmbox-epoch",
+            daemon=True,
+        )
         self._thread.start()
         weakref.finalize(self, self._stop.set)
 

@@ -109,9 +109,8 @@ class Output:
         self._id = _live.add(self)
         self.stream = stream
         setter = (
-            ffi.wasi_config_set_stdout_custom if stream == "stdout"
-            else ffi.wasi_config_set_stderr_custom
-        )  # fmt: skip
+            ffi.wasi_config_set_stdout_custom if stream == "stdout" else ffi.wasi_config_set_stderr_custom
+        )
         setter(wasi.ptr(), _write, self._id, _capi.NO_FINALIZER)
 
     def detach(self) -> None:

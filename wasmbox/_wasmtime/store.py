@@ -69,9 +69,12 @@ def set_stdin(wasi: wasmtime.WasiConfig, data: bytes) -> None:
 # an error pointer (0: go on). Setting `kind` to EPOCH_CONTINUE and `delta` to n ticks extends
 # the deadline.
 EpochCallback = ctypes.CFUNCTYPE(
-    ctypes.c_size_t, ctypes.POINTER(ffi.wasmtime_context_t), ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
-)  # fmt: skip
+    ctypes.c_size_t,
+    ctypes.POINTER(ffi.wasmtime_context_t),
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t),
+)
 EPOCH_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
 
 

@@ -34,19 +34,27 @@ from .._sandbox import Sandbox
 
 
 def tools(
-    box: Sandbox, *, python: bool | ManifestSource = False, strict: StrictMode = "auto",
+    box: Sandbox,
+    *,
+    python: bool | ManifestSource = False,
+    strict: StrictMode = "auto",
     javascript: bool | ManifestSource = False,
-) -> list[FunctionTool]:  # fmt: skip
+) -> list[FunctionTool]:
     """One tool per tool loaded in `box` now, in load order, and `run_python` with `python`
     (True, or the grants manifest `Sandbox.run_python` takes), `run_javascript` with
     `javascript` (the same)."""
     made = []
     for spec in box.specs("openai-responses", strict=strict, python=python, javascript=javascript):
         invoke = _invoker(box, spec["name"], python, javascript)
-        made.append(FunctionTool(
-            name=spec["name"], description=spec["description"], params_json_schema=spec["parameters"],
-            on_invoke_tool=invoke, strict_json_schema=spec["strict"],
-        ))  # fmt: skip
+        made.append(
+            FunctionTool(
+                name=spec["name"],
+                description=spec["description"],
+                params_json_schema=spec["parameters"],
+                on_invoke_tool=invoke,
+                strict_json_schema=spec["strict"],
+            )
+        )
     return made
 
 

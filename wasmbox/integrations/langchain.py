@@ -53,9 +53,13 @@ def tools(
 
 
 def _tool(
-    box: Sandbox, name: str, description: str, parameters: dict[str, Any], python: bool | ManifestSource,
+    box: Sandbox,
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    python: bool | ManifestSource,
     javascript: bool | ManifestSource,
-) -> StructuredTool:  # fmt: skip
+) -> StructuredTool:
     """The tool that calls `name` in `box`, and nothing else: `name` is bound here."""
 
     def run(arguments: Any) -> str | list[Any]:
@@ -65,9 +69,13 @@ def _tool(
         return _answer(await _dispatch.acall_one(box, name, arguments, python=python, javascript=javascript))
 
     return WasmboxTool(
-        name=name, description=description, args_schema=parameters, func=run, coroutine=arun,
+        name=name,
+        description=description,
+        args_schema=parameters,
+        func=run,
+        coroutine=arun,
         handle_tool_error=True,
-    )  # fmt: skip
+    )
 
 
 def _answer(result: CallResult) -> str | list[Any]:

@@ -81,9 +81,14 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def build_server(
-    box: Sandbox, *, python: bool | ManifestSource = False, name: str = "wasmbox", sessions: bool = False,
-    javascript: bool | ManifestSource = False, budget: Budget | None = None,
-) -> Server[Any]:  # fmt: skip
+    box: Sandbox,
+    *,
+    python: bool | ManifestSource = False,
+    name: str = "wasmbox",
+    sessions: bool = False,
+    javascript: bool | ManifestSource = False,
+    budget: Budget | None = None,
+) -> Server[Any]:
     """An MCP `Server` that lists `box`'s loaded tools and calls them; `python` (True, or a
     grants manifest as `Sandbox.run_python` takes) adds `run_python`, and `sessions` lets its
     calls keep state in sessions (see the module docstring); `javascript` (the same) adds
@@ -151,17 +156,29 @@ def _blocks(content: Content) -> list[types.ContentBlock]:
 
 
 async def _call(
-    box: Sandbox, name: str, arguments: Mapping[str, Any], python: bool | ManifestSource, session: str | None,
-    javascript: bool | ManifestSource, budget: Budget | None, progress: _Progress | None = None,
-) -> CallResult:  # fmt: skip
+    box: Sandbox,
+    name: str,
+    arguments: Mapping[str, Any],
+    python: bool | ManifestSource,
+    session: str | None,
+    javascript: bool | ManifestSource,
+    budget: Budget | None,
+    progress: _Progress | None = None,
+) -> CallResult:
     listed = name in box.tools or (python is not False and name == RUN_PYTHON)
     if not listed and not (javascript is not False and name == RUN_JAVASCRIPT):
         # the client asked for something never listed: a protocol error, not the model's result
         raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
     return await _dispatch.acall_one(
-        box, name, arguments, python=python, session=session, javascript=javascript, budget=budget,
+        box,
+        name,
+        arguments,
+        python=python,
+        session=session,
+        javascript=javascript,
+        budget=budget,
         on_output=progress.line if progress is not None else None,
-    )  # fmt: skip
+    )
 
 
 class _Progress:
@@ -244,9 +261,12 @@ def _session_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def serve_stdio(
-    box: Sandbox, *, python: bool | ManifestSource = False, sessions: bool = False,
+    box: Sandbox,
+    *,
+    python: bool | ManifestSource = False,
+    sessions: bool = False,
     javascript: bool | ManifestSource = False,
-) -> None:  # fmt: skip
+) -> None:
     """Serve `build_server(box, python=python, sessions=sessions, javascript=javascript)` over
     this process's stdin and stdout until stdin closes."""
     server = build_server(box, python=python, sessions=sessions, javascript=javascript)
@@ -303,8 +323,10 @@ async def serve_http(
             # the resource-server side only: no authorization server issues this token, so no
             # protected-resource metadata is published (`issuer_url` is required by the model
             # and unused without an auth server provider or a resource_server_url)
-            auth = {"auth": AuthSettings(issuer_url=url, resource_server_url=None),
-                    "token_verifier": _StaticToken(auth_token)}  # fmt: skip
+            auth = {
+                "auth": AuthSettings(issuer_url=url, resource_server_url=None),
+                "token_verifier": _StaticToken(auth_token),
+            }
         app = server.streamable_http_app(host=host, transport_security=security, **auth)
         if on_listening is not None:
             on_listening(url)

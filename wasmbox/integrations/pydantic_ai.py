@@ -64,9 +64,14 @@ class WasmboxToolset(AbstractToolset[Any]):
 
     @classmethod
     def code_mode(
-        cls, box: Sandbox, tools: list[str] | None = None, *, language: str = "python", max_retries: int = 1,
+        cls,
+        box: Sandbox,
+        tools: list[str] | None = None,
+        *,
+        language: str = "python",
+        max_retries: int = 1,
         id: str | None = None,
-    ) -> WasmboxToolset:  # fmt: skip
+    ) -> WasmboxToolset:
         """A toolset of one tool, `run_python` (or `run_javascript` with `language`), whose code
         may call `tools` (default: every tool loaded now) as functions. ValueError for another
         `language`; CapabilityError (when listed) for a tool that is not loaded."""
@@ -105,8 +110,9 @@ class WasmboxToolset(AbstractToolset[Any]):
         if result.error is None:
             binaries = [
                 BinaryContent(data=part.data, media_type=part.media_type)
-                for part in content.parts if part.is_image or part.is_pdf
-            ]  # fmt: skip
+                for part in content.parts
+                if part.is_image or part.is_pdf
+            ]
             return [content.text, *binaries] if binaries else content.text
         if result.error.kind is ErrorKind.INVALID_ARGUMENTS:
             raise ModelRetry(content.text)

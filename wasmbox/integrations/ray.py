@@ -266,9 +266,13 @@ class _SandboxActor:
             return _portable(exc)
 
     def _start(
-        self, sandbox_kwargs: dict[str, Any], audit: bool, shipments: list[_Shipment],
-        host_functions: dict[str, str], blobs: list[bytes],
-    ) -> _Started:  # fmt: skip
+        self,
+        sandbox_kwargs: dict[str, Any],
+        audit: bool,
+        shipments: list[_Shipment],
+        host_functions: dict[str, str],
+        blobs: list[bytes],
+    ) -> _Started:
         box = self._box = Sandbox(**sandbox_kwargs, audit=self._collect if audit else None)
         for name, reference in host_functions.items():
             self._register(name, reference)
@@ -280,9 +284,16 @@ class _SandboxActor:
                 data[file.field] = str(self._write(shipment.name, file, next(blob)))
             tool = box.load(self._manifest(shipment.name, data))
             self._digests[tool.manifest_digest] = shipment.digest
-            tools.append(_ToolInfo(
-                tool.name, tool.kind, tool.description, tool.parameters, tool.output_schema, tool.code_digest
-            ))  # fmt: skip
+            tools.append(
+                _ToolInfo(
+                    tool.name,
+                    tool.kind,
+                    tool.description,
+                    tool.parameters,
+                    tool.output_schema,
+                    tool.code_digest,
+                )
+            )
         return _Started(self._node, tuple(tools))
 
     def _write(self, manifest: str, file: _File, data: bytes) -> Path:
@@ -892,43 +903,62 @@ class RaySandboxPool:
         return await self.tool(name).acall(args, **kwargs)
 
     def run_python(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """`Sandbox.run_python` on an actor; `manifest`'s preopens must exist on its node. With
         `budget`, admitted and charged on the driver."""
         send, lost = self._python(code, manifest, limits=limits)
         return self._call(send, lost, budget)
 
     async def arun_python(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """`run_python` awaited."""
         send, lost = self._python(code, manifest, limits=limits)
         return await self._acall(send, lost, budget)
 
     def run_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """`Sandbox.run_javascript` on an actor; `manifest`'s preopens must exist on its node.
         With `budget`, admitted and charged on the driver."""
         send, lost = self._python(code, manifest, "javascript", limits=limits)
         return self._call(send, lost, budget)
 
     async def arun_javascript(
-        self, code: str, manifest: ManifestSource | None = None, *, budget: Budget | None = None,
+        self,
+        code: str,
+        manifest: ManifestSource | None = None,
+        *,
+        budget: Budget | None = None,
         limits: CallLimits | Mapping[str, Any] | None = None,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """`run_javascript` awaited."""
         send, lost = self._python(code, manifest, "javascript", limits=limits)
         return await self._acall(send, lost, budget)
 
     def _python(
-        self, code: Any, manifest: ManifestSource | None, runtime: Literal["python", "javascript"] = "python",
+        self,
+        code: Any,
+        manifest: ManifestSource | None,
+        runtime: Literal["python", "javascript"] = "python",
         limits: CallLimits | Mapping[str, Any] | None = None,
-    ) -> tuple[_Send, _Lost]:  # fmt: skip
+    ) -> tuple[_Send, _Lost]:
         """How to send a run_python (or run_javascript) call, and its record should its actor
         die. Raises ManifestError for a grant set that is not one, LimitsError as `Tool.call`."""
         unset, unset_digest = (
@@ -959,9 +989,13 @@ class RaySandboxPool:
         return (lambda actor, carrier: actor.run_python.remote(code, sent, carrier, given)), lost
 
     def specs(
-        self, format: SpecFormat = "generic", *, strict: StrictMode = False, python: bool = False,
+        self,
+        format: SpecFormat = "generic",
+        *,
+        strict: StrictMode = False,
+        python: bool = False,
         javascript: bool = False,
-    ) -> list[dict[str, Any]]:  # fmt: skip
+    ) -> list[dict[str, Any]]:
         """As `Sandbox.specs`."""
         return _formats.tools_specs(self._tools, format, strict, python, javascript=javascript)
 

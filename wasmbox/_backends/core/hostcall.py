@@ -63,8 +63,9 @@ def _trampoline(
     handle: int | None, caller: _capi.Caller, context: _capi.Context, values: _capi.Values, count: int
 ) -> int:
     function = _function(handle)
-    values[0].i64 = _serve(function, _call.current(), caller, context,
-                           values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF)  # fmt: skip
+    values[0].i64 = _serve(
+        function, _call.current(), caller, context, values[0].i32 & 0xFFFF_FFFF, values[1].i32 & 0xFFFF_FFFF
+    )
     return 0
 
 

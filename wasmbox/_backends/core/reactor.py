@@ -45,9 +45,13 @@ _VOID = "() -> ()"
 _ERROR_TYPE = "() -> i32"
 # The result types each shape is called with (ptr_len: packed in an i64, or two i32 results).
 _RESULTS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "cstring": (("i32",),), "out_len": (("i32",),), "out_ptr": (("i32",),), "exit_code": (("i32",),),
-    "ptr_len": (("i64",), ("i32", "i32")), "none": ((),),
-}  # fmt: skip
+    "cstring": (("i32",),),
+    "out_len": (("i32",),),
+    "out_ptr": (("i32",),),
+    "exit_code": (("i32",),),
+    "ptr_len": (("i64",), ("i32", "i32")),
+    "none": ((),),
+}
 _TYPE = re.compile(r"^\((.*)\) -> (.*)$")
 _MESSAGE_MAX = 1000  # bytes of the error export's string shown
 
@@ -92,9 +96,12 @@ def export_problem(info: ModuleInfo, reactor: Reactor) -> str | None:
         return f"[reactor] entry: the module exports no {reactor.entry!r}"
     split = _split_type(types[reactor.entry])
     expected_params = _param_types(reactor.params)
-    wrong = split is None or len(split[0]) != len(expected_params) or any(
-        have not in want for have, want in zip(split[0], expected_params, strict=True)
-    ) or split[1] not in _RESULTS[reactor.result]  # fmt: skip
+    wrong = (
+        split is None
+        or len(split[0]) != len(expected_params)
+        or any(have not in want for have, want in zip(split[0], expected_params, strict=True))
+        or split[1] not in _RESULTS[reactor.result]
+    )
     if wrong:
         want = "(" + ", ".join("/".join(w) for w in expected_params) + ") -> "
         want += " or ".join(
@@ -110,10 +117,20 @@ def export_problem(info: ModuleInfo, reactor: Reactor) -> str | None:
 
 
 # What a C toolchain's runtime exports beside a command's `_start`: no sign of an API of its own.
-_RUNTIME_EXPORTS = frozenset({
-    "_start", "_initialize", "main", "malloc", "free", "calloc", "realloc", "aligned_alloc",
-    "posix_memalign", "cabi_realloc",
-})  # fmt: skip
+_RUNTIME_EXPORTS = frozenset(
+    {
+        "_start",
+        "_initialize",
+        "main",
+        "malloc",
+        "free",
+        "calloc",
+        "realloc",
+        "aligned_alloc",
+        "posix_memalign",
+        "cabi_realloc",
+    }
+)
 
 
 def command_c_api(info: ModuleInfo) -> tuple[str, ...]:
@@ -123,9 +140,10 @@ def command_c_api(info: ModuleInfo) -> tuple[str, ...]:
     if info.kind is not ToolKind.COMMAND:
         return ()
     return tuple(
-        name for name, ty in info.exports
+        name
+        for name, ty in info.exports
         if ty.startswith("(") and name not in _RUNTIME_EXPORTS and not name.startswith("__")
-    )  # fmt: skip
+    )
 
 
 def _param_types(params: Sequence[str | ReactorParam]) -> list[tuple[str, ...]]:

@@ -108,9 +108,15 @@ class ModuleRunner:
         # A module that cannot reach WASI cannot use a scratch directory: none is made.
         root = ((self._root, "/", False),) if self._root is not None else ()
         return _call.fresh_instance(
-            self._engine, state.manifest, self._ticker, call, wasi=self._uses_wasi,
-            scratch=self._scratch.create, last=root, store_limits=_STORE_LIMITS,
-        )  # fmt: skip
+            self._engine,
+            state.manifest,
+            self._ticker,
+            call,
+            wasi=self._uses_wasi,
+            scratch=self._scratch.create,
+            last=root,
+            store_limits=_STORE_LIMITS,
+        )
 
     def run(self, instance: _call.Instance, state: CallState, call: CallInput) -> Any:
         store = instance.store

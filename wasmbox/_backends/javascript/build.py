@@ -106,9 +106,12 @@ def ensure_runtime(directory: Path, engine: wasmtime.Engine, progress: Progress)
     cannot be fetched (e.g. no registry) or the build fails."""
     key = _inputs_digest()
     target = build_once(
-        directory, _folder(key), "layout.json",
-        lambda stage: _build(stage, engine, progress), "the JavaScript runtime",
-    )  # fmt: skip
+        directory,
+        _folder(key),
+        "layout.json",
+        lambda stage: _build(stage, engine, progress),
+        "the JavaScript runtime",
+    )
     try:
         layout = Layout(**json.loads((target / "layout.json").read_text()))
     except (OSError, ValueError, TypeError) as exc:
@@ -274,11 +277,24 @@ def _set_up(store: wasmtime.Store, instance: wasmtime.Instance) -> Layout:
         raise RuntimeBuildError("the JavaScript runtime's malloc failed in the set-up")
     stack_guard = _move_the_stack(guest)  # the last: the heap's end, and the stack above it
     return Layout(
-        context=context, runtime=guest("JS_GetRuntime", context), run=run, finish=finish, check=check,
-        reset=reset, fail=fail, undefined=undefined, true=true, exception=exception, string_tag=string_tag,
-        input_name=guest.string(INPUT_NAME), scratch=scratch, random_state=random_state, host_slot=slot,
-        code_buffer=code_buffer, stack_guard=stack_guard,
-    )  # fmt: skip
+        context=context,
+        runtime=guest("JS_GetRuntime", context),
+        run=run,
+        finish=finish,
+        check=check,
+        reset=reset,
+        fail=fail,
+        undefined=undefined,
+        true=true,
+        exception=exception,
+        string_tag=string_tag,
+        input_name=guest.string(INPUT_NAME),
+        scratch=scratch,
+        random_state=random_state,
+        host_slot=slot,
+        code_buffer=code_buffer,
+        stack_guard=stack_guard,
+    )
 
 
 def _move_the_stack(guest: _Guest) -> int:

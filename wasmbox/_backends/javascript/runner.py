@@ -68,11 +68,21 @@ _OK_FRAME = '{"ok":}'  # what the driver's ok reply adds around the value's JSON
 _EXPORTS = {
     name: _capi.ExportName(name)
     for name in (
-        "malloc", "free", "JS_Eval", "JS_Call", "JS_GetException", "JS_IsJobPending", "js_std_loop_once",
-        "JS_PromiseState", "JS_PromiseResult", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen",
+        "malloc",
+        "free",
+        "JS_Eval",
+        "JS_Call",
+        "JS_GetException",
+        "JS_IsJobPending",
+        "js_std_loop_once",
+        "JS_PromiseState",
+        "JS_PromiseResult",
+        "JS_ToCStringLen2",
+        "JS_FreeCString",
+        "JS_NewStringLen",
         "JS_FreeValue",
     )
-}  # fmt: skip
+}
 _TABLE = _capi.ExportName(_snapshot.TABLE_EXPORT)
 _INITIALIZE_ENVIRON = _capi.ExportName(build.INITIALIZE_ENVIRON_EXPORT)
 I32, I64 = "i32", "i64"
@@ -230,8 +240,9 @@ class JavaScriptRunner:
         is_async = b"await" in code
         flags = build.EVAL_ASYNC if is_async else build.EVAL_GLOBAL
         flags |= build.EVAL_COMPILE_ONLY if request.compile_only else 0
-        evaluated = guest.call("JS_Eval", (I32, ctx), (I32, source), (I32, len(code)), (I32, name),
-                               (I32, flags))  # fmt: skip
+        evaluated = guest.call(
+            "JS_Eval", (I32, ctx), (I32, source), (I32, len(code)), (I32, name), (I32, flags)
+        )
         if request.compile_only and evaluated != layout.exception:
             return None
         if evaluated == layout.exception:  # it did not compile, or threw: the driver describes it
@@ -299,8 +310,14 @@ class JavaScriptRunner:
     def _call_driver(self, guest: _Guest, function: int, argv: list[int]) -> int:
         layout = self._layout
         guest.write(layout.scratch, struct.pack(f"<{len(argv)}Q", *argv))
-        result = guest.call("JS_Call", (I32, layout.context), (I64, function), (I64, layout.undefined),
-                            (I32, len(argv)), (I32, layout.scratch))  # fmt: skip
+        result = guest.call(
+            "JS_Call",
+            (I32, layout.context),
+            (I64, function),
+            (I64, layout.undefined),
+            (I32, len(argv)),
+            (I32, layout.scratch),
+        )
         self._check(guest, result)
         return result
 
@@ -366,9 +383,10 @@ class JavaScriptRunner:
 
 
 _COMPILING = Manifest(
-    name="compile", runtime="javascript",
+    name="compile",
+    runtime="javascript",
     limits=Limits(fuel=2_000_000_000, memory=256 * 1024**2, timeout=10.0, output=1024**2),
-)  # fmt: skip
+)
 _HOST_EXPORTS = ("malloc", "free", "JS_ToCStringLen2", "JS_FreeCString", "JS_NewStringLen")
 # The runners the trampoline finds by the handle its function was made with, held weakly.
 _runners: _capi.Handles[weakref.ref[JavaScriptRunner]] = _capi.Handles()
@@ -445,9 +463,16 @@ class _Guest:
         return value
 
     def string(
-        self, ctx: int, value: int, cell: int, *, cut: int | None = None, cap: int | None = None,
-        cap_shown: int | None = None, free: bool = True,
-    ) -> tuple[str, int]:  # fmt: skip
+        self,
+        ctx: int,
+        value: int,
+        cell: int,
+        *,
+        cut: int | None = None,
+        cap: int | None = None,
+        cap_shown: int | None = None,
+        free: bool = True,
+    ) -> tuple[str, int]:
         """A JS value as text, through JS_ToCStringLen2 (lone surrogates become U+FFFD), and its
         length in UTF-8 bytes: with `cut`, its first `cut` bytes and "..." if it is longer; with
         `cap`, an `output_limit` Failure (naming `cap_shown`, default `cap`) if it is longer.
@@ -567,8 +592,14 @@ class _Probe:
         data = code.encode("utf-8", "surrogatepass")
         source = guest.copy(data + b"\0")
         try:
-            compiled = guest.call("JS_Eval", (I32, layout.context), (I32, source), (I32, len(data)),
-                                  (I32, self._name), (I32, self._flags))  # fmt: skip
+            compiled = guest.call(
+                "JS_Eval",
+                (I32, layout.context),
+                (I32, source),
+                (I32, len(data)),
+                (I32, self._name),
+                (I32, self._flags),
+            )
         finally:
             guest.call("free", (I32, source))
         if compiled != layout.exception:
@@ -586,8 +617,14 @@ class _Probe:
     def _call_driver(self, exception: int) -> int:
         layout = self._layout
         self._guest.write(layout.scratch, struct.pack("<Q", exception))
-        return self._guest.call("JS_Call", (I32, layout.context), (I64, layout.fail), (I64, layout.undefined),
-                                (I32, 1), (I32, layout.scratch))  # fmt: skip
+        return self._guest.call(
+            "JS_Call",
+            (I32, layout.context),
+            (I64, layout.fail),
+            (I64, layout.undefined),
+            (I32, 1),
+            (I32, layout.scratch),
+        )
 
 
 def _is_word(character: str) -> bool:

@@ -126,13 +126,27 @@ def _build(stage: Path, progress: Progress) -> None:
         shutil.copy(msgpack_dir / name, deps / name)
     no_venv = stage / "src" / "no-venv"  # keeps the host's site-packages out of the guest
     no_venv.mkdir()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "VIRTUAL_ENV": str(no_venv),
-           "HOME": str(stage), "TMPDIR": str(stage)}  # fmt: skip
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "VIRTUAL_ENV": str(no_venv),
+        "HOME": str(stage),
+        "TMPDIR": str(stage),
+    }
     command = [
-        _componentize_py(), "-d", str(SOURCES / "wit"), "-w", "runtime", "componentize",
-        "-p", str(app), "-p", str(deps.parent), "wasmbox_driver",
-        "-o", str(stage / "runtime.wasm"),
-    ]  # fmt: skip
+        _componentize_py(),
+        "-d",
+        str(SOURCES / "wit"),
+        "-w",
+        "runtime",
+        "componentize",
+        "-p",
+        str(app),
+        "-p",
+        str(deps.parent),
+        "wasmbox_driver",
+        "-o",
+        str(stage / "runtime.wasm"),
+    ]
     doing = f"building the Python runtime with componentize-py {COMPONENTIZE_PY}"
     with Step(progress, doing, "about 10 s, once per cache; then compiled, and the stdlib byte-compiled"):
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603 - our argv

@@ -69,8 +69,12 @@ class PackageInstaller:
 
     def key(self, pins: tuple[str, ...]) -> str:
         """The digest naming `pins` installed from this installer's index options."""
-        options = {"pins": list(pins), "index_url": self._index_url, "python": GUEST_PYTHON,
-                   "wheels": str(self._wheels) if self._wheels is not None else None}  # fmt: skip
+        options = {
+            "pins": list(pins),
+            "index_url": self._index_url,
+            "python": GUEST_PYTHON,
+            "wheels": str(self._wheels) if self._wheels is not None else None,
+        }
         return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
 
     def install(
@@ -105,8 +109,11 @@ class PackageInstaller:
                     return done
                 stage = Path(tempfile.mkdtemp(dir=root, prefix=".build-packages-"))
                 try:
-                    with Step(progress, f"installing packages {', '.join(map(pin_project, pins))}",
-                              f"pip from {self._source()}, once per cache"):  # fmt: skip
+                    with Step(
+                        progress,
+                        f"installing packages {', '.join(map(pin_project, pins))}",
+                        f"pip from {self._source()}, once per cache",
+                    ):
                         self._pip(pins, stage / "site")
                     installed = check_pure(stage / "site")
                     with Step(progress, "byte-compiling them inside the runtime", "seconds, once per cache"):
@@ -131,11 +138,33 @@ class PackageInstaller:
         command = [
             # -I: neither the working directory (a writable grant may hold it: a planted pip/
             # there would run on the host) nor PYTHON* variables nor the user site on sys.path
-            sys.executable, "-I", "-m", "pip", "install", "-vv", "--isolated", "--no-input",
-            "--disable-pip-version-check", "--no-warn-script-location", "--target", str(site),
-            "--only-binary=:all:", "--no-compile", "--platform", "any", "--implementation", "py",
-            "--abi", "none", "--python-version", GUEST_PYTHON, "--timeout", "15", "--retries", "1",
-        ]  # fmt: skip
+            sys.executable,
+            "-I",
+            "-m",
+            "pip",
+            "install",
+            "-vv",
+            "--isolated",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--no-warn-script-location",
+            "--target",
+            str(site),
+            "--only-binary=:all:",
+            "--no-compile",
+            "--platform",
+            "any",
+            "--implementation",
+            "py",
+            "--abi",
+            "none",
+            "--python-version",
+            GUEST_PYTHON,
+            "--timeout",
+            "15",
+            "--retries",
+            "1",
+        ]
         if self._index_url is not None:
             command += ["--index-url", self._index_url]
         elif self._wheels is not None:
@@ -179,8 +208,9 @@ class PackageInstaller:
         message = f"packages: pip could not install {projects} from {self._source()}"
         mismatched = re.findall(
             r"^\s*(\S+) from (\S+).*:\s*\n\s*Expected sha256 (\S+)((?:\s*\n\s*or \S+)*)\s*\n\s*Got\s+(\S+)",
-            log, re.MULTILINE,
-        )  # fmt: skip
+            log,
+            re.MULTILINE,
+        )
         if "DO NOT MATCH THE HASHES" in log and mismatched:
             described = []
             for project, url, first, more, got in mismatched:
@@ -188,15 +218,19 @@ class PackageInstaller:
                 described.append(
                     f"{project} ({url.rsplit('/', 1)[-1]}) has sha256 {got}, the manifest pins {expected}"
                 )
-            return (f"packages: refused a download whose hash is not the pinned one: {'; '.join(described)} "
-                    f"({self._source()} served another file than the one pinned: if the pin is what you meant, "
-                    "the file was changed)")[:2000]  # fmt: skip
+            return (
+                f"packages: refused a download whose hash is not the pinned one: {'; '.join(described)} "
+                f"({self._source()} served another file than the one pinned: if the pin is what you meant, "
+                "the file was changed)"
+            )[:2000]
         unhashed = re.findall(r"^\s+(\S+==\S+ --hash=sha256:[0-9a-f]{64})\s*$", log, re.MULTILINE)
         if "missing from some requirements" in log and unhashed:
-            return (f"packages: {', '.join(map(pin_project, unhashed))} (a dependency) has no pin with a hash, "
-                    "and a hashed set needs every distribution it installs pinned with one: add "
-                    f"{', '.join(repr(line) for line in unhashed)} after checking that is the file you "
-                    "trust (these are the digests of what was downloaded)")[:2000]  # fmt: skip
+            return (
+                f"packages: {', '.join(map(pin_project, unhashed))} (a dependency) has no pin with a hash, "
+                "and a hashed set needs every distribution it installs pinned with one: add "
+                f"{', '.join(repr(line) for line in unhashed)} after checking that is the file you "
+                "trust (these are the digests of what was downloaded)"
+            )[:2000]
         if missing is None:
             detail = "; ".join(errors[-3:]) or log.strip()[-600:]
             return f"{message}: {detail}"[:2000]
@@ -228,18 +262,22 @@ class PackageInstaller:
             why = f"{self._source()} could not be reached ({unreachable[1]}: {unreachable[2]})"
         elif tags:
             shown = ", ".join(sorted(set(tags))[:4]) + (", ..." if len(set(tags)) > 4 else "")
-            why = (f"only native (platform) wheels exist ({shown}), built for CPython on an operating system: "
-                   "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any); "
-                   "use a pure-Python alternative or an older version that ships one, or run the native "
-                   "code as a module tool of its own")  # fmt: skip
+            why = (
+                f"only native (platform) wheels exist ({shown}), built for CPython on an operating system: "
+                "the Python runtime is WebAssembly and runs only pure-Python wheels (py3-none-any); "
+                "use a pure-Python alternative or an older version that ships one, or run the native "
+                "code as a module tool of its own"
+            )
         elif other_python:
             why = f"its wheels require another Python than the runtime's {GUEST_PYTHON} (Requires-Python)"
         elif sdists:
             why = "only a source distribution was found: wasmbox installs wheels and builds nothing"
         else:
             why = f"it is not in {self._source()}"
-        return (f"{message}: no pure-Python wheel of {wanted}: {why} "
-                "(give wheels with Sandbox(package_wheels=...) or an index with package_index=...)")  # fmt: skip
+        return (
+            f"{message}: no pure-Python wheel of {wanted}: {why} "
+            "(give wheels with Sandbox(package_wheels=...) or an index with package_index=...)"
+        )
 
 
 def _link(line: str) -> str | None:

@@ -72,9 +72,15 @@ class PythonRuntimeRunner:
             raise RuntimeError("the Python runtime component exports no `run`")
         self._packages: dict[tuple[str, ...], tuple[Path, bool]] = {}  # by `Manifest.packages`
         self._instances = _Instances(
-            engine, compiled, self._linker, run, ticker, scratch,
-            ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),), self._packages,
-        )  # fmt: skip
+            engine,
+            compiled,
+            self._linker,
+            run,
+            ticker,
+            scratch,
+            ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),),
+            self._packages,
+        )
         self._spares = _Spares(spares)
         # The thread makes spares from `_instances`, which holds no host function: nothing it
         # does keeps this runner (its host functions, their owners) alive.
@@ -113,9 +119,14 @@ class PythonRuntimeRunner:
         self._packages[packages] = (site, writable)
 
     def call(
-        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], *, prepare_next: bool = True,
+        self,
+        manifest: Manifest,
+        grants_digest: str,
+        request: dict[str, Any],
+        *,
+        prepare_next: bool = True,
         files: Mapping[str, bytes] = _scratch.NO_FILES,
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         """Send one request to a fresh instance under `manifest`'s grants and limits;
         `grants_digest` is `manifest.digest()`, which names the grant set (callers compute it
         once). With `prepare_next`, a spare instance for the next call under these grants is made
@@ -135,16 +146,23 @@ class PythonRuntimeRunner:
         assert manifest.source is not None
         compiling = Manifest(name=manifest.name, runtime="python", limits=_COMPILE_LIMITS)
         request = {
-            "mode": "compile", "source": source, "filename": manifest.source.name, "entry": manifest.entry,
-        }  # fmt: skip
+            "mode": "compile",
+            "source": source,
+            "filename": manifest.source.name,
+            "entry": manifest.entry,
+        }
         return self.call(compiling, compiling.digest(), request, prepare_next=False)
 
     exit_is_an_end = False  # the driver never exits: a WASI exit is a trap
 
     def _send(
-        self, manifest: Manifest, grants_digest: str, request: dict[str, Any], prepare_next: bool,
+        self,
+        manifest: Manifest,
+        grants_digest: str,
+        request: dict[str, Any],
+        prepare_next: bool,
         files: Mapping[str, bytes],
-    ) -> CallResult:  # fmt: skip
+    ) -> CallResult:
         if manifest.packages:
             request = {**request, "path": PACKAGES_GUEST_PATH}
         return _call.perform(
@@ -500,9 +518,12 @@ class PythonToolRunner:
         self._grants_digest = grants_digest
         assert manifest.source is not None
         self._request = {
-            "mode": "tool", "code": code, "source": source, "filename": manifest.source.name,
+            "mode": "tool",
+            "code": code,
+            "source": source,
+            "filename": manifest.source.name,
             "entry": manifest.entry,
-        }  # fmt: skip
+        }
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}

