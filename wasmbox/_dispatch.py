@@ -64,22 +64,26 @@ class _Job:
     in_session: bool = False  # a run_python call of the dispatch's session
 
 
-def dispatch(
-    box: Caller,
-    calls: Any,
-    format: str,
-    *,
-    python: bool | ManifestSource = False,
-    max_calls: int | None = None,
-    deadline_s: float | None = None,
-    session: str | None = None,
-    javascript: bool | ManifestSource = False,
-    budget: Budget | None = None,
-    limits: CallLimits | Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class Options:
+    """A dispatch's options, as `Sandbox.dispatch` takes them (and the Ray pool's, without
+    `session`): which snippet tools are routed, the caps on the turn, its calls' budget and
+    limits."""
+
+    python: bool | ManifestSource = False
+    max_calls: int | None = None
+    deadline_s: float | None = None
+    session: str | None = None
+    javascript: bool | ManifestSource = False
+    budget: Budget | None = None
+    limits: CallLimits | Mapping[str, Any] | None = None
+
+
+def dispatch(box: Caller, calls: Any, format: str, options: Options) -> list[dict[str, Any]]:
     """See `Sandbox.dispatch`."""
+    deadline_s, budget = options.deadline_s, options.budget
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript, limits)
+    jobs = _jobs(box, calls, format, options, deadline)
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if (len(runnable) == 1 and deadline is None) or _call.inside_call():
         # no thread hop for the common single call; and from inside a call (a host function),
@@ -105,24 +109,13 @@ def dispatch(
     return [_reply(job, format, deadline_s) for job in jobs]
 
 
-async def adispatch(
-    box: Caller,
-    calls: Any,
-    format: str,
-    *,
-    python: bool | ManifestSource = False,
-    max_calls: int | None = None,
-    deadline_s: float | None = None,
-    session: str | None = None,
-    javascript: bool | ManifestSource = False,
-    budget: Budget | None = None,
-    limits: CallLimits | Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+async def adispatch(box: Caller, calls: Any, format: str, options: Options) -> list[dict[str, Any]]:
     """See `Sandbox.adispatch`."""
     import asyncio  # lazily, as in Tool.acall
 
+    deadline_s, budget = options.deadline_s, options.budget
     deadline = _deadline(deadline_s)
-    jobs = _jobs(box, calls, format, python, max_calls, session, deadline, javascript, limits)
+    jobs = _jobs(box, calls, format, options, deadline)
     runnable = [job for job in jobs if job.result is None and job.run is not None]
     if not runnable:
         return [_reply(job, format, deadline_s) for job in jobs]
@@ -248,19 +241,11 @@ def _not_started(job: _Job) -> CallResult:
     )
 
 
-def _jobs(
-    box: Caller,
-    calls: Any,
-    format: str,
-    python: bool | ManifestSource,
-    max_calls: int | None,
-    session: str | None = None,
-    deadline: float | None = None,
-    javascript: bool | ManifestSource = False,
-    limits: CallLimits | Mapping[str, Any] | None = None,
-) -> list[_Job]:
+def _jobs(box: Caller, calls: Any, format: str, options: Options, deadline: float | None) -> list[_Job]:
     """The planned calls; raises ValueError for bad options, LimitsError when `limits` would
     loosen a called tool's (before any call runs)."""
+    python, session, javascript = options.python, options.session, options.javascript
+    max_calls, limits = options.max_calls, options.limits
     _check_session(session, python, javascript)
     if format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {format!r}; one of {', '.join(CALL_FORMATS)}")

@@ -856,13 +856,7 @@ class Sandbox:
             self,
             calls,
             format,
-            python=python,
-            max_calls=max_calls,
-            deadline_s=deadline_s,
-            session=session,
-            javascript=javascript,
-            budget=budget,
-            limits=limits,
+            _dispatch.Options(python, max_calls, deadline_s, session, javascript, budget, limits),
         )
 
     async def adispatch(
@@ -883,13 +877,7 @@ class Sandbox:
             self,
             calls,
             format,
-            python=python,
-            max_calls=max_calls,
-            deadline_s=deadline_s,
-            session=session,
-            javascript=javascript,
-            budget=budget,
-            limits=limits,
+            _dispatch.Options(python, max_calls, deadline_s, session, javascript, budget, limits),
         )
 
     @property

@@ -1017,12 +1017,14 @@ class RaySandboxPool:
             self,
             calls,
             format,
-            python=python,
-            max_calls=max_calls,
-            deadline_s=deadline_s,
-            javascript=javascript,
-            budget=budget,
-            limits=limits,
+            _dispatch.Options(
+                python=python,
+                max_calls=max_calls,
+                deadline_s=deadline_s,
+                javascript=javascript,
+                budget=budget,
+                limits=limits,
+            ),
         )
 
     async def adispatch(
@@ -1043,12 +1045,14 @@ class RaySandboxPool:
             self,
             calls,
             format,
-            python=python,
-            max_calls=max_calls,
-            deadline_s=deadline_s,
-            javascript=javascript,
-            budget=budget,
-            limits=limits,
+            _dispatch.Options(
+                python=python,
+                max_calls=max_calls,
+                deadline_s=deadline_s,
+                javascript=javascript,
+                budget=budget,
+                limits=limits,
+            ),
         )
 
     # -- host functions --------------------------------------------------------------------
