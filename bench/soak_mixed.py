@@ -100,8 +100,9 @@ SNIPPET_LIMITS = {"name": "hostile", "runtime": "python", "limits": {"fuel": 20_
 PY_TIMEOUT = {"name": "slow", "runtime": "python", "limits": {"fuel": 10**15, "timeout": "20ms"}}
 
 
-def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
-    """Load the tools and return every case the soak mixes."""
+def make_cases(box: wasmbox.Sandbox, scratch: Path, crowded: wasmbox.Sandbox) -> list[Case]:
+    """Load the tools and return every case the soak mixes; `crowded` is a Sandbox whose
+    admission control refuses every call (its resident-memory bound is one byte)."""
     store = {"a": "1", "b": "2"}
     box.register_host_function("kv.get", lambda key: store.get(key))
 
@@ -149,6 +150,8 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
     adder.write_text("def main(a: int, b: int):\n    return {'sum': a + b, 'args': [a, b]}\n")
     add = box.load({"name": "adder", "runtime": "python", "source": str(adder)})
 
+    refused = crowded.load(_wat("echo"))
+
     spent = wasmbox.Budget(calls=1, name="spent")
     assert spent.run("echo", lambda: echo.call({"n": 0})).ok  # its one call, used up here
 
@@ -193,6 +196,9 @@ def make_cases(box: wasmbox.Sandbox, scratch: Path) -> list[Case]:
         # a budget with nothing left: refused before the call starts
         Case("over_budget", False, 2, lambda i: echo.call({"n": i}, budget=spent),
              lambda i: echo.acall({"n": i}, budget=spent), kind(ErrorKind.OVER_BUDGET)),
+        # a Sandbox past its admission bound: refused at once, the others' calls unaffected
+        Case("overloaded", False, 2, lambda i: refused.call({"n": i}), lambda i: refused.acall({"n": i}),
+             kind(ErrorKind.OVERLOADED)),
         Case("open_many", False, 1, lambda i: opened(opener.call(argv=open_many)), aopened,
              lambda i: [{"exit_code": 1}, str(MAX_OPEN_FILES)]),
         # valid Python calls
@@ -314,8 +320,9 @@ def run(
     with (
         tempfile.TemporaryDirectory() as scratch,
         wasmbox.Sandbox(max_workers=max(2, tasks), **kwargs) as box,
+        wasmbox.Sandbox(admission=wasmbox.AdmissionLimits(resident=1), **kwargs) as crowded,
     ):
-        cases = make_cases(box, Path(scratch))
+        cases = make_cases(box, Path(scratch), crowded)
         plan = schedule(cases)
         warm_sync, warm_async = Soak(plan, warmup // 2), Soak(plan, warmup // 2)
         _thread_driver(warm_sync)
