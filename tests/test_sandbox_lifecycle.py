@@ -192,3 +192,17 @@ first.close()
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.splitlines() == [str(["trap"] * 3)] * 2
+
+
+def test_instances_made_ahead_and_discarded_leave_no_stream_registered(cache_dir: Path) -> None:
+    """A spare Python instance's stdout and stderr are registered for Wasmtime's write callback
+    when it is made; one displaced or freed at close, never run, must not stay registered."""
+    from wasmbox._wasmtime import output
+
+    before = len(output._live._items)
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        for i in range(6):  # six grant sets: their spares displace each other (two are kept)
+            assert box.run_python("1", {"name": f"g{i}", "runtime": "python", "env": {"I": str(i)}}).ok
+        made = box.stats().spares
+    gc.collect()
+    assert len(output._live._items) == before, made

@@ -384,7 +384,7 @@ class Instance:
     """One call's store and what its guest writes to, made for the call (`fresh_instance`) or
     ahead of it; a backend records on it what the run left (`Backend.after`)."""
 
-    manifest: Manifest  # the grants and limits it was made under
+    manifest: Manifest  # the grants and limits it is ready for
     store: wasmtime.Store
     stdout: Output
     stderr: Output
@@ -393,20 +393,32 @@ class Instance:
     kept: bool = False  # a session's: its store, streams and scratch outlive the call
     memory: Any = None  # the guest's memory export, once instantiated (for `Backend.after`)
     entry: Any = None  # what the backend's `run` takes from preparing (a component's `run`, a door)
+    # what the run left, for `finish`
+    peak_memory: int | None = None  # the guest memory's size when it stopped, if known
+    files: dict[str, bytes] | None = None  # the output files the call left
+    overflowed: str | None = None  # the guest's stack ran past its guard: why, in words
 
-    def renew(self, ticker: EpochTicker) -> None:
-        """Full fuel and a deadline counted from now (for one made ahead of its call)."""
-        renew(self.store, self.manifest.limits, ticker)
+    def renew(self, ticker: EpochTicker, manifest: Manifest | None = None) -> None:
+        """Ready for a call under `manifest` (None: the one it is ready for) when it was made
+        ahead of it or served an earlier run: that manifest's full fuel and a deadline counted
+        from now, empty streams capped at its output limit and streaming to this thread's
+        listener, and nothing left of an earlier run's evidence. Its memory cap is its store's,
+        fixed when it was made."""
+        if manifest is not None:
+            self.manifest = manifest
+        limits = self.manifest.limits
+        renew(self.store, limits, ticker)
+        self.stdout.reset(limits.output)
+        self.stderr.reset(limits.output)
+        self.peak_memory = self.files = self.overflowed = None
 
     def discard(self) -> None:
-        """Free it unused: its store and its scratch directory."""
+        """Free it: its streams, its store and its scratch directory."""
+        self.stdout.detach()
+        self.stderr.detach()
         _store.close_store(self.store)
         if self.scratch is not None:
             self.scratch.remove()
-
-    peak_memory: int | None = None  # the guest memory's size when it stopped, if known
-    files: dict[str, bytes] | None = None  # the output files the call left (`command.outputs`)
-    overflowed: str | None = None  # the guest's stack ran past its guard: why, in words
 
 
 Request_contra = TypeVar("Request_contra", contravariant=True)

@@ -9,9 +9,9 @@ Streaming: inside a `streaming(listener)` block, what a call started on this thr
 to stdout or stderr also goes to `listener(stream, text)` as it is written (the part within
 the cap, decoded as UTF-8 across writes), before the write returns: a line a call printed has
 reached the listener even if the call is then stopped. Wasmtime makes a component's writes on
-a thread of its own, so an `Output` takes its listener from the thread that made it, reset it
-for a session's run, or took it for a call (`listen_here`, for an instance made ahead on
-another thread); without one, a write pays one attribute check.
+a thread of its own, so an `Output` takes its listener from the thread that made it or last
+reset it (`reset`, when an instance made ahead on another thread, or a session's, is renewed
+for a call); without one, a write pays one attribute check.
 """
 
 from __future__ import annotations
@@ -54,16 +54,13 @@ class Output:
         self._listener: OutputListener | None = getattr(_local, "listener", None)
 
     def reset(self, cap: int) -> None:
-        """Empty, with a new cap: the next run of a session that keeps this stream attached."""
+        """Empty, with a new cap and this thread's listener: the next call of an instance made
+        ahead, or the next run of a session, which keeps this stream attached."""
         self.cap = cap
         self.size = 0
         self.truncated = False
         self._chunks = []
         self._decoder = None
-        self._listener = getattr(_local, "listener", None)
-
-    def listen_here(self) -> None:
-        """Take this thread's listener (or none) for the call about to run."""
         self._listener = getattr(_local, "listener", None)
 
     def write(self, data: bytes) -> int:

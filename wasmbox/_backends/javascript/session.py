@@ -99,9 +99,7 @@ class JavaScriptKernel:
     def discard(self) -> None:
         instance, self._kept = self._kept, None
         if instance is not None:
-            instance.stdout.detach()
-            instance.stderr.detach()
-            instance.discard()  # (its store, and its scratch folder)
+            instance.discard()  # (its streams, its store and its scratch folder)
         if self._files is not None:
             self._files.release()
             self._files = None
@@ -130,12 +128,7 @@ class _KeptInstance:
     def prepare(self, state: CallState, run: _Run) -> _call.Instance:
         kept = self._kernel._kept
         assert kept is not None
-        manifest = state.manifest
-        kept.manifest = manifest  # (this run's limits: fuel and a deadline from now)
-        kept.renew(self._runner._ticker)
-        kept.stdout.reset(manifest.limits.output)
-        kept.stderr.reset(manifest.limits.output)
-        kept.files, kept.overflowed = None, None
+        kept.renew(self._runner._ticker, state.manifest)  # (this run's limits: fuel and a deadline from now)
         state.files = self._kernel._files  # (the descriptors earlier runs left open)
         state.ready(True)
         return kept

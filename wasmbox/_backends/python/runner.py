@@ -180,9 +180,7 @@ class PythonRuntimeRunner:
         if prepared is None:
             prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
         else:
-            prepared.renew(self._ticker)
-            prepared.stdout.listen_here()  # (a spare was made on another thread)
-            prepared.stderr.listen_here()
+            prepared.renew(self._ticker, manifest)  # (made on another thread, maybe under other limits)
         if request.prepare_next:  # the next call under these grants finds one ready
             self._keeper.request_spare(manifest, request.grants_digest)
         state.ready(made_ahead)
@@ -387,10 +385,7 @@ class _Spares:
         if not _serves(spare.manifest, manifest):  # never another grant set's
             spare.discard()
             return None
-        spare.manifest = manifest  # a call's own limits: its fuel and deadline come with `renew`
-        spare.stdout.reset(manifest.limits.output)
-        spare.stderr.reset(manifest.limits.output)
-        return spare
+        return spare  # (the call's own limits come with `Instance.renew`)
 
     def wanted(self, grants_digest: str) -> bool:
         with self._lock:

@@ -143,8 +143,6 @@ class PythonKernel:
         return None
 
     def discard(self) -> None:
-        self._spare.stdout.detach()
-        self._spare.stderr.detach()
         self._spare.discard()
 
 
@@ -508,12 +506,8 @@ class _KeptInstance:
             run.payload = encode_request(request, manifest.limits.output)
         except (TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in the code
             raise _outcome.Failure(ErrorKind.INVALID_ARGUMENTS, f"code cannot be encoded: {exc}") from None
-        kept = self._kept
-        kept.manifest = manifest  # (this run's limits: fuel and a deadline from now)
-        kept.renew(self._runner._ticker)
-        kept.stdout.reset(manifest.limits.output)
-        kept.stderr.reset(manifest.limits.output)
-        return kept
+        self._kept.renew(self._runner._ticker, manifest)  # (this run's limits: fuel and a deadline from now)
+        return self._kept
 
     def run(self, instance: _call.Instance, state: _call.CallState, run: _Run) -> Any:
         run.returned = False
