@@ -447,8 +447,8 @@ class Backend(Protocol[Request_contra]):
 
     def after(self, instance: Instance, state: CallState, ok: bool) -> None:
         """Once the guest has stopped: record on `instance` what bears on the outcome (its
-        memory's size, a stack past its guard; the output files, when the call is `ok` so
-        far). Raises `Failure` for a check of the runner's own (files over the output cap)."""
+        memory's size, a stack past its guard); `ok`: whether the call has succeeded so far.
+        (The output files are the skeleton's to read, after this.)"""
         ...
 
     def dispose(self, store: wasmtime.Store) -> None:
@@ -465,8 +465,9 @@ def perform(
 ) -> CallResult:
     """One call, in the order every runtime's call takes: its state, its instance, the input
     `files` written into its scratch space (checked already), the run under `running`, the
-    evidence, the manifest's `outputs` read back, the outcome (`finish`), then the clean-up.
-    Raises only what a host function re-raises on the caller's thread (an interrupt)."""
+    evidence, the output files its manifest names (`_output_files`), the outcome (`finish`),
+    then the clean-up. Raises only what a host function re-raises on the caller's thread (an
+    interrupt)."""
     ticker.enter()
     started = time.perf_counter()
     state = CallState.start(manifest, started)
@@ -499,9 +500,9 @@ def perform(
         ok = error is None and scratch_over is None
         try:
             backend.after(instance, state, ok)
-            if ok and manifest.outputs and instance.scratch is not None:
-                instance.files = instance.scratch.collect_globs(manifest.outputs, manifest.limits.output)
-        except Failure as failure:  # a check of the runner's own (output files over the cap)
+            if ok and instance.scratch is not None:
+                instance.files = _output_files(manifest, instance.scratch)
+        except Failure as failure:  # output files over the cap
             error = failure.error
         return finish(state, instance, started, value, error, backend.dispose, scratch_over)
     finally:
@@ -509,6 +510,19 @@ def perform(
             instance.scratch.remove()
         state.release_files()  # its store is closed, or is a session's, which keeps its files
         ticker.leave()
+
+
+def _output_files(manifest: Manifest, scratch: CallScratch) -> dict[str, bytes] | None:
+    """The files a succeeded call returns from its scratch folder: a runtime manifest's
+    `outputs` (paths and globs), or a command's `command.outputs` (the manifest allows one of
+    the two). Raises an `output_limit` Failure when they hold more than `limits.output`."""
+    cap = manifest.limits.output
+    if manifest.outputs:
+        return scratch.collect_globs(manifest.outputs, cap)
+    command = manifest.command
+    if command is not None and command.outputs:
+        return scratch.collect(tuple(output.path for output in command.outputs), cap)
+    return None
 
 
 def fresh_instance(

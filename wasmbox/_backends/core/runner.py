@@ -70,7 +70,6 @@ class ModuleRunner:
         # a [reactor] module: called through its own exports (_backends/core/reactor.py)
         self._entry = reactor.EntryCall(manifest, info) if self.kind is ToolKind.C_REACTOR else None
         self._fail_on_exit = command is not None and command.fail_on_exit_code
-        self._outputs = tuple(o.path for o in command.outputs) if command is not None else ()
         # The hidden root: an empty read-only preopen at / after the manifest's and the
         # scratch's, unless a grant is at / already, so that a path no grant covers reaches
         # `_wasi_files`, is refused there as before, and the call says why (`_explain`).
@@ -146,8 +145,6 @@ class ModuleRunner:
         self._explain(state, instance.stderr)  # (a run that trapped or was stopped said nothing yet)
         if instance.memory is not None:
             instance.peak_memory = _capi.memory_view(_store.context(instance.store), instance.memory)[1]
-        if ok and self._outputs and instance.scratch is not None:
-            instance.files = instance.scratch.collect(self._outputs, instance.manifest.limits.output)
 
     dispose = staticmethod(_store.close_store)
 
