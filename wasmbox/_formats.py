@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, get_args
 
 from . import _schema
@@ -283,6 +283,46 @@ class Specified(Described, Protocol):
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]: ...
 
 
+# The snippet tools a Sandbox can offer, by language: their name, schema, description (kept
+# state and fresh), and how the tools their code may call are shown.
+_SNIPPETS: dict[str, tuple[str, dict[str, Any], str, str, Callable[[Iterable[Stubbed]], str]]] = {
+    "python": (
+        RUN_PYTHON,
+        RUN_PYTHON_SCHEMA,
+        RUN_PYTHON_SESSION_DESCRIPTION,
+        RUN_PYTHON_DESCRIPTION,
+        python_stubs,
+    ),
+    "javascript": (
+        RUN_JAVASCRIPT,
+        RUN_JAVASCRIPT_SCHEMA,
+        RUN_JAVASCRIPT_SESSION_DESCRIPTION,
+        RUN_JAVASCRIPT_DESCRIPTION,
+        javascript_stubs,
+    ),
+}
+
+
+def _snippet_spec(
+    tools: Mapping[str, Specified],
+    language: str,
+    session: bool,
+    format: SpecFormat,
+    strict: StrictMode,
+    grants: Manifest | None,
+) -> dict[str, Any]:
+    """The spec of run_python or run_javascript (`language`): described as keeping its state
+    with `session`, the tools its grant set lets the code call shown as stubs, MCP hints from
+    the grant set. ValueError when a loaded tool has its name."""
+    name, schema, kept, fresh, stubs = _SNIPPETS[language]
+    if name in tools:
+        raise ValueError(f"a loaded tool is named {name!r}; it cannot be added as well")
+    description = kept if session else fresh
+    if grants is not None and grants.tools:
+        description += CALLS_TOOLS.format(language=language, stubs=stubs(tools[t] for t in grants.tools))
+    return tool_spec(name, description, schema, format, strict, _snippet_annotations(format, grants))
+
+
 def tools_specs(
     tools: Mapping[str, Specified],
     format: SpecFormat,
@@ -298,40 +338,12 @@ def tools_specs(
     `python_grants`, with MCP hints from them, and the tools they let its code call shown as
     stubs), with `javascript` the run_javascript tool's (`javascript_grants`; `session` too)."""
     specs = [tool.spec(format, strict=strict) for tool in tools.values() if "model" in tool.manifest.callers]
-    if python:
-        if RUN_PYTHON in tools:
-            raise ValueError(f"a loaded tool is named {RUN_PYTHON!r}; it cannot be added as well")
-        description = RUN_PYTHON_SESSION_DESCRIPTION if session else RUN_PYTHON_DESCRIPTION
-        if python_grants is not None and python_grants.tools:
-            stubs = python_stubs(tools[name] for name in python_grants.tools)
-            description += CALLS_TOOLS.format(language="python", stubs=stubs)
-        specs.append(
-            tool_spec(
-                RUN_PYTHON,
-                description,
-                RUN_PYTHON_SCHEMA,
-                format,
-                strict,
-                _snippet_annotations(format, python_grants),
-            )
-        )
-    if javascript:
-        if RUN_JAVASCRIPT in tools:
-            raise ValueError(f"a loaded tool is named {RUN_JAVASCRIPT!r}; it cannot be added as well")
-        description = RUN_JAVASCRIPT_SESSION_DESCRIPTION if session else RUN_JAVASCRIPT_DESCRIPTION
-        if javascript_grants is not None and javascript_grants.tools:
-            stubs = javascript_stubs(tools[name] for name in javascript_grants.tools)
-            description += CALLS_TOOLS.format(language="javascript", stubs=stubs)
-        specs.append(
-            tool_spec(
-                RUN_JAVASCRIPT,
-                description,
-                RUN_JAVASCRIPT_SCHEMA,
-                format,
-                strict,
-                _snippet_annotations(format, javascript_grants),
-            )
-        )
+    for language, offered, grants in (
+        ("python", python, python_grants),
+        ("javascript", javascript, javascript_grants),
+    ):
+        if offered:
+            specs.append(_snippet_spec(tools, language, session, format, strict, grants))
     return specs
 
 
