@@ -160,8 +160,7 @@ def call_one(
     _plan(job, args, "openai", box._tools, box, python, session, javascript)
     if job.result is not None:
         return job.result
-    if limits is not None and job.run is not None:
-        job.run = partial(job.run, limits=limits)
+    _bind_limits(job, box._tools.get(name), limits)
     return _run(job, None, budget)
 
 
@@ -267,15 +266,21 @@ def _jobs(box: Caller, calls: Any, format: str, options: Options, deadline: floa
             )
         else:
             _plan(job, raw, format, tools, box, python, session, javascript)
-            if limits is not None and job.run is not None:
-                tool = tools.get(name)
-                if tool is not None and hasattr(tool, "limits_for"):
-                    tool.limits_for(limits)  # (run_python's grant set is checked when it runs)
-                job.run = partial(job.run, limits=limits)
+            _bind_limits(job, tools.get(name), limits)
         jobs.append(job)
     if session is not None:
         _in_order([job for job in jobs if job.in_session and job.run is not None], deadline)
     return jobs
+
+
+def _bind_limits(job: _Job, tool: Any, limits: CallLimits | Mapping[str, Any] | None) -> None:
+    """Run `job` under `limits`, checked now against its tool's (LimitsError: before any call
+    of the dispatch runs; a run_python grant set's are checked when it runs)."""
+    if limits is None or job.run is None:
+        return
+    if tool is not None and hasattr(tool, "limits_for"):
+        tool.limits_for(limits)
+    job.run = partial(job.run, limits=limits)
 
 
 def _check_session(

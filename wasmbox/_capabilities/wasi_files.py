@@ -155,12 +155,6 @@ class _Budget:
 _budget = _Budget(process_budget())
 
 
-def release(state: _call.CallState) -> None:
-    """Give the call's descriptors back to the process budget (call once its store is closed)."""
-    if state.files is not None:
-        state.files.release()
-
-
 def take_refused(state: _call.CallState) -> tuple[list[str], bool]:
     """The paths the call's guest was refused on the hidden root (`FileGuard`'s `hidden_root`),
     at most MAX_NOTED, and whether there were more; taken, so that asking again gives only
