@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import wasmbox
-from wasmbox import CallLimits, LimitsError
+from wasmbox import CallLimits, ErrorKind, LimitsError
 
 from .conftest import manifest
 
@@ -157,11 +157,17 @@ def test_the_audit_record_holds_the_limits_the_call_ran_under(box: wasmbox.Sandb
 
 
 def test_a_nested_call_from_code_keeps_its_own_limits(box: wasmbox.Sandbox) -> None:
-    """Limits on an outer call do not leak into the tools its code calls (each is a call of
-    its own under its manifest), and the deadline of the outer call still bounds them."""
-    box.load(manifest("echo", limits={"fuel": 10**6}))
-    grants = {"name": "g", "runtime": "python", "tools": ["echo"]}
-    result = box.run_python("tools.echo(text='hi')", grants, limits={"fuel": 10**9})
+    """Limits on an outer call do not reach the tools its code calls (each is a call of its
+    own, under its manifest): the snippet may make one host call, the tool it calls makes
+    three of its own, and both succeed."""
+    calls: list[str] = []
+    box.register_host_function("host.fn", lambda: calls.append("inner") or "ok")
+    box.load(manifest("host_thrice", host_functions=["host.fn"]))
+    grants = {"name": "g", "runtime": "python", "tools": ["host_thrice"]}
+    result = box.run_python("tools.host_thrice()", grants, limits={"host_calls": 1})
     assert result.ok, result.error
-    (inner,) = (record for record in result.host_calls if record.name == "wasmbox.call_tool")
-    assert inner.verdict == "ok"
+    assert [record.name for record in result.host_calls] == ["wasmbox.call_tool"]
+    assert calls == ["inner"] * 3
+    # the outer limit holds for the outer call: a second tool call is one host call too many
+    twice = box.run_python("tools.host_thrice()\ntools.host_thrice()", grants, limits={"host_calls": 1})
+    assert twice.error is not None and twice.error.kind is ErrorKind.HOST_ERROR
