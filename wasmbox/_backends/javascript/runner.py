@@ -526,7 +526,7 @@ class _Probe:
     path, under a fuel budget of their own (`PROBE_FUEL`, and no more than `PROBE_TIMES` the
     fuel the call had used: what a guest makes the host spend stays a multiple of its own; the
     call's fuel is put back after) and the call's deadline; any failure of theirs leaves
-    QuickJS's column as it was."""
+    QuickJS's column standing."""
 
     def __init__(self, guest: _Guest, layout: build.Layout, name: int, flags: int) -> None:
         self._guest = guest
@@ -554,7 +554,7 @@ class _Probe:
         try:
             column = self._column(code, head, line, first)
         except (Failure, wasmtime.Trap, wasmtime.WasmtimeError):
-            column = None  # out of the probes' fuel, past the deadline, out of memory: as it was
+            column = None  # out of the probes' fuel, past the deadline, out of memory: QuickJS's stands
         finally:
             _store.set_fuel(context, fuel)
         if column is None:
