@@ -221,7 +221,6 @@ def _raised_here(exc: BaseException) -> bool:
 def _serve(request: bytes) -> tuple[object, bool]:
     """The value the request produced, and whether it must be sendable as is (a tool's)."""
     global _output_cap
-    random.seed()  # the snapshot's seed was fixed at build time; each call gets a fresh one
     _output_cap = min(int.from_bytes(request[:8], "little"), REPLY_MAX)
     try:
         message = marshal.loads(memoryview(request)[8:])
@@ -602,6 +601,70 @@ def _flush() -> None:
             pass
 
 
+# Whether this instance's `random` state has been drawn from WASI's randomness. The snapshot's
+# state was fixed at build time, the same in every instance, so the module's functions draw a
+# fresh one when first used (`_draw_random_state_when_first_used`): a call that uses no random
+# number does not pay for the Mersenne Twister's set-up (bench/README.md, "Python: fresh calls").
+_random_drawn = False
+
+
+def _draw_random_state_when_first_used() -> None:
+    """Make every function of `random` that reads or advances `random._inst`'s state draw a
+    fresh state first, once per instance; `seed(x)` and `setstate` count as that draw, and
+    `seed()` (draw a fresh state) leaves it to the first use, which is what the caller asked for.
+    componentize-py's runtime calls `random.seed()` at an instance's first call, so that call
+    costs nothing either. The first draw rebinds the module's names to the instance's own
+    methods, so later uses cost nothing extra. Run at build time, after every import: a
+    snapshot module holding one of those methods under another name gets the wrapper too, and
+    the build fails if anything else still holds the instance (it would read the build's
+    state in every instance)."""
+    state = random._inst  # noqa: SLF001 - the module's own instance, behind its functions
+    methods = {
+        name: value
+        for name, value in vars(random).items()
+        if getattr(value, "__self__", None) is state and not name.startswith("_")
+    }
+    sets_state = ("seed", "setstate")
+
+    def rebind() -> None:
+        global _random_drawn
+        _random_drawn = True
+        for name, method in methods.items():
+            setattr(random, name, method)
+
+    def lazy(name: str, method: collections.abc.Callable) -> collections.abc.Callable:
+        if name in sets_state:
+
+            def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                if name == "seed" and not args and not kwargs and not _random_drawn:
+                    return None  # "draw a fresh state": done when first used, as for any call
+                result = method(*args, **kwargs)
+                if not _random_drawn:
+                    rebind()
+                return result
+        else:
+
+            def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                if not _random_drawn:
+                    state.seed()
+                    rebind()
+                return method(*args, **kwargs)
+
+        functools.update_wrapper(call, method)
+        return call
+
+    wrappers = {name: lazy(name, method) for name, method in methods.items()}
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        for key, value in list(namespace.items()) if isinstance(namespace, dict) else ():
+            if getattr(value, "__self__", None) is state:
+                namespace[key] = wrappers[value.__name__]
+    known = [vars(random), *methods.values()]
+    for holder in gc.get_referrers(state):
+        if not isinstance(holder, types.CellType) and not any(holder is k for k in known):
+            raise RuntimeError(f"random._inst is held where no wrapper reaches: {holder!r:.200}")
+
+
 def _warm_up() -> None:
     """Run once at build time, so what these paths import lazily is in the snapshot too."""
     try:
@@ -626,6 +689,9 @@ def _warm_up() -> None:
 
 
 _warm_up()
+_draw_random_state_when_first_used()
+if _random_drawn:  # the snapshot must not hold a drawn state: every instance would share it
+    raise RuntimeError("the driver's set-up drew random's state before the snapshot")
 # Everything the snapshot holds goes to the collector's permanent generation: a call's
 # collections then never walk (nor touch the pages of) the ~18,000 objects of the imports.
 gc.freeze()
