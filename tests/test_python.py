@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -444,6 +445,45 @@ def test_state_does_not_survive_between_calls(box: wasmbox.Sandbox) -> None:
 def test_random_is_seeded_per_call(box: wasmbox.Sandbox) -> None:
     values = {box.run_python("import random\nrandom.random()").value for _ in range(3)}
     assert len(values) == 3
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "random.getstate()[1][:8]",  # the state itself, before any number is drawn
+        "[random.getrandbits(64), random.randbytes(8).hex()]",
+        "sorted(random.sample(range(10**9), 4))",
+        # a name taken from the module before the first draw is drawn for too
+        "(lambda draw: [draw(), draw()])(__import__('random').random)",
+    ],
+)
+def test_random_state_is_drawn_before_anything_reads_it(box: wasmbox.Sandbox, read: str) -> None:
+    """The snapshot's state is the same in every instance; each call's is its own."""
+    values = [box.run_python(f"import random\n{read}") for _ in range(3)]
+    assert all(v.ok for v in values), values[0].error
+    assert len({repr(v.value) for v in values}) == 3
+
+
+def test_a_seeded_sequence_is_the_seeds_own_in_every_call(box: wasmbox.Sandbox) -> None:
+    """`seed(x)` and `setstate` are draws too: nothing draws again over them."""
+    expected = random.Random(42)
+    want = [expected.random() for _ in range(3)]
+    for _ in range(2):
+        seeded = box.run_python("import random\nrandom.seed(42)\n[random.random() for _ in range(3)]")
+        assert seeded.value == want
+    state = random.Random(7).getstate()
+    restored = box.run_python(f"import random\nrandom.setstate({state!r})\nrandom.random()")
+    assert restored.value == random.Random(7).random()
+
+
+def test_a_call_that_uses_no_random_number_draws_no_state(box: wasmbox.Sandbox) -> None:
+    """Drawing a state (the Mersenne Twister's set-up) costs a call fuel, so only calls that
+    use `random` pay it; componentize-py's `random.seed()` at an instance's first call is left
+    to the first use too. Both snippets take the same one-line path."""
+    unused = box.run_python("__import__('random').__name__")
+    used = box.run_python("__import__('random').random()")
+    assert unused.ok and used.ok
+    assert used.fuel_used - unused.fuel_used > 50_000
 
 
 def test_stdlib_beyond_the_snapshot_imports_lazily(box: wasmbox.Sandbox) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,21 @@ def test_imports_functions_and_scratch_files_persist(box: wasmbox.Sandbox) -> No
     assert failed.error is not None and failed.error.kind is ErrorKind.GUEST_ERROR
     assert 'File "<run 1>", line 3, in half' in failed.error.message
     assert "fractions.Fraction(n, 2) / 0" in failed.error.message
+
+
+def test_randomness_goes_on_across_runs(box: wasmbox.Sandbox) -> None:
+    """A session is one instance: like a REPL, a seed set in one run holds in the next, and
+    runs of an unseeded session draw from one stream."""
+    session = box.session()
+    session.run("import random\nrandom.seed(1)")
+    expected = random.Random(1)
+    assert session.run("random.random()").value == expected.random()
+    assert session.run("random.random()").value == expected.random()
+    other = box.session()
+    assert (
+        other.run("import random\nrandom.random()").value
+        != box.session().run("import random\nrandom.random()").value
+    )
 
 
 def test_a_python_exception_keeps_the_session(box: wasmbox.Sandbox) -> None:
