@@ -389,14 +389,67 @@ _FORWARDREF = annotationlib.Format.FORWARDREF
 
 
 def _run_code(source: str, namespace: dict[str, object], filename: str) -> tuple[object, bool]:
+    """Run a snippet; its value is its last statement's when that is an expression."""
     _remember_source(filename, source)
-    if "\n" not in source.strip() and ";" not in source:  # one line: perhaps one expression,
-        try:  # compiled straight from source, without Python-level AST objects
-            expression = compile(source, filename, "eval", dont_inherit=True)
-        except SyntaxError:  # a statement: it fails at its first tokens, before costing much
+    split = _compile_split(source, filename)
+    if split is None:  # no clean split: the syntax tree decides, and reports any SyntaxError
+        return _run_code_tree(source, namespace, filename)
+    head, tail, is_expression = split
+    if head is not None:
+        exec(head, namespace)
+    if is_expression:
+        return eval(tail, namespace), False
+    exec(tail, namespace)
+    return None, False
+
+
+def _compile_split(source: str, filename: str) -> tuple[types.CodeType | None, types.CodeType, bool] | None:
+    """The snippet compiled straight from its text (a syntax tree made in Python and compiled
+    again costs about twice the fuel): everything before its last top-level line (the last line
+    that starts at column 0 with neither a space nor a comment), and that line on, as an
+    expression when it is one. When both parts compile, the split is at a statement boundary:
+    a part that ended inside a bracket, a string or a continued line would not. None when they
+    do not, or when the split could change what the code means (a `;` after the split, a
+    `__future__` import)."""
+    if "\n" not in source.strip() and ";" not in source:  # one line: no split to look for
+        try:
+            return None, compile(source, filename, "eval", dont_inherit=True), True
+        except SyntaxError:  # a statement (it fails at its first tokens, before costing much)
             pass
-        else:
-            return eval(expression, namespace), False
+        try:
+            return None, compile(source, filename, "exec", dont_inherit=True), False
+        except (SyntaxError, ValueError):
+            return None
+    lines = source.splitlines(keepends=True)
+    at = len(lines) - 1
+    while at >= 0 and (not lines[at][:1] or lines[at][:1].isspace() or lines[at][:1] == "#"):
+        at -= 1
+    if at < 0 or "__future__" in source:
+        return None
+    head_source, tail_source = "".join(lines[:at]), "".join(lines[at:])
+    if ";" in tail_source:
+        return None
+    tail_source = "\n" * at + tail_source  # (its lines keep their numbers in tracebacks)
+    try:
+        head = compile(head_source, filename, "exec", dont_inherit=True) if head_source.strip() else None
+        if _STATEMENT.match(lines[at]) is None:
+            try:
+                return head, compile(tail_source, filename, "eval", dont_inherit=True), True
+            except SyntaxError:  # a statement that starts like an expression (`x = 1`)
+                pass
+        return head, compile(tail_source, filename, "exec", dont_inherit=True), False
+    except (SyntaxError, ValueError):  # (ValueError: a NUL in the source)
+        return None
+
+
+# A line that starts a statement, not an expression (compiled as one without trying).
+_STATEMENT = re.compile(
+    r"(?:@|(?:async|assert|break|class|continue|def|del|for|from|global|if|import|nonlocal|pass"
+    r"|raise|return|try|while|with)\b)"
+)
+
+
+def _run_code_tree(source: str, namespace: dict[str, object], filename: str) -> tuple[object, bool]:
     try:
         tree = ast.parse(source, filename, "exec")
     except SyntaxError as exc:  # the snippet's own: its line and column, no frame of ast's
