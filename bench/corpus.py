@@ -1,6 +1,6 @@
 """Realistic model-written code, fresh against a session: HumanEval's 164 programs with their tests.
 
-Run: ./dev python bench/corpus.py [--rounds N] [--quick N]
+Run: ./dev python bench/corpus.py [--rounds N] [--quick N] [--compile]
 Each program is a HumanEval problem as a model would have written it, with its tests: the prompt
 (imports, signature, docstring), the canonical solution, the test function and
 `check(entry_point)`, so a run passes when its asserts hold. The problems come from the
@@ -13,7 +13,10 @@ program by program, order reversed every other round. Printed: the median over p
 each program's median time, fresh and in the session, and their ratio; the median of the
 per-program ratios (the goal's figure); the slowest programs; and every program that failed
 its tests in either way, with its error (failures are reported, never dropped silently).
-`--quick N` takes every (164 / N)th program.
+`--quick N` takes every (164 / N)th program. `--compile` prints instead what compiling is of a
+session's run: each program's source compiled alone in the session (`compile(SRC, ...)`, the
+source put there by an earlier run), against the whole run, in fuel and time (medians over
+the programs, each the median of --rounds runs).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _timing import taking_turns
 
 import wasmbox
 
@@ -176,15 +181,45 @@ def print_race(result: Race, pairs: list[tuple[str, str]], slowest: int = 5) -> 
             print(f"  {name}: {error[:160]}")
 
 
+def print_compile_share(session: wasmbox.Session, corpus: list[Program], rounds: int) -> None:
+    """What compiling a program's source is of its run in a session, in fuel and in time."""
+    fuel: list[float] = []
+    share: list[float] = []
+    compile_s: list[float] = []
+    per_byte: list[float] = []
+    for program in corpus:
+        assert session.run(f"SRC = {program.code!r}").ok
+        ways = {
+            "whole": lambda code=program.code: session.run(code),
+            "compile": lambda: session.run("compile(SRC, 'program', 'exec') and None"),
+        }
+        first = {name: run() for name, run in ways.items()}
+        times = {name: statistics.median(t) for name, t in taking_turns(ways, rounds).items()}
+        fuel.append(first["compile"].fuel_used / first["whole"].fuel_used)
+        share.append(times["compile"] / times["whole"])
+        compile_s.append(times["compile"])
+        per_byte.append(first["compile"].fuel_used / len(program.code.encode()))
+    print(
+        f"{len(corpus)} programs, median {statistics.median(len(p.code) for p in corpus):.0f} bytes:"
+        f" compiling is {statistics.median(fuel):.0%} of a session run's fuel and"
+        f" {statistics.median(share):.0%} of its time (median {statistics.median(compile_s) * 1e3:.2f} ms,"
+        f" {statistics.median(per_byte):,.0f} fuel a byte of source)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--quick", type=int, default=0, metavar="N", help="about N programs, spread over the corpus"
     )
+    parser.add_argument("--compile", action="store_true", help="what compiling is of a session run")
     options = parser.parse_args()
     corpus = programs(options.quick)
     with wasmbox.Sandbox() as box, box.session(limits=UNBOUNDED) as session:
+        if options.compile:
+            print_compile_share(session, corpus, options.rounds)
+            return 0
         result = race(wasmbox_runners(box, session), corpus, options.rounds)
     print(f"{len(corpus)} programs, {options.rounds} rounds")
     print_race(result, [("wasmbox fresh", "wasmbox session")])
