@@ -32,6 +32,7 @@ import time
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from _timing import taking_turns
@@ -189,9 +190,9 @@ def print_compile_share(session: wasmbox.Session, corpus: list[Program], rounds:
     per_byte: list[float] = []
     for program in corpus:
         assert session.run(f"SRC = {program.code!r}").ok
-        ways = {
-            "whole": lambda code=program.code: session.run(code),
-            "compile": lambda: session.run("compile(SRC, 'program', 'exec') and None"),
+        ways: dict[str, Callable[[], wasmbox.CallResult]] = {
+            "whole": partial(session.run, program.code),
+            "compile": partial(session.run, "compile(SRC, 'program', 'exec') and None"),
         }
         first = {name: run() for name, run in ways.items()}
         times = {name: statistics.median(t) for name, t in taking_turns(ways, rounds).items()}

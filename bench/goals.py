@@ -108,8 +108,8 @@ def corpus_rows(box: wasmbox.Sandbox, quick: int, rounds: int, monty: bool) -> l
         if monty:
             import monty as _monty  # (bench/monty.py: needs its venv, made the first time)
 
-            with _monty.monty_runners() as theirs:
-                result = corpus.race(ways | theirs, programs, rounds)
+            with _monty.monty_runners() as monty_ways:
+                result = corpus.race(ways | monty_ways, programs, rounds)
         else:
             result = corpus.race(ways, programs, rounds)
     corpus.print_race(
