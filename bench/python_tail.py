@@ -1,6 +1,7 @@
 """What the slow calls of back-to-back `run_python` have in common: the tail, call by call.
 
-Run: ./dev python bench/python_tail.py [--calls N] [--gc-off] [--switch-interval S]
+Run: ./dev python bench/python_tail.py [--calls N] [--gc-off] [--switch-interval S] [--warm N]
+     [--queue N]
 Times N back-to-back `run_python("sum(range(100))")` calls as a user's pytest-benchmark run does
 (a fresh Sandbox, the runtime prepared, each call timed alone) and records, for each call:
 - its phases (`wasmbox.testing.record_phases`): instantiate, run, teardown, and whether a spare
@@ -21,7 +22,13 @@ Then prints the typical call (the middle half) beside the slow ones (over 2× th
 the slowest 1 %), each column a mean, so that what the slow calls add stands out.
 --gc-off: `gc.disable()` for the timed calls, to see what the collector's pauses are worth;
 --switch-interval: `sys.setswitchinterval(S)` (default 0.005 s), to see what the GIL's hand-over
-between the caller and the housekeeper is worth.
+between the caller and the housekeeper is worth. Two stand-ins for changes to the call path,
+made from outside it, to see what they would be worth:
+--warm N: before the timed calls, N instances made at once and freed, so N pool slots have had
+  their first reset;
+--queue N: the housekeeper's queue bound set to N (its `maxsize`; 4 in the package, 0 for no
+  bound, where the caller never frees a store itself).
+Calls that fail are counted and the first error printed (stores piling up can fill the pool).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from typing import Any
 from _timing import Summary
 
 import wasmbox
+from wasmbox._backends.python.runner import _INSTANTIATING
 from wasmbox._wasmtime import store as _store
 from wasmbox.testing import record_phases
 
@@ -60,12 +68,15 @@ class Watch:
     closes: int = 0
     close_s: float = 0.0
     _gc_started: float = 0.0
+    pauses: list[tuple[float, int]] = field(default_factory=list)  # every collection's (seconds, generation)
 
-    def on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()
         else:
-            self.gc_s += time.perf_counter() - self._gc_started
+            pause = time.perf_counter() - self._gc_started
+            self.gc_s += pause
+            self.pauses.append((pause, info["generation"]))
 
     def closing(self, close: Callable[[Any], None]) -> Callable[[Any], None]:
         def timed(store: Any) -> None:
@@ -83,6 +94,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--gc-off", action="store_true")
     parser.add_argument("--switch-interval", type=float, default=sys.getswitchinterval())
+    parser.add_argument("--warm", type=int, default=0, metavar="N")
+    parser.add_argument("--queue", type=int, default=None, metavar="N")
     options = parser.parse_args()
     sys.setswitchinterval(options.switch_interval)
     watch = Watch()
@@ -91,10 +104,16 @@ def main() -> int:
         _store.close_store
     )  # (the runner and Instance.discard call it by module)
     rows: list[dict[str, float]] = []
+    failures: list[str] = []
     with wasmbox.Sandbox() as box:
         box.prepare_python()
         runner = box._runtimes.python()
         queue = runner._keeper._tasks
+        if options.queue is not None:
+            queue.maxsize = options.queue  # (Queue.put reads it at every put)
+        warm = [runner.instantiate(_INSTANTIATING) for _ in range(options.warm)]
+        for instance in warm:
+            instance.discard()
         if options.gc_off:
             gc.disable()
         with record_phases() as recording:
@@ -105,7 +124,7 @@ def main() -> int:
                 waited = _run_delay()
                 cpu, process = time.thread_time(), time.process_time()
                 started = time.perf_counter()
-                box.run_python(SNIPPET)
+                result = box.run_python(SNIPPET)
                 wall = time.perf_counter() - started
                 cpu, process = time.thread_time() - cpu, time.process_time() - process
                 after = resource.getrusage(resource.RUSAGE_THREAD)
@@ -116,6 +135,8 @@ def main() -> int:
                     "ivcsw": after.ru_nivcsw - before.ru_nivcsw, "vcsw": after.ru_nvcsw - before.ru_nvcsw, "faults": after.ru_minflt - before.ru_minflt,
                     "queue": waiting, "closes": watch.closes, "close": watch.close_s,
                 })  # fmt: skip
+                if not result.ok:
+                    failures.append(str(result.error))
         gc.enable()
     for row, phases in zip(rows, recording.calls, strict=True):
         row |= {"inst": phases.instantiate_s, "run": phases.run_s, "tear": phases.teardown_s,
@@ -123,8 +144,11 @@ def main() -> int:
     summary = Summary.of([r["wall"] for r in rows])
     print(
         f"{options.calls} calls, GC {'off' if options.gc_off else 'on'}, switch interval"
-        f" {options.switch_interval * 1e3:g} ms: {summary.ms()}"
+        f" {options.switch_interval * 1e3:g} ms, {options.warm} slots warmed, queue bound"
+        f" {queue.maxsize or 'none'}: {summary.ms()}"
     )
+    if failures:
+        print(f"{len(failures)} calls failed; the first: {failures[0]}")
     ordered = sorted(rows, key=lambda r: r["wall"])
     n = len(ordered)
     groups = {
@@ -138,12 +162,19 @@ def main() -> int:
     )
     for label, group in groups.items():
         print(f"{label:>22} {len(group):5}" + "".join(_mean(group, name, unit) for name, unit in COLUMNS))
-    faulting = [i for i, r in enumerate(rows) if r["faults"] > 1000]
-    walls = [rows[i]["wall"] * 1e3 for i in faulting]
+    by_generation = [[p for p, g in watch.pauses if g == generation] for generation in range(3)]
     print(
-        f"calls with over 1,000 page faults (a pool slot's memory touched for the first time): {len(faulting)},"
-        f" at call {faulting[:12]}{' ...' if len(faulting) > 12 else ''}, wall {sorted(walls)[-12:]} ms"
+        f"GC: {len(watch.pauses)} collections (by generation {', '.join(str(len(g)) for g in by_generation)}),"
+        f" {sum(p for p, _ in watch.pauses) * 1e3:.1f} ms in all; the longest of each generation "
+        + ", ".join(f"{max(g, default=0) * 1e3:.2f}" for g in by_generation)
+        + f" ms; objects tracked at the end {len(gc.get_objects()):,}"
     )
+    faulting = [i for i, r in enumerate(rows) if r["faults"] > 1000]
+    print(
+        f"calls with over 1,000 page faults (a pool slot's memory touched for the first time): {len(faulting)}"
+    )
+    for i in faulting[:8]:
+        print(f"  call {i}: " + ", ".join(_cell(rows[i], c) for c, _ in COLUMNS))
     print("slowest 5: " + "; ".join(", ".join(_cell(r, c) for c, _ in COLUMNS) for r in ordered[-5:][::-1]))
     return 0
 
