@@ -2,22 +2,19 @@
 
 Run: ./dev python bench/cold_start.py [RUNS] [TREE ...]
 Prints the median wall time of whole processes (interpreter start included) and the split
-measured inside one of them. The children may write bytecode (to a cache of their own, not
-the source tree), as an installed package has it: compiling wasmbox's sources again in every
-process would add ~20 ms that no user pays. With TREEs (checkouts whose `wasmbox/` is timed,
+measured inside them. The children may write bytecode (to a cache of their own, not the source
+tree: `_timing.bytecode_cache`). With TREEs (checkouts whose `wasmbox/` is timed,
 e.g. `git worktree add /tmp/before <rev>`), the trees take turns, one process each per run,
 in alternating order.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+
+from _timing import bytecode_cache, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = f"""
@@ -43,22 +40,12 @@ print(f"{{(t1 - t0) * 1e3:.1f}} {{(t2 - t1) * 1e3:.1f}} {{(t3 - t2) * 1e3:.1f}}"
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     trees = [str(Path(tree).resolve()) for tree in sys.argv[2:]] or [""]
-    walls: dict[str, list[float]] = {tree: [] for tree in trees}
-    splits: dict[str, list[list[float]]] = {tree: [] for tree in trees}
-    with tempfile.TemporaryDirectory(prefix="wasmbox-pyc-") as bytecode:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPYCACHEPREFIX"] = bytecode
-        for tree in trees:  # warm the caches
-            subprocess.run(_child(tree), check=True, capture_output=True, env=env)
-        for run in range(runs):
-            for tree in trees if run % 2 == 0 else trees[::-1]:  # neither always goes first
-                started = time.perf_counter()
-                out = subprocess.run(_child(tree), check=True, capture_output=True, text=True, env=env)
-                walls[tree].append((time.perf_counter() - started) * 1e3)
-                splits[tree].append([float(x) for x in out.stdout.split()])
-    for tree in trees:
-        median = statistics.median(walls[tree])
-        parts = [statistics.median(s[i] for s in splits[tree]) for i in range(3)]
+    with bytecode_cache() as env:
+        timed = processes({tree: _child(tree) for tree in trees}, runs, env)
+    for tree, samples in timed.items():
+        median = statistics.median(wall for wall, _ in samples) * 1e3
+        splits = [[float(x) for x in out.split()] for _, out in samples]
+        parts = [statistics.median(s[i] for s in splits) for i in range(3)]
         print(f"{tree + ': ' if tree else ''}new process to first Python tool result: {median:.0f} ms "
               f"median of {runs} (import wasmbox {parts[0]:.0f} ms, load {parts[1]:.0f} ms, "
               f"first call {parts[2]:.0f} ms)")  # fmt: skip

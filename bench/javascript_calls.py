@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import wasmtime
+from _timing import taking_turns
 from wasmtime import _bindings
 
 import wasmbox
@@ -112,21 +113,19 @@ def print_against_core(box: wasmbox.Sandbox, code: str, calls: int) -> None:
     """The JavaScript call and a trivial core call (echo.wat), taking turns call by call, so that
     both meet the same machine: their medians and the ratio, the figure to compare across
     machines."""
+    core, javascript = against_core(box, code, calls)
+    print(f"taking turns with a trivial core call ({calls:,} each): core median "
+          f"{core * 1e3:.3f} ms, JavaScript median {javascript * 1e3:.3f} ms: {javascript / core:.2f}x")  # fmt: skip
+
+
+def against_core(box: wasmbox.Sandbox, code: str, calls: int) -> tuple[float, float]:
+    """(trivial core call, `run_javascript(code)`) medians in seconds, taking turns call by call."""
     echo = box.load({"name": "echo", "module": str(ROOT / "runtimes" / "examples" / "wat" / "echo.wat")})
     tool = box.interpreter(runtime="javascript")
-    core: list[float] = []
-    javascript: list[float] = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        echo.call({})
-        core.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        tool.call({"code": code})
-        javascript.append(time.perf_counter() - started)
-    ratio = statistics.median(javascript) / statistics.median(core)
-    print(f"taking turns with a trivial core call ({calls:,} each): core median "
-          f"{statistics.median(core) * 1e3:.3f} ms, JavaScript median {statistics.median(javascript) * 1e3:.3f}"
-          f" ms: {ratio:.2f}x")  # fmt: skip
+    times = taking_turns(
+        {"core": lambda: echo.call({}), "javascript": lambda: tool.call({"code": code})}, calls
+    )
+    return statistics.median(times["core"]), statistics.median(times["javascript"])
 
 
 def print_phases(stats: pstats.Stats, calls: int) -> None:
