@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the native engine-layer spike (native/, a PyO3 extension on the wasmtime crate) and
 # puts it in this tree as wasmbox/_native.abi3.so (git-ignored), where bench/native_spike.py
-# imports it. Needs cargo (the toolchain in native/rust-toolchain.toml) and maturin.
+# imports it. Needs cargo (stable, 1.95 or later) and maturin.
 # The first build compiles Wasmtime: many minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."

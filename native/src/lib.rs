@@ -492,6 +492,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreTool>()?;
     m.add_class::<PythonRuntime>()?;
     m.add("CallFailed", m.py().get_type::<CallFailed>())?;
-    m.add("WASMTIME_VERSION", "50.0.1")?;
+    m.add("WASMTIME_VERSION", "48.0.0")?;
     Ok(())
 }
