@@ -240,6 +240,19 @@ def test_pool_state_is_in_stats_and_in_gauges(cache_dir: Path, recorded: Recorde
         assert _gauge(recorded, "wasmbox.pool.spares") >= 1
 
 
+def test_stores_freed_by_the_python_housekeeper_are_counted_closed(cache_dir: Path) -> None:
+    """Back-to-back Python calls hand their stores to the runtime's housekeeping thread; once
+    it has freed them, `stats().stores` holds only the spares' (one per grant set here)."""
+    with wasmbox.Sandbox(cache_dir=cache_dir) as box:
+        for _ in range(30):
+            assert box.run_python("1").ok
+        deadline = time.monotonic() + 60
+        while box.stats().stores > box.stats().spares and time.monotonic() < deadline:
+            time.sleep(0.01)
+        settled = box.stats()
+        assert settled.stores == settled.spares <= 1, settled
+
+
 def test_an_overloaded_call_is_traced_and_counted(cache_dir: Path, recorded: Recorded) -> None:
     with wasmbox.Sandbox(cache_dir=cache_dir, admission=wasmbox.AdmissionLimits(resident=1)) as box:
         echo = box.load({"name": "echo", "module": wat("echo")})

@@ -453,7 +453,7 @@ class _Housekeeper:
             action, item = task
             try:
                 if action == "close":
-                    item.close()
+                    _store.close_store(item)  # (counted closed, as every store is)
                 else:
                     self._make_spare(*item)
             except Exception:  # noqa: BLE001, S110 - housekeeping must outlive any one failure
