@@ -421,6 +421,44 @@ def test_run_python_returns_the_last_expression_and_output(box: wasmbox.Sandbox)
     assert (lone.value, lone.stdout) == (5, "hi\n")
 
 
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [
+        ("x = 1\nx", 1),
+        ("max(\n    1,\n    2,\n)", 2),  # one expression over several lines
+        ("m = max(\n    1,\n    2,\n)", None),
+        ("a = 1; a", 1),
+        ("[x\nfor x in range(3)]", [0, 1, 2]),  # a line at column 0 inside brackets
+        ('"""\nx = 1 # """', "\nx = 1 # "),  # a line at column 0 inside a string
+        ("s = 2 + \\\n3\ns", 5),  # a continued line
+        ("if 1:\n    y = 5\nelse:\n    y = 6\ny", 5),
+        ("for i in range(2):\n    pass\ni", 1),
+        ("def f():\n    return 7\n\nf()\n\n# done\n", 7),
+        ("@staticmethod\ndef g():\n    pass\ntype(g).__name__", "staticmethod"),
+        ("from __future__ import annotations\nx: undefined_name = 1\nx", 1),
+        ("x = 1\nif x:\n    x = 2", None),
+    ],
+)
+def test_a_snippets_value_is_its_last_statements_when_an_expression(
+    box: wasmbox.Sandbox, code: str, value: object
+) -> None:
+    result = box.run_python(code)
+    assert result.ok, result.error
+    assert result.value == value
+
+
+def test_a_snippets_errors_keep_their_lines_and_its_annotations_are_one_set(box: wasmbox.Sandbox) -> None:
+    failing = box.run_python("a = 1\n\nb = undefined_name\nb")
+    assert 'File "<code>", line 3' in failing.error.message  # type: ignore[union-attr]
+    raised = box.run_python("x = 1\n\n\n1 / x / 0")
+    assert 'File "<code>", line 4' in raised.error.message  # type: ignore[union-attr]
+    unclosed = box.run_python("x = 1\ny = (")
+    assert "SyntaxError" in unclosed.error.message and "line 2" in unclosed.error.message  # type: ignore[union-attr]
+    session = box.session()  # a run's names annotated before and in its last statement
+    assert session.run("a: int = 1\nif True:\n    b: str = 'x'").ok
+    assert session.run("import sys\nsorted(sys.modules['__main__'].__annotations__)").value == ["a", "b"]
+
+
 def test_run_python_errors(box: wasmbox.Sandbox) -> None:
     syntax = box.run_python("def (")
     assert kind(syntax) == "guest_error" and "SyntaxError" in syntax.error.message  # type: ignore[union-attr]

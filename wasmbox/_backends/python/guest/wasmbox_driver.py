@@ -437,6 +437,8 @@ def _compile_split(source: str, filename: str) -> tuple[types.CodeType | None, t
                 return head, compile(tail_source, filename, "eval", dont_inherit=True), True
             except SyntaxError:  # a statement that starts like an expression (`x = 1`)
                 pass
+        if ":" in tail_source:  # it may annotate a name: then the module's annotations are one
+            return None, compile(source, filename, "exec", dont_inherit=True), False  # code's
         return head, compile(tail_source, filename, "exec", dont_inherit=True), False
     except (SyntaxError, ValueError):  # (ValueError: a NUL in the source)
         return None
