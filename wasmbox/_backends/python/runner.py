@@ -11,20 +11,22 @@ from __future__ import annotations
 import atexit
 import contextlib
 import marshal
+import os
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import wasmtime
 from wasmtime import component
 
-from ... import _abi, _call, _outcome
+from ... import _abi, _call, _outcome, _replay
 from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -179,6 +181,8 @@ class PythonRuntimeRunner:
         made_ahead = request.made_ahead = prepared is not None
         if prepared is None:
             prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
+            if prepared.error is None:  # the call's fuel is its run's, as a spare's: not its making's
+                _store.set_fuel(_store.context(prepared.store), manifest.limits.fuel)
         else:
             prepared.renew(self._ticker, manifest)  # (made on another thread, maybe under other limits)
         if request.prepare_next:  # the next call under these grants finds one ready
@@ -262,7 +266,9 @@ def encode_request(request: dict[str, Any], output_cap: int) -> bytes:
 def _replace_monotonic_clock(
     root: component.LinkerInstance, compiled: component.Component, engine: wasmtime.Engine
 ) -> None:
-    """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps.
+    """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps; and the wall clock
+    and `wasi:random/random` too, so that a taped call's readings and draws go through its
+    tape (`_replay`; untaped, each is one check more than Wasmtime's own).
 
     Wasmtime's `subscribe-duration`/`subscribe-instant` let a guest block inside the host
     (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: a
@@ -270,13 +276,57 @@ def _replace_monotonic_clock(
     make the pollables a capped sleep would need, so sleeping is refused outright, as a
     guest error with a message that says why.
     """
-    names = [n for n in compiled.type.imports(engine) if n.startswith("wasi:clocks/monotonic-clock@")]
-    for name in names:
-        with root.add_instance(name) as clock:
-            clock.add_func("now", lambda store: time.monotonic_ns())
-            clock.add_func("resolution", lambda store: 1)
-            clock.add_func("subscribe-duration", _refuse_sleep)
-            clock.add_func("subscribe-instant", _refuse_sleep)
+    for name in compiled.type.imports(engine):
+        if name.startswith("wasi:clocks/monotonic-clock@"):
+            with root.add_instance(name) as clock:
+                clock.add_func("now", _monotonic_now)
+                clock.add_func("resolution", lambda store: 1)
+                clock.add_func("subscribe-duration", _refuse_sleep)
+                clock.add_func("subscribe-instant", _refuse_sleep)
+        elif name.startswith("wasi:clocks/wall-clock@"):
+            with root.add_instance(name) as clock:
+                clock.add_func("now", _wall_now)
+                clock.add_func("resolution", lambda store: _Datetime(0, 1))
+        elif name.startswith("wasi:random/random@"):
+            with root.add_instance(name) as random:
+                random.add_func("get-random-bytes", _random_bytes)
+                random.add_func("get-random-u64", _random_u64)
+
+
+class _Datetime(NamedTuple):
+    """`wasi:clocks/wall-clock`'s `datetime` record."""
+
+    seconds: int
+    nanoseconds: int
+
+
+def _monotonic_now(store: wasmtime.StoreContext) -> int:
+    return time.monotonic_ns() if not _replay.open_tapes else _taped_clock("monotonic", time.monotonic_ns)
+
+
+def _wall_now(store: wasmtime.StoreContext) -> _Datetime:
+    now = time.time_ns() if not _replay.open_tapes else _taped_clock("wall", time.time_ns)
+    return _Datetime(*divmod(now, 1_000_000_000))
+
+
+def _taped_clock(kind: str, read: Callable[[], int]) -> int:
+    tape = _call.current().tape
+    return read() if tape is None else tape.clock(kind, read)
+
+
+def _random_bytes(store: wasmtime.StoreContext, size: int) -> bytes:
+    if size > _call.current().manifest.limits.memory:  # (its memory could not take them)
+        message = f"asked for {size} random bytes, more than the memory cap"
+        _call.abort(_store.context(store), ErrorKind.MEMORY_LIMIT, message)
+        raise wasmtime.WasmtimeError(message)
+    if not _replay.open_tapes:
+        return os.urandom(size)
+    tape = _call.current().tape
+    return os.urandom(size) if tape is None else tape.random(size, partial(os.urandom, size))
+
+
+def _random_u64(store: wasmtime.StoreContext) -> int:
+    return int.from_bytes(_random_bytes(store, 8), "little")
 
 
 def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
