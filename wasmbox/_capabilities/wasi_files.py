@@ -39,6 +39,7 @@ import wasmtime
 
 from .. import _abi, _call, _outcome
 from .._wasmtime import capi as _capi
+from .._wasmtime import store as _store
 
 MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once
 FIRST_PREOPEN_FD = 3  # WASI numbers preopens from 3, in the order the config added them
@@ -355,7 +356,7 @@ def _clock_taped(files: OpenFiles, wasi: _Wasi) -> None:
 
 
 def _read_clock(files: OpenFiles, wasi: _Wasi, out: int) -> int:
-    errno = wasi.call()
+    errno = _unmetered(wasi)
     if errno != 0:
         return -errno
     base, _ = _capi.memory_view(wasi.context, files.memory)  # WASI checked out's bounds
@@ -375,9 +376,18 @@ def _random_taped(files: OpenFiles, wasi: _Wasi) -> None:
 
 
 def _draw(files: OpenFiles, wasi: _Wasi, buf: int, size: int) -> bytes:
-    wasi.call()
+    _unmetered(wasi)
     base, _ = _capi.memory_view(wasi.context, files.memory)
     return ctypes.string_at(base + buf, size)
+
+
+def _unmetered(wasi: _Wasi) -> int:
+    """`wasi.call()` with the fuel the forwarder's own code burns given back, so a recorded
+    call's fuel is what its replay's is (which serves the reading without calling it)."""
+    left = _store.fuel_left(wasi.context)
+    errno = wasi.call()
+    _store.set_fuel(wasi.context, left)
+    return errno
 
 
 def _put(files: OpenFiles, wasi: _Wasi, at: int, data: bytes) -> int:
