@@ -157,7 +157,7 @@ def test_a_python_call_replays_offline_with_its_clock_randomness_files_and_fetch
               "network": {"allow": [server]}, "scratch": "1MiB", "inputs": {"size": "1KiB"},
               "preopens": [{"host": str(tmp_path), "guest": "/data"}]}  # fmt: skip
     code = PYTHON_OUTSIDE.format(server=server)
-    run = lambda: box.run_python(code, grants, files={"x.txt": "input"})  # noqa: E731
+    run = lambda: box.run_python(code, grants, files={"x.txt": "input"})
     recorded = check_replayed(world, run)
     (call,) = recorded.calls
     assert {"wall", "monotonic"} <= {kind for kind, _ in call.clock} and call.random
