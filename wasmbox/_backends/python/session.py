@@ -106,7 +106,7 @@ class PythonKernel:
 
     def __init__(self, runner: PythonRuntimeRunner, manifest: Manifest) -> None:
         """Raises SessionError when the runtime cannot make the instance."""
-        spare = runner.instantiate(manifest)
+        spare = runner.instantiate(manifest, taped=bool(_replay.open_tapes))  # (its runs' clocks taped)
         if spare.error is not None:
             spare.discard()
             raise SessionError(f"the runtime could not make its instance: {spare.error.message}")
