@@ -2,9 +2,10 @@
 
 `recording()` keeps, for each call made inside it (`CallTape`, one per call): its tool and
 the sha256 of its args (argv and stdin for a command) and of each input file; the files under
-its manifest's preopens as it started (sha256 of each, `files_digest`); and, in the order the
-guest asked for them, every host-function exchange (name, request's sha256, the reply the
-guest got, after `redact`), every clock reading and every draw of random bytes.
+its manifest's preopens as it started (sha256 and size of each: a replay names a file that
+changed); and, in the order the guest asked for them, every host-function exchange (name,
+request's sha256, the reply the guest got, after `redact`), every clock reading and every
+draw of random bytes.
 `replaying(recording)` serves those back: no host function runs, the clock and the random
 bytes are the recorded ones, so the same call gets the same result offline. Where the calls
 ask for something else, `Replay.divergence` says where, and live values (or, for a host
