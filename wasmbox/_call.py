@@ -492,10 +492,10 @@ def perform(
     ticker.enter()
     started = time.perf_counter()
     state = CallState.start(manifest, started)
-    if _replay.open_tapes:  # (off: this one check)
-        state.tape = _replay.starting()
     instance: Instance | None = None
     try:
+        if _replay.open_tapes:  # (off: this one check)
+            state.tape = _replay.starting()
         try:
             instance = backend.prepare(state, request)
         except Failure as refused:
