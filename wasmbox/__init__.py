@@ -52,7 +52,7 @@ from ._manifest import (
     Reactor,
     ReactorParam,
 )
-from ._replay import HostExchange, Recording, Replay, recording, replaying
+from ._replay import CallTape, HostExchange, Recording, Replay, recording, replaying
 from ._results import CallError, CallResult, HostCallRecord
 from ._sandbox import Sandbox
 from ._stats import SandboxStats
@@ -73,6 +73,7 @@ __all__ = [
     "CallError",
     "CallLimits",
     "CallResult",
+    "CallTape",
     "CapabilityDeniedError",
     "CapabilityError",
     "Command",

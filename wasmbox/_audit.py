@@ -74,6 +74,9 @@ class AuditRecord:
     # the call whose code made it (its record comes later: it ends after the calls it made).
     call_id: str | None = None
     parent_id: str | None = None
+    # A call made while a recording or replay was open: `"<Recording.id>#<place>"`, the
+    # recorded call it was kept as or served from (`wasmbox.recording`).
+    recording: str | None = None
 
     @property
     def refused(self) -> list[HostCallRecord]:
@@ -118,6 +121,7 @@ class Auditor:
         session_id: str | None = None,
         call_id: str | None = None,
         parent_id: str | None = None,
+        recording: str | None = None,
     ) -> None:
         """Deliver the record of `result` (of a run of `session`, if given) to every sink.
         Never raises: a failing sink is logged, and the call's result stands."""
@@ -143,6 +147,7 @@ class Auditor:
             session_id=session_id,
             call_id=call_id,
             parent_id=parent_id,
+            recording=recording,
         )
         self._send(record)
 

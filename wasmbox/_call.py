@@ -6,6 +6,7 @@ manifest alone, and turning the outcome into a `CallResult`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import os
 import threading
@@ -67,6 +68,7 @@ class CallState:
     files: Any = None  # the guest's open-file count and WASI forwarder (`_capabilities.wasi_files.OpenFiles`)
     phases: _phases.Clock | None = None  # set while this thread records phases (`_phases.record`)
     requests: dict[int, int] = field(default_factory=dict)  # http.fetch requests sent per network rule
+    tape: _replay.Taped | None = None  # what serves its host calls, clock and randomness while taped
 
     @classmethod
     def start(cls, manifest: Manifest, started: float) -> CallState:
@@ -232,7 +234,8 @@ def serve_host_call(
         else:
             outer, _local.ceiling = ceiling(), state.deadline  # what the function calls ends by then
             try:
-                reply = _invoke(function, request, state.manifest._narrowing("host", function.name))
+                narrowed = state.manifest._narrowing("host", function.name)
+                reply = _invoke(function, request, narrowed, state.tape)
             finally:
                 _local.ceiling = outer
             if time.perf_counter() > state.deadline:
@@ -247,10 +250,12 @@ def serve_host_call(
     return reply
 
 
-def _invoke(function: HostFunction, request: bytes, narrowed: Validator | None) -> HostReply:
-    """`function.invoke(request, narrowed)` (recorded or replayed while a `_replay` tape is
-    open), in a span of its own when telemetry is on."""
-    invoke = function.invoke if not _replay.open_tapes else partial(_replay.serve, function)
+def _invoke(
+    function: HostFunction, request: bytes, narrowed: Validator | None, tape: _replay.Taped | None
+) -> HostReply:
+    """`function.invoke(request, narrowed)` (recorded or replayed by the call's `tape`), in a
+    span of its own when telemetry is on."""
+    invoke = function.invoke if tape is None else partial(tape.host, function)
     telemetry = _telemetry.active
     if telemetry is None:
         return invoke(request, narrowed)
@@ -259,6 +264,22 @@ def _invoke(function: HostFunction, request: bytes, narrowed: Validator | None) 
 
 def _record_of(reply: HostReply) -> HostCallRecord:
     return reply.record
+
+
+T = TypeVar("T")
+
+
+def carried(function: Callable[[], T]) -> Callable[[], T]:
+    """`function` to hand a worker thread, run in the caller's context (which work handed to
+    another thread does not take along by itself) when telemetry is on (its OpenTelemetry
+    context) or a recording or replay is open (its tape; the call takes its place in it now,
+    `_replay.hand_off`); itself otherwise."""
+    if _telemetry.active is None and not _replay.open_tapes:
+        return function
+    context = contextvars.copy_context()
+    if _replay.open_tapes:
+        context.run(_replay.hand_off)
+    return partial(context.run, function)
 
 
 def new_store(
@@ -473,6 +494,8 @@ def perform(
     state = CallState.start(manifest, started)
     instance: Instance | None = None
     try:
+        if _replay.open_tapes:  # (off: this one check)
+            state.tape = _replay.starting()
         try:
             instance = backend.prepare(state, request)
         except Failure as refused:

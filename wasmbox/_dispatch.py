@@ -94,7 +94,7 @@ def dispatch(box: Caller, calls: Any, format: str, options: Options) -> list[dic
         futures = [
             (
                 job,
-                box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget))),
+                box._gate.submit(box._executor, _call.carried(partial(_run, job, deadline, budget))),
             )
             for job in runnable
         ]
@@ -121,7 +121,7 @@ async def adispatch(box: Caller, calls: Any, format: str, options: Options) -> l
         return [_reply(job, format, deadline_s) for job in jobs]
     tasks = [
         asyncio.wrap_future(
-            box._gate.submit(box._executor, _telemetry.carried(partial(_run, job, deadline, budget)))
+            box._gate.submit(box._executor, _call.carried(partial(_run, job, deadline, budget)))
         )
         for job in runnable
     ]
@@ -184,7 +184,7 @@ async def acall_one(
     )
     if on_output is not None:
         call = partial(_streamed, on_the_loop(asyncio.get_running_loop(), on_output), call)
-    return await box._gate.offload(box._executor, _telemetry.carried(call))
+    return await box._gate.offload(box._executor, _call.carried(call))
 
 
 def _streamed(listener: OutputListener, call: Callable[[], CallResult]) -> CallResult:

@@ -653,7 +653,7 @@ class Sandbox:
         run = partial(
             self.run_javascript, code, manifest, budget=budget, limits=limits, files=files, on_output=listener
         )
-        return await self._gate.offload(self._executor, _telemetry.carried(run))
+        return await self._gate.offload(self._executor, _call.carried(run))
 
     def _checked_grants(self, source: ManifestSource) -> Manifest:
         """A grant set as specs show it: read, its tools and host functions present here."""
@@ -794,7 +794,7 @@ class Sandbox:
             files=files,
             on_output=listener,
         )
-        return await self._gate.offload(self._executor, _telemetry.carried(run))
+        return await self._gate.offload(self._executor, _call.carried(run))
 
     def specs(
         self,

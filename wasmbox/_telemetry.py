@@ -226,11 +226,3 @@ def guarded(
     except Exception:  # noqa: BLE001 - telemetry failing must not fail the call
         _log.exception("wasmbox telemetry failed; the call goes on without it")
     return result
-
-
-def carried(function: Callable[[], T]) -> Callable[[], T]:
-    """`function` to hand an executor: run in the caller's OpenTelemetry context when telemetry
-    is on (work handed to another thread does not take it along by itself); itself when off."""
-    if active is None:
-        return function
-    return functools.partial(contextvars.copy_context().run, function)

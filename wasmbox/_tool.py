@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from . import _abi, _call, _formats, _outcome, _schema, _telemetry
+from . import _abi, _call, _formats, _outcome, _replay, _schema, _telemetry
 from ._admission import Gate
 from ._audit import Auditor
 from ._budget import Budget
@@ -215,24 +215,33 @@ class Tool:
         return CallLimits.of(limits).applied_to(self.manifest.limits, self.name)
 
     def _counted(self, asked: _Asked, budget: Budget | None) -> CallResult:
-        """The call under its budget, audited (with its id and its caller's) and counted."""
-        if self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
-            with _call_ids() as (call_id, parent_id):
-                result = self._budgeted(asked, budget)
-            given = (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
-            self._auditor.record(
-                result,
-                self.manifest_digest,
-                self.code_digest,
-                given,
-                asked.limits or self.manifest.limits,
-                call_id=call_id,
-                parent_id=parent_id,
-            )
+        """The call under its budget, taped while a recording or replay is open (the
+        outermost call only), audited (with its id and its caller's) and counted."""
+        given = (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
+        if _replay.open_tapes and not _call.inside_call():
+            with _replay.taping(self.name, given, asked.files, self.manifest.preopens) as taped:
+                result = self._audited(asked, budget, given, taped[1] if taped else None)
         else:
-            result = self._budgeted(asked, budget)
+            result = self._audited(asked, budget, given, None)
         if self._counts is not None:
             self._counts.add(result)
+        return result
+
+    def _audited(self, asked: _Asked, budget: Budget | None, given: Any, recording: str | None) -> CallResult:
+        if not self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
+            return self._budgeted(asked, budget)
+        with _call_ids() as (call_id, parent_id):
+            result = self._budgeted(asked, budget)
+        self._auditor.record(
+            result,
+            self.manifest_digest,
+            self.code_digest,
+            given,
+            asked.limits or self.manifest.limits,
+            call_id=call_id,
+            parent_id=parent_id,
+            recording=recording,
+        )
         return result
 
     def _budgeted(self, asked: _Asked, budget: Budget | None) -> CallResult:
@@ -298,7 +307,7 @@ class Tool:
         self.limits_for(limits)
         loop = asyncio.get_running_loop()
         listener = on_the_loop(loop, on_output) if on_output is not None else None
-        work = _telemetry.carried(
+        work = _call.carried(
             partial(
                 self.call,
                 args,

@@ -39,6 +39,7 @@ import wasmtime
 
 from .. import _abi, _call, _outcome
 from .._wasmtime import capi as _capi
+from .._wasmtime import store as _store
 
 MAX_OPEN_FILES = 128  # descriptors one call may have open from path_open at once
 FIRST_PREOPEN_FD = 3  # WASI numbers preopens from 3, in the order the config added them
@@ -68,7 +69,11 @@ _PATHS = {
     "path_link": ((0, 2), (4, 5)),
     "path_filestat_set_times": ((0, 2),),
 }
-_FORWARDED = tuple(_SIGNATURES)
+# The reads a taped call's guest makes of the clock and of randomness (`_replay`): shadowed
+# only in a runner's taped linker, so an untaped call reaches Wasmtime's own directly.
+_CLOCK_TIME_GET, _RANDOM_GET = "clock_time_get", "random_get"
+_TAPED_SIGNATURES = {_CLOCK_TIME_GET: "i32 i64 i32", _RANDOM_GET: "i32 i32"}
+_FORWARDED = (*_SIGNATURES, *_TAPED_SIGNATURES)
 _SYMLINK_PARAMS = "i32 i32 i32 i32 i32"  # path_symlink: refused, not forwarded
 
 
@@ -76,7 +81,7 @@ def _forwarder_wat() -> str:
     """The forwarding module: each forwarded function imported from Wasmtime's WASI and
     re-exported as a function calling it, and the guest's memory re-exported."""
     imports, exports = [], []
-    for name, params in _SIGNATURES.items():
+    for name, params in {**_SIGNATURES, **_TAPED_SIGNATURES}.items():
         args = " ".join(f"(local.get {i})" for i in range(len(params.split())))
         imports.append(f'(import "{_abi.WASI_MODULE}" "{name}" (func ${name} (param {params}) (result i32)))')
         exports.append(f'(func (export "{name}") (param {params}) (result i32) (call ${name} {args}))')
@@ -185,13 +190,19 @@ class FileGuard:
         self._handle = _guards.add(weakref.ref(self))
         weakref.finalize(self, _guards.discard, self._handle)
 
-    def define(self, linker: wasmtime.Linker) -> None:
+    def define(self, linker: wasmtime.Linker, *, taped: bool = False) -> None:
         """Shadow `path_open`, `fd_close`, `fd_renumber` and `path_symlink` on `linker`, and,
-        with a hidden root, the other path calls that could reach it."""
+        with a hidden root, the other path calls that could reach it; with `taped` (the linker
+        of calls a recording or replay tapes), `clock_time_get` and `random_get` too."""
         types = {"i32": wasmtime.ValType.i32(), "i64": wasmtime.ValType.i64()}
-        shadowed = _FORWARDED if self.hidden_root is not None else (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
+        shadowed = (
+            tuple(_SIGNATURES) if self.hidden_root is not None else (_PATH_OPEN, _FD_CLOSE, _FD_RENUMBER)
+        )
+        if taped:
+            shadowed = (*shadowed, *_TAPED_SIGNATURES)
+        signatures = {**_SIGNATURES, **_TAPED_SIGNATURES}
         for name in (*shadowed, _PATH_SYMLINK):
-            params = [types[t] for t in _SIGNATURES.get(name, _SYMLINK_PARAMS).split()]
+            params = [types[t] for t in signatures.get(name, _SYMLINK_PARAMS).split()]
             functype = wasmtime.FuncType(params, [types["i32"]])
             callback = _CALLBACKS.get(name, _path_symlink)
             _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
@@ -329,7 +340,68 @@ def _closed(files: OpenFiles, fd: int) -> None:
         _budget.give_back(files)
 
 
+def _clock_taped(files: OpenFiles, wasi: _Wasi) -> None:
+    """`clock_time_get` of a taped call: Wasmtime's reading (or its errno), kept by the call's
+    tape; or the recorded one, written where the guest asked."""
+    clock, out = wasi.arg(0), wasi.arg(2)
+    tape = _call.current().tape
+    if tape is None:
+        wasi.call()
+        return
+    value = tape.clock(f"clock {clock}", partial(_read_clock, files, wasi, out))
+    if value < 0:
+        wasi.values[0].i32 = -value
+        return
+    wasi.values[0].i32 = _put(files, wasi, out, value.to_bytes(8, "little"))
+
+
+def _read_clock(files: OpenFiles, wasi: _Wasi, out: int) -> int:
+    errno = _unmetered(wasi)
+    if errno != 0:
+        return -errno
+    base, _ = _capi.memory_view(wasi.context, files.memory)  # WASI checked out's bounds
+    return int.from_bytes(ctypes.string_at(base + out, 8), "little")
+
+
+def _random_taped(files: OpenFiles, wasi: _Wasi) -> None:
+    """`random_get` of a taped call: Wasmtime's bytes, kept by the call's tape; or the
+    recorded ones, written where the guest asked."""
+    buf, size = wasi.arg(0), wasi.arg(1)
+    tape = _call.current().tape
+    _, memory_size = _capi.memory_view(wasi.context, files.memory)
+    if tape is None or buf + size > memory_size:
+        wasi.call()  # (Wasmtime's own answer: EFAULT for a buffer outside the memory)
+        return
+    wasi.values[0].i32 = _put(files, wasi, buf, tape.random(size, partial(_draw, files, wasi, buf, size)))
+
+
+def _draw(files: OpenFiles, wasi: _Wasi, buf: int, size: int) -> bytes:
+    _unmetered(wasi)
+    base, _ = _capi.memory_view(wasi.context, files.memory)
+    return ctypes.string_at(base + buf, size)
+
+
+def _unmetered(wasi: _Wasi) -> int:
+    """`wasi.call()` with the fuel the forwarder's own code burns given back, so a recorded
+    call's fuel is what its replay's is (which serves the reading without calling it)."""
+    left = _store.fuel_left(wasi.context)
+    errno = wasi.call()
+    _store.set_fuel(wasi.context, left)
+    return errno
+
+
+def _put(files: OpenFiles, wasi: _Wasi, at: int, data: bytes) -> int:
+    """Write `data` into the guest's memory at `at`: the errno (EFAULT outside it)."""
+    base, size = _capi.memory_view(wasi.context, files.memory)
+    if at + len(data) > size:
+        return _abi.Errno.FAULT
+    ctypes.memmove(base + at, data, len(data))
+    return _abi.Errno.SUCCESS
+
+
 _BOOKKEEPING: dict[str, Callable[[OpenFiles, _Wasi], None]] = {
+    _CLOCK_TIME_GET: _clock_taped,
+    _RANDOM_GET: _random_taped,
     _PATH_OPEN: _path_open_kept,
     _FD_CLOSE: _fd_close_kept,
     _FD_RENUMBER: _fd_renumber_kept,

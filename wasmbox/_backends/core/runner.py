@@ -80,23 +80,35 @@ class ModuleRunner:
             *((SCRATCH_GUEST_PATH,) if manifest.scratch is not None and info.uses_wasi else ()),
         )
         self._granted = ", ".join(granted)
-        linker = wasmtime.Linker(engine)
-        if info.uses_wasi:
-            linker.define_wasi()
-            linker.allow_shadowing = True  # our deadline-aware poll_oneoff replaces Wasmtime's
-            _wasi_poll.define(linker)
-            root_fd = _wasi_files.FIRST_PREOPEN_FD + len(granted) if self._root is not None else None
-            self._files = _wasi_files.FileGuard(engine, root_fd)  # caps open files, refuses symlinks
-            self._files.define(linker)
-            linker.allow_shadowing = False
+        root_fd = _wasi_files.FIRST_PREOPEN_FD + len(granted) if self._root is not None else None
+        # caps open files, refuses symlinks
+        self._files = _wasi_files.FileGuard(engine, root_fd) if info.uses_wasi else None
         # held here, as long as the InstancePre that calls them (the registry holds them weakly)
         self._host_functions = tuple(host_functions[name] for name in sorted(set(info.host_functions)))
+        self._module = module
+        self._pre = self._link()
+        # what calls a recording or replay tapes instantiate (their clock and randomness read
+        # through the tape): only a module using WASI has them
+        self._taped = self._link(taped=True) if self._files is not None else self._pre
+
+    def _link(self, *, taped: bool = False) -> wasmtime.InstancePre:
+        """The module linked with what its calls get: WASI (our deadline-aware poll_oneoff and
+        file calls shadowing Wasmtime's; with `taped`, its clock and randomness read through
+        the call's tape) and the granted host functions. CapabilityError for an import
+        nothing defines."""
+        linker = wasmtime.Linker(self._engine)
+        if self._files is not None:
+            linker.define_wasi()
+            linker.allow_shadowing = True
+            _wasi_poll.define(linker)
+            self._files.define(linker, taped=taped)
+            linker.allow_shadowing = False
         for function in self._host_functions:
             _hostcall.define(linker, function)
         try:
-            self._pre = linker.instantiate_pre(module)
+            return linker.instantiate_pre(self._module)
         except wasmtime.WasmtimeError as exc:  # e.g. an import WASI preview1 does not have
-            raise CapabilityError(f"{manifest.module}: {_outcome.cause(str(exc))}") from None
+            raise CapabilityError(f"{self._manifest.module}: {_outcome.cause(str(exc))}") from None
 
     exit_is_an_end = True  # a command's exit, or a C entry's, ends the call as a guest error
 
@@ -120,7 +132,7 @@ class ModuleRunner:
     def run(self, instance: _call.Instance, state: CallState, call: CallInput) -> Any:
         store = instance.store
         prepared = self._entry.prepare(call.args) if self._entry is not None else ()
-        created = self._pre.instantiate(store)
+        created = (self._pre if state.tape is None else self._taped).instantiate(store)
         memory = instance.memory = _memory(store, created)
         state.ready()
         if self.kind is ToolKind.COMMAND:

@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome, _replay, _snapshot
+from ... import _abi, _call, _outcome, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities import wasi_files as _wasi_files
@@ -120,19 +120,31 @@ class JavaScriptRunner:
         self._host_functions = host_functions
         self._ticker = ticker
         self._scratch = scratch
-        linker = wasmtime.Linker(engine)
-        linker.define_wasi()
-        linker.allow_shadowing = True
-        _wasi_poll.define(linker)  # sleeps and timers end at the deadline
+        self._module = module
         self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
-        self._files.define(linker)
-        linker.allow_shadowing = False
-        self._pre = linker.instantiate_pre(module)
+        self._pre = self._link()
+        self._taped = self._link(taped=True)  # what calls a recording or replay tapes instantiate
         i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
         # JSValue (*)(JSContext *, JSValueConst this, int argc, JSValueConst *argv)
         self._host_type = wasmtime.FuncType([i32, i64, i32, i32], [i64])
         self._handle = _runners.add(weakref.ref(self))
         weakref.finalize(self, _runners.discard, self._handle)
+
+    def _link(self, *, taped: bool = False) -> wasmtime.InstancePre:
+        """The snapshot linked with WASI: our poll_oneoff (sleeps and timers end at the
+        deadline) and file calls shadowing Wasmtime's; with `taped`, its clock read through
+        the call's tape."""
+        linker = wasmtime.Linker(self._engine)
+        linker.define_wasi()
+        linker.allow_shadowing = True
+        _wasi_poll.define(linker)
+        self._files.define(linker, taped=taped)
+        linker.allow_shadowing = False
+        return linker.instantiate_pre(self._module)
+
+    def pre(self, state: CallState) -> wasmtime.InstancePre:
+        """What a call with `state` instantiates: the taped InstancePre while it is taped."""
+        return self._pre if state.tape is None else self._taped
 
     @property
     def folder(self) -> Path:
@@ -169,7 +181,7 @@ class JavaScriptRunner:
 
     def run(self, instance: _call.Instance, state: CallState, request: Request) -> Any:
         store = instance.store
-        created = self._pre.instantiate(store)
+        created = self.pre(state).instantiate(store)
         memory = instance.memory = _capi.MEMORY.get(store, created)
         state.ready()
         manifest = state.manifest
@@ -212,7 +224,8 @@ class JavaScriptRunner:
         layout = self._layout
         context = _store.context(store)
         guest = _Guest(context, _Exports(store, instance), memory)
-        guest.write(layout.random_state, _replay.randomness(_seed))  # (kept or replayed by a tape)
+        tape = _call.current().tape
+        guest.write(layout.random_state, _seed() if tape is None else tape.random(8, _seed))
         if env:  # the C library read the set-up's empty environment: read the call's
             _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
         _capi.set_table_func(

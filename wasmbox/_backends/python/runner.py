@@ -11,20 +11,22 @@ from __future__ import annotations
 import atexit
 import contextlib
 import marshal
+import os
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import wasmtime
 from wasmtime import component
 
-from ... import _abi, _call, _outcome
+from ... import _abi, _call, _outcome, _replay
 from ..._call import CallInput
 from ..._capabilities import scratch as _scratch
 from ..._capabilities.hostfuncs import HostFunction
@@ -60,13 +62,11 @@ class PythonRuntimeRunner:
         self._host_functions = host_functions
         self._ticker = ticker
         self._scratch = scratch
-        self._linker = component.Linker(engine)
-        self._linker.add_wasip2()
-        self._linker.allow_shadowing = True
-        with self._linker.root() as root:
-            self._host_handle = _component_io.add_bytes_func(root, "call-host", self._call_host)
-            _replace_monotonic_clock(root, compiled, engine)
-        self._linker.allow_shadowing = False
+        self._linker, handle = self._link(compiled, engine)
+        # what calls a recording or replay tapes instantiate: the wall clock and randomness
+        # served by the host too (through the tape), which costs each read a Python call
+        self._taped_linker, taped_handle = self._link(compiled, engine, taped=True)
+        self._host_handles = (handle, taped_handle)
         run = compiled.get_export_index("run")
         if run is None:
             raise RuntimeError("the Python runtime component exports no `run`")
@@ -80,6 +80,7 @@ class PythonRuntimeRunner:
             scratch,
             ((runtime.stdlib, STDLIB_GUEST_PATH, stdlib_writable),),
             self._packages,
+            self._taped_linker,
         )
         self._spares = _Spares(spares)
         # The thread makes spares from `_instances`, which holds no host function: nothing it
@@ -88,8 +89,27 @@ class PythonRuntimeRunner:
         # Released when closed, or when the Sandbox is dropped without closing it: nothing
         # here may keep the runner (and its engine's pool reservation) alive.
         self._release = weakref.finalize(
-            self, _release, self._keeper, self._spares, self._linker, self._host_handle
+            self,
+            _release,
+            self._keeper,
+            self._spares,
+            (self._linker, self._taped_linker),
+            self._host_handles,
         )
+
+    def _link(
+        self, compiled: component.Component, engine: wasmtime.Engine, *, taped: bool = False
+    ) -> tuple[component.Linker, int]:
+        """A linker with WASI p2, the `call-host` import and our clocks (`_replace_clocks`),
+        and the handle of its `call-host` (for `_component_io.forget`)."""
+        linker = component.Linker(engine)
+        linker.add_wasip2()
+        linker.allow_shadowing = True
+        with linker.root() as root:
+            handle = _component_io.add_bytes_func(root, "call-host", self._call_host)
+            _replace_clocks(root, compiled, engine, taped=taped)
+        linker.allow_shadowing = False
+        return linker, handle
 
     @property
     def folder(self) -> Path:
@@ -175,10 +195,13 @@ class PythonRuntimeRunner:
             request.payload = encode_request(request.body, manifest.limits.output)
         except (TypeError, ValueError, OverflowError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
-        prepared = self._spares.take(request.grants_digest, manifest)
+        taped = state.tape is not None  # (a spare is not linked for a taped call)
+        prepared = None if taped else self._spares.take(request.grants_digest, manifest)
         made_ahead = request.made_ahead = prepared is not None
         if prepared is None:
-            prepared = self.instantiate(manifest)  # (its WASI context opened the preopens just now)
+            prepared = self.instantiate(manifest, taped=taped)  # (its preopens opened just now)
+            if prepared.error is None:  # the call's fuel is its run's, as a spare's: not its making's
+                _store.set_fuel(_store.context(prepared.store), manifest.limits.fuel)
         else:
             prepared.renew(self._ticker, manifest)  # (made on another thread, maybe under other limits)
         if request.prepare_next:  # the next call under these grants finds one ready
@@ -203,9 +226,9 @@ class PythonRuntimeRunner:
         """Spare instances ready for a next call (one per recent grant set)."""
         return self._spares.ready
 
-    def instantiate(self, manifest: Manifest) -> _call.Instance:
+    def instantiate(self, manifest: Manifest, *, taped: bool = False) -> _call.Instance:
         """A store and instance for one call under `manifest`, not yet run (see `_Instances.make`)."""
-        return self._instances.make(manifest)
+        return self._instances.make(manifest, taped=taped)
 
     def close(self) -> None:
         """Stop the housekeeping thread, free the spare instances and the linker (which
@@ -259,10 +282,12 @@ def encode_request(request: dict[str, Any], output_cap: int) -> bytes:
     return min(output_cap, _component_io.REPLY_MAX).to_bytes(8, "little") + marshal.dumps(carried, 4)
 
 
-def _replace_monotonic_clock(
-    root: component.LinkerInstance, compiled: component.Component, engine: wasmtime.Engine
+def _replace_clocks(
+    root: component.LinkerInstance, compiled: component.Component, engine: wasmtime.Engine, *, taped: bool
 ) -> None:
-    """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps.
+    """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps (its readings
+    through a taped call's tape, `_replay`); with `taped` (the linker of taped calls), the
+    wall clock and `wasi:random/random` too, through the tape.
 
     Wasmtime's `subscribe-duration`/`subscribe-instant` let a guest block inside the host
     (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: a
@@ -270,13 +295,54 @@ def _replace_monotonic_clock(
     make the pollables a capped sleep would need, so sleeping is refused outright, as a
     guest error with a message that says why.
     """
-    names = [n for n in compiled.type.imports(engine) if n.startswith("wasi:clocks/monotonic-clock@")]
-    for name in names:
-        with root.add_instance(name) as clock:
-            clock.add_func("now", lambda store: time.monotonic_ns())
-            clock.add_func("resolution", lambda store: 1)
-            clock.add_func("subscribe-duration", _refuse_sleep)
-            clock.add_func("subscribe-instant", _refuse_sleep)
+    for name in compiled.type.imports(engine):
+        if name.startswith("wasi:clocks/monotonic-clock@"):
+            with root.add_instance(name) as clock:
+                clock.add_func("now", _monotonic_now)
+                clock.add_func("resolution", lambda store: 1)
+                clock.add_func("subscribe-duration", _refuse_sleep)
+                clock.add_func("subscribe-instant", _refuse_sleep)
+        elif name.startswith("wasi:clocks/wall-clock@") and taped:
+            with root.add_instance(name) as clock:
+                clock.add_func("now", _wall_now)
+                clock.add_func("resolution", lambda store: _Datetime(0, 1))
+        elif name.startswith("wasi:random/random@") and taped:
+            with root.add_instance(name) as random:
+                random.add_func("get-random-bytes", _random_bytes)
+                random.add_func("get-random-u64", _random_u64)
+
+
+class _Datetime(NamedTuple):
+    """`wasi:clocks/wall-clock`'s `datetime` record."""
+
+    seconds: int
+    nanoseconds: int
+
+
+def _monotonic_now(store: wasmtime.StoreContext) -> int:
+    return time.monotonic_ns() if not _replay.open_tapes else _taped_clock("monotonic", time.monotonic_ns)
+
+
+def _wall_now(store: wasmtime.StoreContext) -> _Datetime:
+    return _Datetime(*divmod(_taped_clock("wall", time.time_ns), 1_000_000_000))
+
+
+def _taped_clock(kind: str, read: Callable[[], int]) -> int:
+    tape = _call.current().tape
+    return read() if tape is None else tape.clock(kind, read)
+
+
+def _random_bytes(store: wasmtime.StoreContext, size: int) -> bytes:
+    if size > _call.current().manifest.limits.memory:  # (its memory could not take them)
+        message = f"asked for {size} random bytes, more than the memory cap"
+        _call.abort(_store.context(store), ErrorKind.MEMORY_LIMIT, message)
+        raise wasmtime.WasmtimeError(message)
+    tape = _call.current().tape
+    return os.urandom(size) if tape is None else tape.random(size, partial(os.urandom, size))
+
+
+def _random_u64(store: wasmtime.StoreContext) -> int:
+    return int.from_bytes(_random_bytes(store, 8), "little")
 
 
 def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
@@ -296,12 +362,16 @@ _MAX_NAME = 128  # host function names are short; a longer one is a guest playin
 _INSTANTIATING = Manifest(name="preparing", runtime="python")
 
 
-def _release(keeper: _Housekeeper, spares: _Spares, linker: component.Linker, handle: int) -> None:
+def _release(
+    keeper: _Housekeeper, spares: _Spares, linkers: tuple[component.Linker, ...], handles: tuple[int, ...]
+) -> None:
     keeper.stop()
     for spare in spares.drain():
         spare.discard()
-    linker.close()
-    _component_io.forget(handle)
+    for linker in linkers:
+        linker.close()
+    for handle in handles:
+        _component_io.forget(handle)
 
 
 class _Instances:
@@ -319,8 +389,10 @@ class _Instances:
         scratch: _scratch.ScratchSpace,
         stdlib: tuple[tuple[Path, str, bool], ...],
         packages: dict[tuple[str, ...], tuple[Path, bool]],
+        taped_linker: component.Linker,
     ) -> None:
         self._engine = engine
+        self._taped_linker = taped_linker
         self._component = compiled
         self._linker = linker
         self._run = run
@@ -329,8 +401,9 @@ class _Instances:
         self._stdlib = stdlib
         self._packages = packages  # the runner's, filled by `add_packages`
 
-    def make(self, manifest: Manifest) -> _call.Instance:
-        """A store and instance for one call under `manifest`, not yet run. A failure is kept
+    def make(self, manifest: Manifest, *, taped: bool = False) -> _call.Instance:
+        """A store and instance for one call under `manifest`, not yet run (with `taped`, linked
+        for a taped call, `_replace_clocks`). A failure is kept
         in what it returns and becomes the call's error; raises only when the Sandbox is
         closed (WasmboxError) or its scratch folder cannot be made (OSError)."""
         preopens = self._stdlib
@@ -348,7 +421,8 @@ class _Instances:
             return instance
         try:
             with _call.running(_call.CallState.start(_INSTANTIATING, time.perf_counter())):
-                created = self._linker.instantiate(instance.store, self._component)
+                linker = self._taped_linker if taped else self._linker
+                created = linker.instantiate(instance.store, self._component)
             instance.entry = created.get_func(instance.store, self._run)
         except _outcome.RUN_ENDS as exc:
             instance.error = _outcome.ended_with(exc, manifest.limits, exit_is_an_end=False)

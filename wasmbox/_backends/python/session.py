@@ -36,7 +36,7 @@ from typing import Annotated, Any, Protocol, Self
 import wasmtime
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ... import _call, _outcome, _telemetry
+from ... import _call, _outcome, _replay, _telemetry
 from ..._admission import Gate
 from ..._audit import Auditor, args_digest
 from ..._budget import Budget
@@ -106,7 +106,7 @@ class PythonKernel:
 
     def __init__(self, runner: PythonRuntimeRunner, manifest: Manifest) -> None:
         """Raises SessionError when the runtime cannot make the instance."""
-        spare = runner.instantiate(manifest)
+        spare = runner.instantiate(manifest, taped=bool(_replay.open_tapes))  # (its runs' clocks taped)
         if spare.error is not None:
             spare.discard()
             raise SessionError(f"the runtime could not make its instance: {spare.error.message}")
@@ -245,6 +245,12 @@ class Session:
     ) -> CallResult:
         if budget is not None:
             return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits, files))
+        if _replay.open_tapes and not _call.inside_call():
+            with _replay.taping(self._manifest.name, code, files, self._manifest.preopens) as taped:
+                return self._audited(code, run_limits, files, taped[1] if taped else None)
+        return self._audited(code, run_limits, files, None)
+
+    def _audited(self, code: str, run_limits: Limits, files: object, recording: str | None) -> CallResult:
         self._table.sweep(besides=self)
         with self._lock:
             if self._running:
@@ -275,6 +281,7 @@ class Session:
                 run_limits,
                 session=self.name,
                 session_id=self.id,
+                recording=recording,
             )
         return result
 
@@ -296,7 +303,7 @@ class Session:
         self._limits_for(limits)
         listener = on_the_loop(asyncio.get_running_loop(), on_output) if on_output is not None else None
         run = partial(self.run, code, budget=budget, limits=limits, files=files, on_output=listener)
-        return await self._gate.offload(self._executor, _telemetry.carried(run))
+        return await self._gate.offload(self._executor, _call.carried(run))
 
     def files(self) -> dict[str, int]:
         """The regular files in the session's scratch `/tmp` now (what its runs left), by guest
