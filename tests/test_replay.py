@@ -219,14 +219,65 @@ def test_dispatchs_concurrent_calls_replay_each_their_own(box: wasmbox.Sandbox, 
     check_replayed(world, run)
 
 
-def test_a_session_run_replays(box: wasmbox.Sandbox, world: World) -> None:
-    code = "import random, time, wasmbox_guest\n[random.random(), time.time(), wasmbox_guest.call_host('kv.get', key='a')]"
+SESSION_RUNS = {  # (a first run, then runs reading the clock, randomness and a host function)
+    "javascript": (
+        "var kept = 2",
+        "var n = Math.random(); [Date.now(), performance.now(), n, wasmbox.callHost('kv.get', {key: 'a'})]",
+        "await new Promise((done) => setTimeout(done, 1)); [n, Math.random(), Date.now(), kept]",
+    ),
+    "python": (
+        "import random, time, uuid, wasmbox_guest\nkept = 2",
+        "[random.random(), time.time(), time.monotonic(), wasmbox_guest.call_host('kv.get', key='a')]",
+        "[random.random(), uuid.uuid4().hex, time.time(), kept]",
+    ),
+}
 
-    def first_run() -> CallResult:  # (a later run of a session starts from what earlier ones left)
-        with box.session(GRANTS_PY) as session:
-            return session.run(code)
 
-    check_replayed(world, first_run)
+def open_session(box: wasmbox.Sandbox, runtime: str) -> wasmbox.Session:
+    grants = GRANTS_JS if runtime == "javascript" else GRANTS_PY
+    return box.session(grants, runtime="javascript" if runtime == "javascript" else None)
+
+
+def session_runs(box: wasmbox.Sandbox, runtime: str) -> list[CallResult]:
+    """A session's runs of `SESSION_RUNS[runtime]`, all in a session opened here."""
+    with open_session(box, runtime) as session:
+        return [session.run(code) for code in SESSION_RUNS[runtime]]
+
+
+@pytest.mark.parametrize("runtime", ["python", "javascript"])
+def test_a_sessions_runs_replay_with_their_clock_and_random(
+    box: wasmbox.Sandbox, world: World, javascript_runtime: None, runtime: str
+) -> None:
+    recorded = check_replayed(world, lambda: session_runs(box, runtime))
+    assert all(call.clock and call.random for call in recorded.calls[1:]), recorded.calls
+
+
+@pytest.mark.parametrize("runtime", ["python", "javascript"])
+def test_a_session_opened_before_a_recording_tapes_the_runs_made_inside(
+    box: wasmbox.Sandbox, world: World, javascript_runtime: None, runtime: str
+) -> None:
+    before, *taped = SESSION_RUNS[runtime]
+
+    def opened() -> wasmbox.Session:  # (each replay starts from a session in the same state)
+        session = open_session(box, runtime)
+        assert session.run(before).ok
+        return session
+
+    def runs(session: wasmbox.Session) -> list[CallResult]:
+        with session:
+            return [session.run(code) for code in taped]
+
+    session = opened()
+    with wasmbox.recording() as recorded:
+        original = runs(session)
+    assert all(call.clock and call.random for call in recorded.calls), recorded.calls
+    world.values["a"] = "changed"
+    assert live_differs(runs(opened()), original)
+    session, calls = opened(), world.calls
+    with wasmbox.replaying(wasmbox.Recording.from_json(recorded.to_json())) as replay:
+        again = runs(session)
+    assert replay.divergence is None, replay.divergence
+    assert world.calls == calls and comparable(again) == comparable(original)
 
 
 def test_an_audited_call_names_its_tape(cache_dir: Path, world: World) -> None:

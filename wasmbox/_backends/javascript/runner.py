@@ -37,7 +37,7 @@ from typing import Any
 
 import wasmtime
 
-from ... import _abi, _call, _outcome, _snapshot
+from ... import _abi, _call, _outcome, _replay, _snapshot
 from ..._call import CallInput, CallState
 from ..._capabilities import scratch as _scratch
 from ..._capabilities import wasi_files as _wasi_files
@@ -123,7 +123,7 @@ class JavaScriptRunner:
         self._module = module
         self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
         self._pre = self._link()
-        self._taped = self._link(taped=True)  # what calls a recording or replay tapes instantiate
+        self.taped = self._link(taped=True)  # what taped calls and sessions' instances instantiate
         i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
         # JSValue (*)(JSContext *, JSValueConst this, int argc, JSValueConst *argv)
         self._host_type = wasmtime.FuncType([i32, i64, i32, i32], [i64])
@@ -144,7 +144,7 @@ class JavaScriptRunner:
 
     def pre(self, state: CallState) -> wasmtime.InstancePre:
         """What a call with `state` instantiates: the taped InstancePre while it is taped."""
-        return self._pre if state.tape is None else self._taped
+        return self._pre if state.tape is None else self.taped
 
     @property
     def folder(self) -> Path:
@@ -224,14 +224,18 @@ class JavaScriptRunner:
         layout = self._layout
         context = _store.context(store)
         guest = _Guest(context, _Exports(store, instance), memory)
-        tape = _call.current().tape
-        guest.write(layout.random_state, _seed() if tape is None else tape.random(8, _seed))
+        self.seed(guest, _call.current().tape)
         if env:  # the C library read the set-up's empty environment: read the call's
             _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
         _capi.set_table_func(
             context, _TABLE.get(store, instance), layout.host_slot, self._host_type, _host_call, self._handle
         )
         return guest
+
+    def seed(self, guest: _Guest, tape: _replay.Taped | None) -> None:
+        """Seed the instance's Math.random state: from the host's randomness, through `tape`
+        (kept or replayed) when the call is taped."""
+        guest.write(self._layout.random_state, _seed() if tape is None else tape.random(8, _seed))
 
     def evaluate(self, guest: _Guest, request: Request, cap: int) -> Any:
         """Run `request` in a prepared instance: its value (a Failure for its error reply)."""

@@ -3,7 +3,10 @@
 `Session` (`_backends/python/session.py`) holds the rules (totals, the failure rule, expiry);
 this is its `Kernel` for `runtime = "javascript"`. The instance is made once, as a fresh
 call's is (`JavaScriptRunner.prepare`: random state, environment, host-call slot), with a
-scratch `/tmp` of its own for the session's life. Each run evaluates its code in the same
+scratch `/tmp` of its own for the session's life. It is linked as a taped call's is
+(`JavaScriptRunner.taped`), so a run made while a recording or replay is open reads the
+clock through its tape, and its Math.random state is seeded again from the tape; a run with
+none open reads the clock live, at the cost of a host callback per reading. Each run evaluates its code in the same
 global scope, so `var`, `function` and top-level `let`/`const` bindings and `globalThis`
 properties persist (a second `let x` of one name is a SyntaxError, as in one script), and gets
 the run's own fuel, deadline and output cap. Before each run the driver's `reset` cancels the
@@ -54,7 +57,7 @@ class JavaScriptKernel:
                 raise Failure(instance.error.kind, instance.error.message)
             state = CallState.start(manifest, time.perf_counter())
             with _call.running(state):
-                created = runner._pre.instantiate(instance.store)
+                created = runner.taped.instantiate(instance.store)  # (each run's clock: its tape's, if any)
                 memory = instance.memory = _capi.MEMORY.get(instance.store, created)
                 if memory is None:
                     raise SessionError("the JavaScript runtime exports no memory")
@@ -138,6 +141,8 @@ class _KeptInstance:
         _call.check_preopens(state.manifest)
         runner, guest = self._runner, self._kernel._guest
         runner._call_driver(guest, runner._layout.reset, [])
+        if state.tape is not None:  # a taped run's Math.random starts from a seed on its tape
+            runner.seed(guest, state.tape)
         try:
             value = runner.evaluate(guest, Request(run.code), state.manifest.limits.output)
         except Failure:  # the script's error reply, or a check of ours: it returned

@@ -106,7 +106,9 @@ class PythonKernel:
 
     def __init__(self, runner: PythonRuntimeRunner, manifest: Manifest) -> None:
         """Raises SessionError when the runtime cannot make the instance."""
-        spare = runner.instantiate(manifest, taped=bool(_replay.open_tapes))  # (its runs' clocks taped)
+        # linked as a taped call's instance: a run made while a recording or replay is open
+        # reads the wall clock and randomness through its tape, one with none open live
+        spare = runner.instantiate(manifest, taped=True)
         if spare.error is not None:
             spare.discard()
             raise SessionError(f"the runtime could not make its instance: {spare.error.message}")

