@@ -1,7 +1,8 @@
 """Record and replay: a call replayed offline gets the result it got when recorded (value,
 error, output and fuel), on each backend (a core module with a host function, a WASI command
-reading the clock, randomness and a file, Python, JavaScript), through `acall`, `dispatch`'s
-concurrent calls, `adispatch` and sessions; a replay that diverges says where; `redact`
+reading the clock, randomness and a file, Python, JavaScript, the scientific runtime), through
+`acall`, `dispatch`'s concurrent calls, `adispatch` and sessions (of Python and JavaScript,
+opened inside the recording or before it); a replay that diverges says where; `redact`
 changes what is kept, not what the guest got; an audited call's record names its tape."""
 
 from __future__ import annotations
@@ -278,6 +279,38 @@ def test_a_session_opened_before_a_recording_tapes_the_runs_made_inside(
         again = runs(session)
     assert replay.divergence is None, replay.divergence
     assert world.calls == calls and comparable(again) == comparable(original)
+
+
+SCIENTIFIC_OUTSIDE = """
+import os, random, time, uuid
+import numpy as np
+print(time.time(), flush=True)
+[time.time_ns(), time.monotonic(), random.random(), float(np.random.rand()),
+ int(np.random.default_rng().integers(1 << 30)), os.urandom(4).hex(), uuid.uuid4().hex,
+ open('/data/in.txt').read()]
+"""
+
+
+@pytest.mark.slow
+def test_a_scientific_call_replays_with_its_clock_randomness_and_files(
+    scientific_box: wasmbox.Sandbox, tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("data")
+    grants = {"name": "sci", "runtime": "python", "python": "scientific",
+              "limits": {"fuel": 5_000_000_000, "memory": "512MiB", "timeout": 20},
+              "preopens": [{"host": str(tmp_path), "guest": "/data"}]}  # fmt: skip
+
+    def run() -> CallResult:
+        return scientific_box.run_python(SCIENTIFIC_OUTSIDE, grants)
+
+    recorded = check_replayed(World(), run, change=lambda: None)  # the clock moved on
+    (call,) = recorded.calls
+    assert call.clock and len(call.random) >= 3  # (the driver reseeds random and numpy)
+    assert call.files["/data/in.txt"][1] == 4
+    (tmp_path / "in.txt").write_text("DATA")
+    with wasmbox.replaying(recorded) as replay:
+        run()
+    assert replay.divergence == "call 1 (sci): file /data/in.txt changed since the recording"
 
 
 def test_an_audited_call_names_its_tape(cache_dir: Path, world: World) -> None:
