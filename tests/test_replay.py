@@ -279,6 +279,11 @@ def test_a_session_opened_before_a_recording_tapes_the_runs_made_inside(
         again = runs(session)
     assert replay.divergence is None, replay.divergence
     assert world.calls == calls and comparable(again) == comparable(original)
+    with opened() as session, wasmbox.replaying(recorded) as replay:
+        session.run(taped[0])
+        session.run(taped[1] + "\n")  # other code
+    name = "js" if runtime == "javascript" else "py"
+    assert replay.divergences == [f"call 2 ({name}): its args differ from the recorded call's"]
 
 
 SCIENTIFIC_OUTSIDE = """
