@@ -1,4 +1,5 @@
-"""`list<u8>` in and out of a component at C speed.
+"""`list<u8>` in and out of a component at C speed, and host functions of a few fixed
+signatures defined through the C API.
 
 wasmtime-py converts a `list<u8>` one element at a time, with a Python call per byte: slow for
 a tool's source, and a guest could keep the host busy for as long as its `call-host` name is
@@ -6,6 +7,11 @@ long. In the C API each element is a 32-byte `wasmtime_component_val_t`, so here
 built and read with strided byte slicing instead (what it saves: bench/README.md, "Python: fresh
 calls"). Only for the two functions of the runtime's world, whose types are fixed
 (`wasmbox/_backends/python/wit/world.wit`).
+
+wasmtime-py also reads a host function's types back from Wasmtime at every call, which costs
+a clock reading tens of times what reading the clock does; the clock and random functions
+the runner serves itself are defined here instead (`add_u64_func`, `add_datetime_func`,
+`add_random_bytes_func`), each by its WASI signature.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import ctypes
 import inspect
 import weakref
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import wasmtime
 from wasmtime import _ffi as ffi
@@ -27,6 +33,14 @@ _OF = ffi.wasmtime_component_val_t.of.offset
 _U8 = ffi.WASMTIME_COMPONENT_U8.value
 _LIST = ffi.WASMTIME_COMPONENT_LIST.value
 _STRING = ffi.WASMTIME_COMPONENT_STRING.value
+_U32 = ffi.WASMTIME_COMPONENT_U32.value
+_U64 = ffi.WASMTIME_COMPONENT_U64.value
+_RECORD = ffi.WASMTIME_COMPONENT_RECORD.value
+# wasi:clocks/wall-clock's `datetime`: its fields' names, and their kinds
+_DATETIME_FIELDS = tuple(
+    (len(name), (ffi.wasm_byte_t * len(name)).from_buffer_copy(name), kind)
+    for name, kind in ((b"seconds", _U64), (b"nanoseconds", _U32))
+)
 
 # The most bytes a `list<u8>` from the guest may hold (a result, or call-host's args): Wasmtime
 # copies what a component hands the host under a budget of 128 MiB per call ("hostcall fuel",
@@ -37,7 +51,10 @@ REPLY_MAX = (128 << 20) // 48
 
 Context: TypeAlias = "_capi.Context"
 BytesHandler = Callable[[Context, str, bytes], bytes]  # (context, name, args) -> reply; never raises
-_handlers: _capi.Handles[Callable[[], BytesHandler | None]] = _capi.Handles()
+U64Handler = Callable[[Context], int]  # () -> u64
+DatetimeHandler = Callable[[Context], tuple[int, int]]  # () -> (seconds, nanoseconds)
+RandomBytesHandler = Callable[[Context, int], bytes]  # (len) -> list<u8>
+_handlers: _capi.Handles[Callable[[], Callable[..., Any] | None]] = _capi.Handles()
 
 
 def set_bytes(value: ffi.wasmtime_component_val_t, data: bytes) -> None:
@@ -106,11 +123,31 @@ def call_bytes(store: wasmtime.Store, func: component.Func, payload: bytes) -> b
 def add_bytes_func(instance: component.LinkerInstance, name: str, handler: BytesHandler) -> int:
     """Define `name: (string, list<u8>) -> list<u8>` on `instance`, served by `handler`.
     Returns a handle for `forget`, once the linker is closed."""
+    return _add(instance, name, handler, _trampoline)
+
+
+def add_u64_func(instance: component.LinkerInstance, name: str, handler: U64Handler) -> int:
+    """Define `name: () -> u64` (a monotonic clock's `now`, `get-random-u64`); as `add_bytes_func`,
+    except that an exception `handler` raises traps the guest with its message."""
+    return _add(instance, name, handler, _u64_trampoline)
+
+
+def add_datetime_func(instance: component.LinkerInstance, name: str, handler: DatetimeHandler) -> int:
+    """Define `name: () -> datetime` (the wall clock's `now`, `resolution`); as `add_u64_func`."""
+    return _add(instance, name, handler, _datetime_trampoline)
+
+
+def add_random_bytes_func(instance: component.LinkerInstance, name: str, handler: RandomBytesHandler) -> int:
+    """Define `name: (len: u64) -> list<u8>` (`get-random-bytes`); as `add_u64_func`."""
+    return _add(instance, name, handler, _random_bytes_trampoline)
+
+
+def _add(instance: component.LinkerInstance, name: str, handler: Callable[..., Any], trampoline: Any) -> int:
     # weakly, for a bound method: the registry must not keep its owner (and engine) alive
     handle = _handlers.add(weakref.WeakMethod(handler) if inspect.ismethod(handler) else lambda: handler)
     encoded = name.encode()
     error = ffi.wasmtime_component_linker_instance_add_func(
-        instance.ptr(), encoded, len(encoded), _trampoline, handle, _capi.NO_FINALIZER
+        instance.ptr(), encoded, len(encoded), trampoline, handle, _capi.NO_FINALIZER
     )
     if error:
         raise wasmtime.WasmtimeError._from_ptr(error)
@@ -137,10 +174,88 @@ def _trampoline(
     try:
         name = take_string(args[0])
         request = take_bytes(args[1])
-        owner = _handlers.get(handle)
-        handler = owner() if owner is not None else None
-        reply = handler(context, name, request) if handler is not None else b""
+        reply = _handler(handle)(context, name, request)
     except Exception:  # noqa: BLE001 - a malformed call: answer with an empty reply, the guest sees an error
         reply = b""
     set_bytes(results[0], reply)
+    return 0
+
+
+def _handler(handle: int | None) -> Callable[..., Any]:
+    owner = _handlers.get(handle)
+    handler = owner() if owner is not None else None
+    if handler is None:
+        raise RuntimeError("the host function's owner is gone")
+    return handler
+
+
+@ffi.wasmtime_component_func_callback_t
+def _u64_trampoline(
+    handle: int | None,
+    context: _capi.Context,
+    _type: object,
+    args: ctypes._Pointer[ffi.wasmtime_component_val_t],
+    nargs: int,
+    results: ctypes._Pointer[ffi.wasmtime_component_val_t],
+    nresults: int,
+) -> int:
+    if nargs != 0 or nresults != 1:
+        return _capi.error_pointer("wrong signature")
+    try:
+        value = _handler(handle)(context)
+    except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
+        return _capi.error_pointer(str(exc))
+    results[0].kind = _U64
+    results[0].of.u64 = value
+    return 0
+
+
+@ffi.wasmtime_component_func_callback_t
+def _datetime_trampoline(
+    handle: int | None,
+    context: _capi.Context,
+    _type: object,
+    args: ctypes._Pointer[ffi.wasmtime_component_val_t],
+    nargs: int,
+    results: ctypes._Pointer[ffi.wasmtime_component_val_t],
+    nresults: int,
+) -> int:
+    if nargs != 0 or nresults != 1:
+        return _capi.error_pointer("wrong signature")
+    try:
+        values = _handler(handle)(context)
+    except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
+        return _capi.error_pointer(str(exc))
+    record = ffi.wasmtime_component_valrecord_t()
+    ffi.wasmtime_component_valrecord_new_uninit(ctypes.byref(record), 2)
+    for index, ((size, name, kind), value) in enumerate(zip(_DATETIME_FIELDS, values, strict=True)):
+        entry = record.data[index]
+        ffi.wasm_byte_vec_new(ctypes.byref(entry.name), size, name)
+        entry.val.kind = kind
+        if kind == _U64:
+            entry.val.of.u64 = value
+        else:
+            entry.val.of.u32 = value
+    results[0].kind = _RECORD
+    results[0].of.record = record
+    return 0
+
+
+@ffi.wasmtime_component_func_callback_t
+def _random_bytes_trampoline(
+    handle: int | None,
+    context: _capi.Context,
+    _type: object,
+    args: ctypes._Pointer[ffi.wasmtime_component_val_t],
+    nargs: int,
+    results: ctypes._Pointer[ffi.wasmtime_component_val_t],
+    nresults: int,
+) -> int:
+    if nargs != 1 or nresults != 1 or args[0].kind != _U64:
+        return _capi.error_pointer("wrong signature")
+    try:
+        data = _handler(handle)(context, args[0].of.u64)
+    except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
+        return _capi.error_pointer(str(exc))
+    set_bytes(results[0], data)
     return 0

@@ -18,9 +18,9 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, wraps
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, TypeVar, cast
 
 import msgpack
 import wasmtime
@@ -62,11 +62,11 @@ class PythonRuntimeRunner:
         self._host_functions = host_functions
         self._ticker = ticker
         self._scratch = scratch
-        self._linker, handle = self._link(compiled, engine)
-        # what calls a recording or replay tapes instantiate: the wall clock and randomness
-        # served by the host too (through the tape), which costs each read a Python call
-        self._taped_linker, taped_handle = self._link(compiled, engine, taped=True)
-        self._host_handles = (handle, taped_handle)
+        self._linker, handles = self._link(compiled, engine)
+        # what taped calls and sessions instantiate: the wall clock and randomness served by
+        # the host too (through the call's tape when it has one), which costs each read a Python call
+        self._taped_linker, taped_handles = self._link(compiled, engine, taped=True)
+        self._host_handles = (*handles, *taped_handles)
         run = compiled.get_export_index("run")
         if run is None:
             raise RuntimeError("the Python runtime component exports no `run`")
@@ -99,17 +99,17 @@ class PythonRuntimeRunner:
 
     def _link(
         self, compiled: component.Component, engine: wasmtime.Engine, *, taped: bool = False
-    ) -> tuple[component.Linker, int]:
+    ) -> tuple[component.Linker, list[int]]:
         """A linker with WASI p2, the `call-host` import and our clocks (`_replace_clocks`),
-        and the handle of its `call-host` (for `_component_io.forget`)."""
+        and the handles of the functions it defines through `_component_io` (for `forget`)."""
         linker = component.Linker(engine)
         linker.add_wasip2()
         linker.allow_shadowing = True
         with linker.root() as root:
-            handle = _component_io.add_bytes_func(root, "call-host", self._call_host)
-            _replace_clocks(root, compiled, engine, taped=taped)
+            handles = [_component_io.add_bytes_func(root, "call-host", self._call_host)]
+            handles += _replace_clocks(root, compiled, engine, taped=taped)
         linker.allow_shadowing = False
-        return linker, handle
+        return linker, handles
 
     @property
     def folder(self) -> Path:
@@ -284,7 +284,7 @@ def encode_request(request: dict[str, Any], output_cap: int) -> bytes:
 
 def _replace_clocks(
     root: component.LinkerInstance, compiled: component.Component, engine: wasmtime.Engine, *, taped: bool
-) -> None:
+) -> list[int]:
     """Serve `wasi:clocks/monotonic-clock` ourselves, without its sleeps (its readings
     through a taped call's tape, `_replay`); with `taped` (the linker of taped calls), the
     wall clock and `wasi:random/random` too, through the tape.
@@ -293,38 +293,70 @@ def _replace_clocks(
     (`time.sleep`, `select` with a timeout), where the epoch deadline cannot reach it: a
     sleeping call would hold its thread and its pool slots for as long as it liked. wasmtime-py cannot
     make the pollables a capped sleep would need, so sleeping is refused outright, as a
-    guest error with a message that says why.
+    guest error with a message that says why. Returns the handles of what it defined through
+    `_component_io`.
     """
+    io, handles = _component_io, []
     for name in compiled.type.imports(engine):
         if name.startswith("wasi:clocks/monotonic-clock@"):
             with root.add_instance(name) as clock:
-                clock.add_func("now", _monotonic_now)
-                clock.add_func("resolution", lambda store: 1)
+                handles += [
+                    io.add_u64_func(clock, "now", _monotonic_now),
+                    io.add_u64_func(clock, "resolution", _one),
+                ]
                 clock.add_func("subscribe-duration", _refuse_sleep)
                 clock.add_func("subscribe-instant", _refuse_sleep)
         elif name.startswith("wasi:clocks/wall-clock@") and taped:
             with root.add_instance(name) as clock:
-                clock.add_func("now", _wall_now)
-                clock.add_func("resolution", lambda store: _Datetime(0, 1))
+                handles += [
+                    io.add_datetime_func(clock, "now", _wall_now),
+                    io.add_datetime_func(clock, "resolution", _nanosecond),
+                ]
         elif name.startswith("wasi:random/random@") and taped:
             with root.add_instance(name) as random:
-                random.add_func("get-random-bytes", _random_bytes)
-                random.add_func("get-random-u64", _random_u64)
+                handles += [
+                    io.add_random_bytes_func(random, "get-random-bytes", _random_bytes),
+                    io.add_u64_func(random, "get-random-u64", _random_u64),
+                ]
+    return handles
 
 
-class _Datetime(NamedTuple):
-    """`wasi:clocks/wall-clock`'s `datetime` record."""
-
-    seconds: int
-    nanoseconds: int
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
 
-def _monotonic_now(store: wasmtime.StoreContext) -> int:
+def _guarded(handler: _Handler) -> _Handler:
+    """`handler` (a clock or random function) raising only WasmtimeError, which traps the
+    guest: a stop it recorded itself (`_call.abort`), or, for anything else it raised, the
+    call stopped by `_call.callback_failed` (an interrupt re-raised after the call)."""
+
+    @wraps(handler)
+    def guarded(context: _component_io.Context, *args: Any) -> Any:
+        try:
+            return handler(context, *args)
+        except wasmtime.WasmtimeError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - nothing may unwind into Wasmtime
+            raise wasmtime.WasmtimeError(_call.callback_failed(context, handler.__name__, exc)) from None
+
+    return cast(_Handler, guarded)
+
+
+@_guarded
+def _monotonic_now(context: _component_io.Context) -> int:
     return time.monotonic_ns() if not _replay.open_tapes else _taped_clock("monotonic", time.monotonic_ns)
 
 
-def _wall_now(store: wasmtime.StoreContext) -> _Datetime:
-    return _Datetime(*divmod(_taped_clock("wall", time.time_ns), 1_000_000_000))
+def _one(context: _component_io.Context) -> int:
+    return 1
+
+
+@_guarded
+def _wall_now(context: _component_io.Context) -> tuple[int, int]:
+    return divmod(_taped_clock("wall", time.time_ns), 1_000_000_000)
+
+
+def _nanosecond(context: _component_io.Context) -> tuple[int, int]:
+    return 0, 1
 
 
 def _taped_clock(kind: str, read: Callable[[], int]) -> int:
@@ -332,17 +364,19 @@ def _taped_clock(kind: str, read: Callable[[], int]) -> int:
     return read() if tape is None else tape.clock(kind, read)
 
 
-def _random_bytes(store: wasmtime.StoreContext, size: int) -> bytes:
+@_guarded
+def _random_bytes(context: _component_io.Context, size: int) -> bytes:
     if size > _call.current().manifest.limits.memory:  # (its memory could not take them)
         message = f"asked for {size} random bytes, more than the memory cap"
-        _call.abort(_store.context(store), ErrorKind.MEMORY_LIMIT, message)
+        _call.abort(context, ErrorKind.MEMORY_LIMIT, message)
         raise wasmtime.WasmtimeError(message)
     tape = _call.current().tape
     return os.urandom(size) if tape is None else tape.random(size, partial(os.urandom, size))
 
 
-def _random_u64(store: wasmtime.StoreContext) -> int:
-    return int.from_bytes(_random_bytes(store, 8), "little")
+@_guarded
+def _random_u64(context: _component_io.Context) -> int:
+    return int.from_bytes(_random_bytes(context, 8), "little")
 
 
 def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
