@@ -189,73 +189,53 @@ def _handler(handle: int | None) -> Callable[..., Any]:
     return handler
 
 
-@ffi.wasmtime_component_func_callback_t
-def _u64_trampoline(
-    handle: int | None,
-    context: _capi.Context,
-    _type: object,
-    args: ctypes._Pointer[ffi.wasmtime_component_val_t],
-    nargs: int,
-    results: ctypes._Pointer[ffi.wasmtime_component_val_t],
-    nresults: int,
-) -> int:
-    if nargs != 0 or nresults != 1:
-        return _capi.error_pointer("wrong signature")
-    try:
-        value = _handler(handle)(context)
-    except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
-        return _capi.error_pointer(str(exc))
-    results[0].kind = _U64
-    results[0].of.u64 = value
-    return 0
+def _typed(arity: int, write: Callable[[ffi.wasmtime_component_val_t, Any], None]) -> Any:
+    """The callback of a function of `arity` u64 arguments (a module global, kept for the
+    process's life): its handler's value written as its one result by `write`; an exception
+    the handler raises traps the guest with its message."""
+
+    @ffi.wasmtime_component_func_callback_t
+    def trampoline(
+        handle: int | None,
+        context: _capi.Context,
+        _type: object,
+        args: ctypes._Pointer[ffi.wasmtime_component_val_t],
+        nargs: int,
+        results: ctypes._Pointer[ffi.wasmtime_component_val_t],
+        nresults: int,
+    ) -> int:
+        if nargs != arity or nresults != 1 or any(args[i].kind != _U64 for i in range(nargs)):
+            return _capi.error_pointer("wrong signature")
+        try:
+            value = _handler(handle)(context, *(args[i].of.u64 for i in range(nargs)))
+        except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
+            return _capi.error_pointer(str(exc))
+        write(results[0], value)
+        return 0
+
+    return trampoline
 
 
-@ffi.wasmtime_component_func_callback_t
-def _datetime_trampoline(
-    handle: int | None,
-    context: _capi.Context,
-    _type: object,
-    args: ctypes._Pointer[ffi.wasmtime_component_val_t],
-    nargs: int,
-    results: ctypes._Pointer[ffi.wasmtime_component_val_t],
-    nresults: int,
-) -> int:
-    if nargs != 0 or nresults != 1:
-        return _capi.error_pointer("wrong signature")
-    try:
-        values = _handler(handle)(context)
-    except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
-        return _capi.error_pointer(str(exc))
+def _set_u64(value: ffi.wasmtime_component_val_t, number: int) -> None:
+    value.kind = _U64
+    value.of.u64 = number
+
+
+def _set_datetime(value: ffi.wasmtime_component_val_t, fields: tuple[int, int]) -> None:
     record = ffi.wasmtime_component_valrecord_t()
-    ffi.wasmtime_component_valrecord_new_uninit(ctypes.byref(record), 2)
-    for index, ((size, name, kind), value) in enumerate(zip(_DATETIME_FIELDS, values, strict=True)):
+    ffi.wasmtime_component_valrecord_new_uninit(ctypes.byref(record), len(_DATETIME_FIELDS))
+    for index, ((size, name, kind), number) in enumerate(zip(_DATETIME_FIELDS, fields, strict=True)):
         entry = record.data[index]
         ffi.wasm_byte_vec_new(ctypes.byref(entry.name), size, name)
         entry.val.kind = kind
         if kind == _U64:
-            entry.val.of.u64 = value
+            entry.val.of.u64 = number
         else:
-            entry.val.of.u32 = value
-    results[0].kind = _RECORD
-    results[0].of.record = record
-    return 0
+            entry.val.of.u32 = number
+    value.kind = _RECORD
+    value.of.record = record
 
 
-@ffi.wasmtime_component_func_callback_t
-def _random_bytes_trampoline(
-    handle: int | None,
-    context: _capi.Context,
-    _type: object,
-    args: ctypes._Pointer[ffi.wasmtime_component_val_t],
-    nargs: int,
-    results: ctypes._Pointer[ffi.wasmtime_component_val_t],
-    nresults: int,
-) -> int:
-    if nargs != 1 or nresults != 1 or args[0].kind != _U64:
-        return _capi.error_pointer("wrong signature")
-    try:
-        data = _handler(handle)(context, args[0].of.u64)
-    except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
-        return _capi.error_pointer(str(exc))
-    set_bytes(results[0], data)
-    return 0
+_u64_trampoline = _typed(0, _set_u64)
+_datetime_trampoline = _typed(0, _set_datetime)
+_random_bytes_trampoline = _typed(1, set_bytes)
