@@ -207,10 +207,9 @@ def _typed(arity: int, write: Callable[[ffi.wasmtime_component_val_t, Any], None
         if nargs != arity or nresults != 1 or any(args[i].kind != _U64 for i in range(nargs)):
             return _capi.error_pointer("wrong signature")
         try:
-            value = _handler(handle)(context, *(args[i].of.u64 for i in range(nargs)))
+            write(results[0], _handler(handle)(context, *(args[i].of.u64 for i in range(nargs))))
         except Exception as exc:  # noqa: BLE001 - a trap with its message, never an exception into Wasmtime
             return _capi.error_pointer(str(exc))
-        write(results[0], value)
         return 0
 
     return trampoline
