@@ -390,12 +390,11 @@ def hand_off() -> None:
 
 
 @contextmanager
-def taping(
-    tool: str, args: object, files: object, preopens: tuple[Preopen, ...]
-) -> Iterator[tuple[Taped, str | None] | None]:
+def taping(tool: str, args: object, files: object, preopens: tuple[Preopen, ...]) -> Iterator[str | None]:
     """Around one outermost call of `tool` (its `args`, input `files` as given, and its manifest's
-    `preopens`): its tape, for `_call.perform` to take (`starting`), and the reference its
-    audit record carries; None without a recording or replay open."""
+    `preopens`): its tape is set for `_call.perform` to take (`starting`); yields the reference
+    its audit record carries (None without a recording or replay open, or a call a replay has
+    no recorded one for)."""
     tape = _tape.get()
     if tape is None:
         yield None
@@ -412,7 +411,7 @@ def taping(
     reference = recording.reference(served) if served is not None else None
     token = _starting.set(taped)
     try:
-        yield taped, reference
+        yield reference
     finally:
         _starting.reset(token)
 

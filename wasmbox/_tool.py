@@ -217,17 +217,22 @@ class Tool:
     def _counted(self, asked: _Asked, budget: Budget | None) -> CallResult:
         """The call under its budget, taped while a recording or replay is open (the
         outermost call only), audited (with its id and its caller's) and counted."""
-        given = (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
         if _replay.open_tapes and not _call.inside_call():
-            with _replay.taping(self.name, given, asked.files, self.manifest.preopens) as taped:
-                result = self._audited(asked, budget, given, taped[1] if taped else None)
+            with _replay.taping(
+                self.name, self._given(asked), asked.files, self.manifest.preopens
+            ) as reference:
+                result = self._audited(asked, budget, reference)
         else:
-            result = self._audited(asked, budget, given, None)
+            result = self._audited(asked, budget, None)
         if self._counts is not None:
             self._counts.add(result)
         return result
 
-    def _audited(self, asked: _Asked, budget: Budget | None, given: Any, recording: str | None) -> CallResult:
+    def _given(self, asked: _Asked) -> Any:
+        """What a call was given, as its audit record and its tape digest it."""
+        return (asked.args, asked.argv, asked.stdin) if self.kind is ToolKind.COMMAND else asked.args
+
+    def _audited(self, asked: _Asked, budget: Budget | None, recording: str | None) -> CallResult:
         if not self._auditor.enabled:  # (ids only for records: nothing to do without sinks)
             return self._budgeted(asked, budget)
         with _call_ids() as (call_id, parent_id):
@@ -236,7 +241,7 @@ class Tool:
             result,
             self.manifest_digest,
             self.code_digest,
-            given,
+            self._given(asked),
             asked.limits or self.manifest.limits,
             call_id=call_id,
             parent_id=parent_id,

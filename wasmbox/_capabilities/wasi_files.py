@@ -73,7 +73,8 @@ _PATHS = {
 # only in a runner's taped linker, so an untaped call reaches Wasmtime's own directly.
 _CLOCK_TIME_GET, _RANDOM_GET = "clock_time_get", "random_get"
 _TAPED_SIGNATURES = {_CLOCK_TIME_GET: "i32 i64 i32", _RANDOM_GET: "i32 i32"}
-_FORWARDED = (*_SIGNATURES, *_TAPED_SIGNATURES)
+_EVERY_SIGNATURE = {**_SIGNATURES, **_TAPED_SIGNATURES}
+_FORWARDED = tuple(_EVERY_SIGNATURE)
 _SYMLINK_PARAMS = "i32 i32 i32 i32 i32"  # path_symlink: refused, not forwarded
 
 
@@ -81,7 +82,7 @@ def _forwarder_wat() -> str:
     """The forwarding module: each forwarded function imported from Wasmtime's WASI and
     re-exported as a function calling it, and the guest's memory re-exported."""
     imports, exports = [], []
-    for name, params in {**_SIGNATURES, **_TAPED_SIGNATURES}.items():
+    for name, params in _EVERY_SIGNATURE.items():
         args = " ".join(f"(local.get {i})" for i in range(len(params.split())))
         imports.append(f'(import "{_abi.WASI_MODULE}" "{name}" (func ${name} (param {params}) (result i32)))')
         exports.append(f'(func (export "{name}") (param {params}) (result i32) (call ${name} {args}))')
@@ -200,9 +201,8 @@ class FileGuard:
         )
         if taped:
             shadowed = (*shadowed, *_TAPED_SIGNATURES)
-        signatures = {**_SIGNATURES, **_TAPED_SIGNATURES}
         for name in (*shadowed, _PATH_SYMLINK):
-            params = [types[t] for t in signatures.get(name, _SYMLINK_PARAMS).split()]
+            params = [types[t] for t in _EVERY_SIGNATURE.get(name, _SYMLINK_PARAMS).split()]
             functype = wasmtime.FuncType(params, [types["i32"]])
             callback = _CALLBACKS.get(name, _path_symlink)
             _capi.define_func(linker, _abi.WASI_MODULE, name, functype, callback, self._handle)
@@ -368,8 +368,7 @@ def _random_taped(files: OpenFiles, wasi: _Wasi) -> None:
     recorded ones, written where the guest asked."""
     buf, size = wasi.arg(0), wasi.arg(1)
     tape = _call.current().tape
-    _, memory_size = _capi.memory_view(wasi.context, files.memory)
-    if tape is None or buf + size > memory_size:
+    if tape is None or buf + size > _capi.memory_view(wasi.context, files.memory)[1]:
         wasi.call()  # (Wasmtime's own answer: EFAULT for a buffer outside the memory)
         return
     wasi.values[0].i32 = _put(files, wasi, buf, tape.random(size, partial(_draw, files, wasi, buf, size)))

@@ -366,11 +366,12 @@ def _taped_clock(kind: str, read: Callable[[], int]) -> int:
 
 @_guarded
 def _random_bytes(context: _component_io.Context, size: int) -> bytes:
-    if size > _call.current().manifest.limits.memory:  # (its memory could not take them)
+    state = _call.current()
+    if size > state.manifest.limits.memory:  # (its memory could not take them)
         message = f"asked for {size} random bytes, more than the memory cap"
         _call.abort(context, ErrorKind.MEMORY_LIMIT, message)
         raise wasmtime.WasmtimeError(message)
-    tape = _call.current().tape
+    tape = state.tape
     return os.urandom(size) if tape is None else tape.random(size, partial(os.urandom, size))
 
 

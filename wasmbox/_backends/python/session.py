@@ -248,8 +248,8 @@ class Session:
         if budget is not None:
             return budget.run(self._manifest.name, partial(self._admitted, code, None, run_limits, files))
         if _replay.open_tapes and not _call.inside_call():
-            with _replay.taping(self._manifest.name, code, files, self._manifest.preopens) as taped:
-                return self._audited(code, run_limits, files, taped[1] if taped else None)
+            with _replay.taping(self._manifest.name, code, files, self._manifest.preopens) as reference:
+                return self._audited(code, run_limits, files, reference)
         return self._audited(code, run_limits, files, None)
 
     def _audited(self, code: str, run_limits: Limits, files: object, recording: str | None) -> CallResult:

@@ -404,8 +404,9 @@ def _run_code(source: str, namespace: dict[str, object], filename: str) -> tuple
 
 
 def _compile_split(source: str, filename: str) -> tuple[types.CodeType | None, types.CodeType, bool] | None:
-    """The snippet compiled straight from its text (a syntax tree made in Python and compiled
-    again costs about twice the fuel): everything before its last top-level line (the last line
+    """The snippet compiled straight from its text, parsed once in C (a syntax tree made in
+    Python and compiled again parses it twice over: bench/README.md, "Python: fresh calls"):
+    everything before its last top-level line (the last line
     that starts at column 0 with neither a space nor a comment), and that line on, as an
     expression when it is one. When both parts compile, the split is at a statement boundary:
     a part that ended inside a bracket, a string or a continued line would not. None when they
