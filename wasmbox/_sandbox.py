@@ -496,9 +496,13 @@ class Sandbox:
 
     def prepare_python(self, progress: Progress | None = None) -> Path:
         """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
-        first Python tool or `run_python` call does not wait for it; the folder it is built in.
-        Raises RuntimeBuildError when it cannot be built, WasmboxError when the Sandbox is closed."""
-        return self._runtimes.python(progress).folder
+        first Python tool or `run_python` call does not wait for it, and ready its instance
+        pool for back-to-back calls (a few pool slots reset once, tens of ms the first time);
+        the folder it is built in. Raises RuntimeBuildError when it cannot be built,
+        WasmboxError when the Sandbox is closed."""
+        runner = self._runtimes.python(progress)
+        runner.warm()
+        return runner.folder
 
     def prepare_scientific(self) -> Path:
         """Build or load the scientific Python runtime now rather than at its first call
