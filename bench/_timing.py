@@ -3,19 +3,23 @@
 - `taking_turns`: several calls timed in turns, so that a noisy machine hits them alike;
 - `Summary`: min, median, mean, p99 and max of a sample, and the tail's ratios to the median;
 - `processes`: whole child processes timed from their start to their exit, taking turns;
-- `bytecode_cache`: an environment whose children write their bytecode to a folder of their own.
+- `bytecode_cache`: an environment whose children write their bytecode to a folder of their own;
+- `cache_control`: what a pause costs plain host Python on this machine, the control for
+  figures of calls made some milliseconds apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 
 def taking_turns(
@@ -36,6 +40,23 @@ def taking_turns(
                 call()
                 out.append(time.perf_counter() - started)
     return times
+
+
+def cache_control(calls: int, gap_s: float) -> tuple[float, float]:
+    """The machine's own cost of a pause: the median seconds of plain host Python that reads
+    a few MiB at random (a sum over 150,000 shuffled float objects, about a CPython
+    interpreter's working set in a small call), back to back and `gap_s` apart (the pause
+    untimed), taking turns in blocks. No wasmbox in it: what the second costs over the first
+    is what the caches lose while the thread pauses (other processes, other tenants of the
+    host), and a call pays it in kind."""
+    numbers = [random.random() for _ in range(150_000)]
+    random.shuffle(numbers)
+    work = partial(sum, numbers)
+    for _ in range(20):
+        work()
+    back = taking_turns({"work": work}, rounds=4, block=calls // 4)["work"]
+    spaced = taking_turns({"work": work}, rounds=4, block=calls // 4, gap_s=gap_s)["work"]
+    return statistics.median(back), statistics.median(spaced)
 
 
 @dataclass(frozen=True)
