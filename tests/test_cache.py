@@ -122,7 +122,7 @@ def test_a_noted_check_skips_the_digest_until_the_file_changes(
 
     assert load() == (0, 1, 1)  # compiled, stored with its digest
     artifact, meta = _entries(cache)
-    assert "checked" not in json.loads(meta.read_text())  # (written just now: not settled)
+    assert "checked" not in json.loads(meta.read_text())  # (a store notes none: its file is new)
     assert load() == (1, 0, 1)  # checked in full, and noted
     assert json.loads(meta.read_text())["checked"][2] == artifact.stat().st_size
     assert load() == (1, 0, 0)  # the noted file, unchanged: no digest

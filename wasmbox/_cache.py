@@ -7,8 +7,9 @@ signature) is kept the same way, as `bytecode-<sha256 of runtime, file name, ent
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
 never loaded. A compiled artifact's digest is read in full until a passed check is noted in its
 metadata (`checked`: the file's device, inode, size, modification and change times); from then
-on that file, unchanged, is loaded without reading it through (`_SETTLED_NS`). The directory is created 0700 and refused if another user owns it or can write it,
-or if a folder on its way from `/` could let another user swap it (see `_check_ancestors`).
+on that file, unchanged, is loaded without reading it through (`_SETTLED_NS`). The directory is
+created 0700 and refused if another user owns it or can write it, or if a folder on its way
+from `/` could let another user swap it (see `_ancestors_problem`).
 It is opened once, without following a symlink, and every entry is read, written, touched and
 removed relative to that descriptor, so renaming the folder away and putting another in its
 place later changes nothing this cache loads.
