@@ -1,8 +1,8 @@
 """A new process: `import wasmbox`, load a Python tool, first result, with a warm disk cache.
 
 Run: ./dev python bench/cold_start.py [RUNS] [TREE ...]
-Prints the median wall time of whole processes (interpreter start included) and the split
-measured inside them. The children may write bytecode (to a cache of their own, not the source
+Prints the median wall time of whole processes (interpreter start included), the split
+measured inside them, and the rest (the interpreter's start and its exit). The children may write bytecode (to a cache of their own, not the source
 tree: `_timing.bytecode_cache`). With TREEs (checkouts whose `wasmbox/` is timed,
 e.g. `git worktree add /tmp/before <rev>`), the trees take turns, one process each per run,
 in alternating order.
@@ -46,9 +46,10 @@ def main() -> int:
         median = statistics.median(wall for wall, _ in samples) * 1e3
         splits = [[float(x) for x in out.split()] for _, out in samples]
         parts = [statistics.median(s[i] for s in splits) for i in range(3)]
+        rest = statistics.median(wall * 1e3 - sum(s) for (wall, _), s in zip(samples, splits, strict=True))
         print(f"{tree + ': ' if tree else ''}new process to first Python tool result: {median:.0f} ms "
               f"median of {runs} (import wasmbox {parts[0]:.0f} ms, load {parts[1]:.0f} ms, "
-              f"first call {parts[2]:.0f} ms)")  # fmt: skip
+              f"first call {parts[2]:.0f} ms, the rest: the interpreter's start and exit {rest:.0f} ms)")  # fmt: skip
     return 0
 
 

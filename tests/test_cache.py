@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,49 @@ def test_damaged_entry_is_rebuilt_not_trusted(tmp_path: Path, damage: str) -> No
     with wasmbox.Sandbox(cache_dir=cache) as box:
         box.load(manifest("echo"))
         assert box.cache_stats.hits == 1
+
+
+def test_a_noted_check_skips_the_digest_until_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full check that passed is noted in the entry's metadata, and the same file unchanged
+    is then loaded without its digest; a file written in place since, even at its old size
+    with its modification time set back, or another file put in its place, is checked in full
+    again (and a damaged one rebuilt, never loaded)."""
+    monkeypatch.setattr(wasmbox._cache, "_SETTLED_NS", 0)  # (the entry's change time is just now)
+    digests: list[int] = []
+    real_digest = wasmbox._cache.artifact_digest
+
+    def counted(data: bytes | mmap.mmap) -> str:
+        digests.append(len(data))
+        return real_digest(data)
+
+    monkeypatch.setattr(wasmbox._cache, "artifact_digest", counted)
+    cache = tmp_path / "cache"
+
+    def load() -> tuple[int, int, int]:
+        digests.clear()
+        with wasmbox.Sandbox(cache_dir=cache) as box:
+            assert box.load(manifest("echo")).call({"n": 2}).unwrap() == {"n": 2}
+            return box.cache_stats.hits, box.cache_stats.compiles, len(digests)
+
+    assert load() == (0, 1, 1)  # compiled, stored with its digest
+    artifact, meta = _entries(cache)
+    assert "checked" not in json.loads(meta.read_text())  # (a store notes none: its file is new)
+    assert load() == (1, 0, 1)  # checked in full, and noted
+    assert json.loads(meta.read_text())["checked"][2] == artifact.stat().st_size
+    assert load() == (1, 0, 0)  # the noted file, unchanged: no digest
+    data, before = artifact.read_bytes(), artifact.stat()
+    time.sleep(0.05)  # past the clock's granularity, so that the write's change time differs
+    i = len(data) // 2
+    artifact.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :])
+    os.utime(artifact, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert load() == (0, 1, 2)  # checked in full, refused, compiled and stored again
+    assert load() == (1, 0, 1)
+    replaced = artifact.with_name("replacement")
+    replaced.write_bytes(artifact.read_bytes())
+    os.replace(replaced, artifact)  # the same bytes in another file
+    assert load() == (1, 0, 1)  # checked in full again
 
 
 def test_engine_settings_are_part_of_the_key(tmp_path: Path) -> None:

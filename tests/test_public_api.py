@@ -5,6 +5,7 @@ an object whose type they cannot import."""
 from __future__ import annotations
 
 import inspect
+import subprocess
 import sys
 import types
 import typing
@@ -213,3 +214,15 @@ class _Probe:
 
     def run(self, progress: Callable[[PythonRuntime], None]) -> None:
         return None
+
+
+# What `import wasmbox` leaves for first use: the event loop (`acall`, `arun_python`), TLS and
+# HTTP (the first `http.fetch`), what only a runtime build or a package install runs (a process,
+# a tar archive), TOML (a manifest file), and the close matches of a name that is missing.
+LAZY_MODULES = ("asyncio", "ssl", "http.client", "subprocess", "tarfile", "tomllib", "difflib")
+
+
+def test_importing_wasmbox_leaves_modules_for_their_first_use() -> None:
+    code = f"import sys, wasmbox; print([m for m in {LAZY_MODULES!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

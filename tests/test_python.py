@@ -960,19 +960,25 @@ def test_sleeping_is_refused_at_once(box: wasmbox.Sandbox, code: str) -> None:
     assert box.run_python("import time\ntime.monotonic() > 0").value is True  # clocks still work
 
 
-def test_exit_without_close_is_quiet(cache_dir: Path, data: Path) -> None:
-    """Spare instances and the housekeeping thread must not make interpreter exit noisy."""
+def test_exit_without_close_is_quiet(cache_dir: Path, data: Path, tmp_path: Path) -> None:
+    """Spare instances and the housekeeping thread must not make interpreter exit noisy; the
+    stores left at exit are only forgotten (`_store.exiting`), but their calls' scratch
+    folders are removed all the same."""
     script = (
         "import sys, wasmbox\n"
         "box = wasmbox.Sandbox(cache_dir=sys.argv[1])\n"
         "grants = {'name': 'g', 'runtime': 'python', 'preopens': [{'host': sys.argv[2], 'guest': '/d'}]}\n"
         "print(box.run_python('6 * 7').value, box.run_python('len(open(\"/d/numbers.txt\").read())', grants).value)\n"
     )
+    temp = tmp_path / "temp"
+    temp.mkdir()
     for _ in range(2):
         out = subprocess.run(
-            [sys.executable, "-c", script, str(cache_dir), str(data)], capture_output=True, text=True
-        )
+            [sys.executable, "-c", script, str(cache_dir), str(data)],
+            capture_output=True, text=True, env={**os.environ, "TMPDIR": str(temp)},
+        )  # fmt: skip
         assert out.returncode == 0 and out.stdout == "42 6\n" and out.stderr == ""
+        assert list(temp.iterdir()) == []
 
 
 def _python_threads() -> int:

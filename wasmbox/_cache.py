@@ -5,8 +5,11 @@ the artifact's size and digest, `artifact_digest`). The key is sha256(wasm) + Wa
 Python tools' bytecode (compiled by the runtime, which runs it; stored with the entry's
 signature) is kept the same way, as `bytecode-<sha256 of runtime, file name, entry and source>.bin`.
 Entries are written atomically; one whose metadata, size or digest does not match is rebuilt,
-never loaded. The directory is created 0700 and refused if another user owns it or can write it,
-or if a folder on its way from `/` could let another user swap it (see `_check_ancestors`).
+never loaded. A compiled artifact's digest is read in full until a passed check is noted in its
+metadata (`checked`: the file's device, inode, size, modification and change times); from then
+on that file, unchanged, is loaded without reading it through (`_SETTLED_NS`). The directory is
+created 0700 and refused if another user owns it or can write it, or if a folder on its way
+from `/` could let another user swap it (see `_ancestors_problem`).
 It is opened once, without following a symlink, and every entry is read, written, touched and
 removed relative to that descriptor, so renaming the folder away and putting another in its
 place later changes nothing this cache loads.
@@ -28,6 +31,7 @@ import os
 import secrets
 import stat
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -407,9 +411,7 @@ class ArtifactCache:
         except (OSError, ValueError):
             return None
         try:
-            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
-                size, digest = len(data), artifact_digest(data)  # no copy into Python
-            if _trusted(record, expected, size, digest):
+            if self._checked(record, expected, fd, meta):
                 # Wasmtime maps the file it opens by this name: the one just checked
                 return kind.deserialize_file(engine, f"/proc/self/fd/{fd}")
         except (OSError, ValueError, wasmtime.WasmtimeError):
@@ -419,6 +421,25 @@ class ArtifactCache:
         with self._lock:
             self.stats.rejected += 1
         return None
+
+    def _checked(self, record: object, expected: dict[str, str], fd: int, meta: str) -> bool:
+        """Whether the open artifact `fd` is what its metadata `record` names: the file a
+        full check passed before, unchanged since (`_unchanged`), or else its size and digest
+        read now. A full check that passes on a file whose change time has settled is noted in
+        the metadata (`checked`), so later processes skip the digest (tens of MiB for the
+        Python runtime) until the file changes. Raises OSError, ValueError."""
+        seen = os.fstat(fd)
+        if _unchanged(record, seen) and _names(record, expected):
+            return True
+        started = time.time_ns()
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+            size, digest = len(data), artifact_digest(data)  # no copy into Python
+        if not (_trusted(record, expected, size, digest) and isinstance(record, dict)):
+            return False
+        if _identity(os.fstat(fd)) == _identity(seen) and seen.st_ctime_ns <= started - _SETTLED_NS:
+            with contextlib.suppress(OSError):  # a read-only cache checks in full every time
+                self._write_atomic(meta, json.dumps(dict(record, checked=_identity(seen))).encode())
+        return True
 
     # -- files, relative to the directory's descriptor --------------------------------------
 
@@ -459,13 +480,39 @@ class ArtifactCache:
             raise
 
 
+def _names(record: object, expected: dict[str, str]) -> bool:
+    """Whether an entry's metadata `record` names what is wanted (its key's inputs)."""
+    return isinstance(record, dict) and all(record.get(k) == v for k, v in expected.items())
+
+
 def _trusted(record: object, expected: dict[str, str], size: int, digest: str) -> bool:
     """Whether an entry's metadata `record` names what is wanted and the data read back."""
     return (
-        isinstance(record, dict)
-        and all(record.get(k) == v for k, v in expected.items())
+        _names(record, expected)
+        and isinstance(record, dict)
         and record.get("size") == size
         and record.get("digest") == digest
+    )
+
+
+# An artifact whose full check is noted is trusted while its file is the same one: device,
+# inode, size, modification and change times. Writing to a file, renaming it or setting its
+# times moves its change time to the moment it happens, which no process can set back; a check
+# is noted only for a file whose change time was at least _SETTLED_NS before the check began,
+# so that a change within the clock's granularity of that time cannot share it.
+_SETTLED_NS = 2 * 10**9
+
+
+def _identity(info: os.stat_result) -> list[int]:
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _unchanged(record: object, info: os.stat_result) -> bool:
+    """Whether `record` notes a full check of the file `info` describes, unchanged since."""
+    return (
+        isinstance(record, dict)
+        and record.get("checked") == _identity(info)
+        and record.get("size") == info.st_size
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from enum import Enum
 
@@ -46,6 +45,8 @@ class UnknownToolError(WasmboxError, KeyError):
     def __init__(self, name: str, loaded: Iterable[str]) -> None:
         names = sorted(loaded)
         self.name = name
+        import difflib  # (only a miss needs it: kept out of `import wasmbox`)
+
         self.close = difflib.get_close_matches(name, names, n=3)
         if self.close:
             hint = "did you mean " + " or ".join(repr(n) for n in self.close) + "?"

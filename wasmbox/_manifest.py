@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -898,6 +897,8 @@ class Manifest(_Strict):
             if path.suffix == ".json":
                 data = json.loads(text)
             else:
+                import tomllib  # (only a TOML manifest needs it: kept out of `import wasmbox`)
+
                 data = tomllib.loads(text)
         except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
             raise ManifestError(f"{path}: not valid {path.suffix[1:] or 'TOML'}: {exc}") from None

@@ -85,8 +85,21 @@ def on_epoch_deadline(store: wasmtime.Store, callback: Any, handle: int, finaliz
     store.set_epoch_deadline(1)
 
 
+_exiting = False
+
+
+def exiting() -> None:
+    """The process is ending (called from an `atexit` handler): from now on `close_store`
+    forgets a store without freeing it. Freeing returns its instances to the engine's pool,
+    which first resets their memories (10 ms or more for a Python runtime's), work that the
+    process's end makes moot."""
+    global _exiting
+    _exiting = True
+
+
 def close_store(store: wasmtime.Store) -> None:
-    """Free `store` now, safely even if a KeyboardInterrupt arrives meanwhile.
+    """Free `store` now (once the process is `exiting`, only forget it), safely even if a
+    KeyboardInterrupt arrives meanwhile.
 
     `Store.close()` frees the store in C and only then forgets the pointer in Python: a signal
     handler that raises between the two (Python runs them right after a C call returns) would
@@ -98,7 +111,8 @@ def close_store(store: wasmtime.Store) -> None:
     except ValueError:  # already closed
         return
     store._Store__context = None  # type: ignore[attr-defined]
-    ffi.wasmtime_store_delete(ptr)
+    if not _exiting:
+        ffi.wasmtime_store_delete(ptr)
     ticker = store.__dict__.pop("_wasmbox_ticker", None)  # counted open by `EpochTicker.opened`
     if ticker is not None:
         ticker.store_closed()

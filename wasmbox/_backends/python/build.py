@@ -15,18 +15,20 @@ import hashlib
 import io
 import os
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..._dist import version
 from ..._errors import WasmboxError
 from ..._progress import Progress, Step, stderr_progress
+
+if TYPE_CHECKING:
+    import tarfile
 
 COMPONENTIZE_PY = "0.25.1"
 RECIPE = "3"  # bump when the build steps change (3: the stdlib .pyc written whole)
@@ -149,6 +151,8 @@ def _build(stage: Path, progress: Progress) -> None:
     ]
     doing = f"building the Python runtime with componentize-py {COMPONENTIZE_PY}"
     with Step(progress, doing, "about 10 s, once per cache; then compiled, and the stdlib byte-compiled"):
+        import subprocess  # (only a build runs one: kept out of `import wasmbox`)
+
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)  # noqa: S603 - our argv
     if done.returncode != 0 or not (stage / "runtime.wasm").is_file():
         raise RuntimeBuildError(f"componentize-py failed:\n{done.stdout}\n{done.stderr}"[-4000:])
@@ -228,6 +232,8 @@ def _stdlib_archive(data: bytes, offset: int, zstandard: object) -> tarfile.TarF
     if len(head) < 512 or head[257:262] != b"ustar":
         return None
     raw = zstandard.ZstdDecompressor().decompressobj().decompress(data[offset:])  # type: ignore[attr-defined]
+    import tarfile  # (only a build reads one: kept out of `import wasmbox`)
+
     archive = tarfile.open(fileobj=io.BytesIO(raw))  # noqa: SIM115 - returned open, to the caller's `with`
     names = set(archive.getnames())
     return archive if {"statistics.py", "socket.py", "json/__init__.py"} <= names else None

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -176,6 +175,8 @@ class PackageInstaller:
         requirements.write_text("".join(f"{pin}\n" for pin in pins))
         command += ["--require-hashes"] if any(is_hashed(pin) for pin in pins) else []
         command += ["-r", str(requirements)]
+        import subprocess  # (only an install runs one: kept out of `import wasmbox`)
+
         try:
             done = subprocess.run(  # noqa: S603 - an argv of our own: pip, the pins, no shell
                 command,

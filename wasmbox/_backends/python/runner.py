@@ -571,7 +571,7 @@ class _Housekeeper:
         self._tasks: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=self.QUEUE)
         self._thread = threading.Thread(target=self._run, name="wasmbox-python", daemon=True)
         self._thread.start()
-        atexit.register(self.stop)  # finish before the interpreter finalizes
+        atexit.register(self._at_exit)
 
     def retire_store(self, store: wasmtime.Store) -> None:
         try:
@@ -606,8 +606,14 @@ class _Housekeeper:
         for old in self._spares.put(grants_digest, spare):
             old.discard()
 
+    def _at_exit(self) -> None:
+        """Finish before the interpreter finalizes; the stores it and the runner's release
+        (a `weakref.finalize`, run after this) close are only forgotten (`_store.exiting`)."""
+        _store.exiting()
+        self.stop()
+
     def stop(self) -> None:
-        atexit.unregister(self.stop)
+        atexit.unregister(self._at_exit)
         if self._thread.is_alive():
             self._tasks.put(None)
             if threading.current_thread() is not self._thread:  # (a finalizer may run on it)

@@ -12,7 +12,6 @@ forms (`int`, `float`, `str`, `bool`, `None`, `list[T]`, `tuple[T, ...]`, `set[T
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 from typing import Any
 
@@ -110,6 +109,8 @@ def entry_problem(entry: str, defined: Any) -> str | None:
     functions = [name for name in defined["functions"] if isinstance(name, str)]
     if not functions:
         return f"the source binds no {entry!r} at its top level, and defines no function there"
+    import difflib  # (only a missing entry needs it: kept out of `import wasmbox`)
+
     close = difflib.get_close_matches(entry, functions, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     listed = ", ".join(map(repr, functions[:20])) + (", ..." if len(functions) > 20 else "")
