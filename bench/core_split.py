@@ -57,10 +57,18 @@ def c_api_call(tool: wasmbox.Tool) -> Callable[[], object]:
     trap = ctypes.POINTER(ffi.wasm_trap_t)()
     fuel = ctypes.c_uint64(0)
     store_new, store_context = ffi._wasmtime_store_new, ffi._wasmtime_store_context
-    limiter, set_fuel, get_fuel = ffi._wasmtime_store_limiter, ffi._wasmtime_context_set_fuel, ffi._wasmtime_context_get_fuel
+    limiter, set_fuel, get_fuel = (
+        ffi._wasmtime_store_limiter,
+        ffi._wasmtime_context_set_fuel,
+        ffi._wasmtime_context_get_fuel,
+    )
     deadline, instantiate = ffi._wasmtime_context_set_epoch_deadline, ffi._wasmtime_instance_pre_instantiate
     export_get, call = ffi._wasmtime_instance_export_get, ffi._wasmtime_func_call_unchecked
-    data, data_size, delete = ffi._wasmtime_memory_data, ffi._wasmtime_memory_data_size, ffi._wasmtime_store_delete
+    data, data_size, delete = (
+        ffi._wasmtime_memory_data,
+        ffi._wasmtime_memory_data_size,
+        ffi._wasmtime_store_delete,
+    )
     byref, address = ctypes.byref, ctypes.addressof
 
     def once() -> object:

@@ -5,13 +5,12 @@ manifest alone, and turning the outcome into a `CallResult`.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -53,7 +52,7 @@ class CallInput:
         return manifest if self.limits is None else manifest.model_copy(update={"limits": self.limits})
 
 
-@dataclass
+@dataclass(slots=True)
 class CallState:
     """What the host functions of the call running on this thread need to know and record."""
 
@@ -116,20 +115,28 @@ def current() -> CallState:
 MAX_NESTED_CALLS = 16
 
 
-@contextlib.contextmanager
-def running(state: CallState) -> Iterator[None]:
-    """Make `state` current for the duration of a call; calls may nest (a host function may
-    call another tool), up to MAX_NESTED_CALLS deep (deeper is a `host_error` Failure)."""
-    outer = getattr(_local, "state", None)
-    depth = getattr(_local, "depth", 0)
-    if depth >= MAX_NESTED_CALLS:
-        message = f"calls nested more than {MAX_NESTED_CALLS} deep (host functions calling tools)"
-        raise Failure(ErrorKind.HOST_ERROR, message)
-    _local.state, _local.depth = state, depth + 1
-    try:
-        yield
-    finally:
-        _local.state, _local.depth = outer, depth
+class running:
+    """Make `state` current for the duration of a call (a `with` block); calls may nest (a host
+    function may call another tool), up to MAX_NESTED_CALLS deep (deeper is a `host_error`
+    Failure, raised on entering). A class rather than a generator's context manager: every
+    call enters one."""
+
+    __slots__ = ("_depth", "_outer", "_state")
+
+    def __init__(self, state: CallState) -> None:
+        self._state = state
+
+    def __enter__(self) -> None:
+        outer = getattr(_local, "state", None)
+        depth = getattr(_local, "depth", 0)
+        if depth >= MAX_NESTED_CALLS:
+            message = f"calls nested more than {MAX_NESTED_CALLS} deep (host functions calling tools)"
+            raise Failure(ErrorKind.HOST_ERROR, message)
+        self._outer, self._depth = outer, depth
+        _local.state, _local.depth = self._state, depth + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _local.state, _local.depth = self._outer, self._depth
 
 
 def abort(context: _capi.Context | None, kind: ErrorKind, message: str) -> None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the C pointer types that raw calls and callbacks take
 HostCallback = ffi.wasmtime_func_unchecked_callback_t
 
 
-def _bound(name: str, restype: Any = None) -> Any:
+def c_function(name: str, restype: Any = None) -> Any:
     """The C function `name` as ctypes calls it, without wasmtime-py's Python wrapper around
     it (one frame less a call on the hot path): its argument types are wasmtime-py's; with
     `restype`, a binding of our own that returns that type instead (e.g. an address as an int)."""
@@ -43,11 +43,11 @@ def _bound(name: str, restype: Any = None) -> Any:
     return own
 
 
-_export_get = _bound("wasmtime_instance_export_get")
-_memory_data = _bound("wasmtime_memory_data", ctypes.c_void_p)
-_memory_data_size = _bound("wasmtime_memory_data_size")
-_func_call_unchecked = _bound("wasmtime_func_call_unchecked", ctypes.c_void_p)
-_instance_pre_instantiate = _bound("wasmtime_instance_pre_instantiate", ctypes.c_void_p)
+_export_get = c_function("wasmtime_instance_export_get")
+_memory_data = c_function("wasmtime_memory_data", ctypes.c_void_p)
+_memory_data_size = c_function("wasmtime_memory_data_size")
+_func_call_unchecked = c_function("wasmtime_func_call_unchecked", ctypes.c_void_p)
+_instance_pre_instantiate = c_function("wasmtime_instance_pre_instantiate", ctypes.c_void_p)
 RawValue = ffi.wasmtime_val_raw_t  # one cell of a raw call's params and results
 _ErrorPointer = ctypes.POINTER(ffi.wasmtime_error_t)
 _TrapPointer = ctypes.POINTER(ffi.wasm_trap_t)
