@@ -4,11 +4,12 @@ Run: ./dev python bench/core_split.py [--rounds N] [--block N]
 Three calls take turns in blocks (`_timing.taking_turns`), each timed call by call; medians:
 - "Tool.call": `wasmbox bench`'s echo (`_bench.ECHO_WAT`) through `Tool.call`, as a user calls it;
 - "C API only": the same call as the bare sequence of C API calls the call path makes, through
-  ctypes with no wasmbox code around them (a Store from the same engine with the same store
-  limits, fuel and epoch deadline; the tool's own InstancePre instantiated; `memory`,
-  `wasmbox_alloc` and `wasmbox_call` looked up; the args written, `wasmbox_call` called, the
-  reply read and unpacked; the fuel read; the Store deleted): what any Python binding of this
-  engine pays, ctypes' own cost per C call included;
+  ctypes with no wasmbox code around them, the same 18 C calls (a Store from the same engine
+  with the same store limits, fuel and epoch deadline; the tool's own InstancePre
+  instantiated; `memory`, `wasmbox_alloc` and `wasmbox_call` looked up; the args written,
+  `wasmbox_call` called, the reply read and unpacked, the memory's size read; the fuel read;
+  the Store deleted): what any Python binding of this engine pays, ctypes' own cost per C call
+  included;
 - "plain wasmtime-py": `_bench.plain_core_call` (new Store, `Linker.instantiate`, no limits).
 "Python skeleton" is the Tool.call median less the C API median: what wasmbox's own Python
 costs a call. The native layer (bench/README.md, "Native core spike") pays neither ctypes nor
@@ -88,6 +89,7 @@ def c_api_call(tool: wasmbox.Tool) -> Callable[[], object]:
         assert not call(context, byref(alloc.of.func), values, 2, byref(trap))
         ptr = values[0].i32
         base = address(data(context, byref(memory.of.memory)).contents)
+        assert ptr + len(payload) <= data_size(context, byref(memory.of.memory))
         ctypes.memmove(base + ptr, payload, len(payload))
         values[0].i32, values[1].i32 = ptr, len(payload)
         assert not call(context, byref(entry.of.func), values, 2, byref(trap))
@@ -95,6 +97,7 @@ def c_api_call(tool: wasmbox.Tool) -> Callable[[], object]:
         base = address(data(context, byref(memory.of.memory)).contents)
         assert rptr + rlen <= data_size(context, byref(memory.of.memory))
         reply = _abi.unpack_reply(ctypes.string_at(base + rptr, rlen))
+        data_size(context, byref(memory.of.memory))  # (the peak memory)
         get_fuel(context, byref(fuel))
         delete(store)
         return reply

@@ -6,6 +6,7 @@ ARCHITECTURE.md, "Guest contracts", has the whole contract.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -72,6 +73,7 @@ def check_depth(value: Any) -> None:
         if depth > MAX_DEPTH:  # (only lists and dicts are walked past the first check)
             raise FramingError(f"nested deeper than {MAX_DEPTH} levels")
         depth += 1
+        children: Iterable[Any]
         if isinstance(item, dict):
             for child in item:
                 if isinstance(child, _WALKED):

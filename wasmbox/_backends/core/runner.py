@@ -191,20 +191,19 @@ class ModuleRunner:
         except (TypeError, ValueError, OverflowError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
         context = _store.context(store)
-        raw = instance._instance
         if self._initialize:
-            _capi.call_void(context, _INITIALIZE.lookup(context, raw))
+            _capi.call_void(context, _INITIALIZE.get(store, instance))
         # one array of raw values for both calls: (len) -> ptr, then (ptr, len) -> packed
         size = len(payload)
         values = (_capi.RawValue * 2)()
         values[0].i32 = size
-        ptr = _capi.call_raw(context, _capi.ALLOC.lookup(context, raw), values, 2) & 0xFFFF_FFFF
+        ptr = _capi.call_raw(context, _capi.ALLOC.get(store, instance), values, 2) & 0xFFFF_FFFF
         base, now = _capi.memory_view(context, memory)
         if ptr == 0 or ptr + size > now:
             raise Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
         ctypes.memmove(base + ptr, payload, size)
         values[0].i32, values[1].i32 = ptr, size
-        _capi.call_raw(context, _CALL.lookup(context, raw), values, 2)
+        _capi.call_raw(context, _CALL.get(store, instance), values, 2)
         rptr, rlen = _abi.split(values[0].i64)
         _call.check_result_size(rlen, cap)
         base, now = _capi.memory_view(context, memory)  # the guest may have grown it
