@@ -32,7 +32,17 @@ from ._wasmtime import store as _store
 from ._wasmtime.engine import EpochTicker
 from ._wasmtime.output import Output, sniff, views
 
-_local = threading.local()
+
+class _Local(threading.local):
+    """This thread's call (`running`), how deeply calls nest on it, and the deadline its host
+    function's calls end by (`ceiling`); the class's values until a call sets them."""
+
+    state: CallState | None = None
+    depth = 0
+    ceiling: float | None = None
+
+
+_local = _Local()
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ class CallState:
         code) ends no later than the call that made it (`ceiling`)."""
         state = cls(manifest, min(started + manifest.limits.timeout, ceiling() or math.inf))
         if _phases.active:
-            state.phases = _phases.clock(started, getattr(_local, "depth", 0))
+            state.phases = _phases.clock(started, _local.depth)
         return state
 
     def release_files(self) -> None:
@@ -94,17 +104,19 @@ class CallState:
 def ceiling() -> float | None:
     """The latest a call started on this thread now may end: the deadline of the call whose host
     function is running here (None outside one)."""
-    return getattr(_local, "ceiling", None)
+    return _local.ceiling
 
 
 def inside_call() -> bool:
     """Whether this thread is running a call (e.g. inside a host function)."""
-    return getattr(_local, "state", None) is not None
+    return _local.state is not None
 
 
 def current() -> CallState:
     """The state of the call running on this thread (host functions run on the caller's thread)."""
-    state: CallState = _local.state
+    state = _local.state
+    if state is None:  # (a bug of ours: only code running inside a call asks)
+        raise RuntimeError("no call is running on this thread")
     return state
 
 
@@ -127,8 +139,8 @@ class running:
         self._state = state
 
     def __enter__(self) -> None:
-        outer = getattr(_local, "state", None)
-        depth = getattr(_local, "depth", 0)
+        outer = _local.state
+        depth = _local.depth
         if depth >= MAX_NESTED_CALLS:
             message = f"calls nested more than {MAX_NESTED_CALLS} deep (host functions calling tools)"
             raise Failure(ErrorKind.HOST_ERROR, message)
