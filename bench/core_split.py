@@ -35,6 +35,12 @@ from wasmbox import _abi, _bench
 from wasmbox._backends.core import runner as core_runner
 
 ARGS = {"text": "the quick brown fox", "n": 3}  # `wasmbox bench`'s trivial call
+# the C functions, as ctypes calls them without wasmtime-py's Python wrappers
+_C_FUNCTIONS = (
+    "store_new", "store_context", "store_limiter", "context_set_fuel", "context_get_fuel",
+    "context_set_epoch_deadline", "instance_pre_instantiate", "instance_export_get",
+    "func_call_unchecked", "memory_data", "memory_data_size", "store_delete",
+)  # fmt: skip
 
 
 def c_api_call(tool: wasmbox.Tool) -> Callable[[], object]:
@@ -57,19 +63,10 @@ def c_api_call(tool: wasmbox.Tool) -> Callable[[], object]:
     no_finalizer = ctypes.cast(0, ctypes.CFUNCTYPE(None, ctypes.c_void_p))
     trap = ctypes.POINTER(ffi.wasm_trap_t)()
     fuel = ctypes.c_uint64(0)
-    store_new, store_context = ffi._wasmtime_store_new, ffi._wasmtime_store_context
-    limiter, set_fuel, get_fuel = (
-        ffi._wasmtime_store_limiter,
-        ffi._wasmtime_context_set_fuel,
-        ffi._wasmtime_context_get_fuel,
-    )
-    deadline, instantiate = ffi._wasmtime_context_set_epoch_deadline, ffi._wasmtime_instance_pre_instantiate
-    export_get, call = ffi._wasmtime_instance_export_get, ffi._wasmtime_func_call_unchecked
-    data, data_size, delete = (
-        ffi._wasmtime_memory_data,
-        ffi._wasmtime_memory_data_size,
-        ffi._wasmtime_store_delete,
-    )
+    (
+        store_new, store_context, limiter, set_fuel, get_fuel, deadline,
+        instantiate, export_get, call, data, data_size, delete,
+    ) = (getattr(ffi, f"_wasmtime_{name}") for name in _C_FUNCTIONS)  # fmt: skip
     byref, address = ctypes.byref, ctypes.addressof
 
     def once() -> object:
