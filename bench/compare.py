@@ -1,6 +1,6 @@
 """The same calls timed on several checkouts of wasmbox, taking turns, in fresh processes.
 
-Run: ./dev python bench/compare.py [--suite core|python] [--rounds N] [--calls N] TREE [TREE ...]
+Run: ./dev python bench/compare.py [--suite core|python|javascript|output] [--rounds N] [--calls N] TREE [TREE ...]
 A TREE is a checkout whose `wasmbox/` package (and, for Python, `wasmbox/_backends/python/`) is timed
 ("." is this one), e.g. the code before a change: `git worktree add /tmp/before <rev>`. Guests
 come from this checkout (build them with ./dev first). Each round runs every tree once, so a
