@@ -1,6 +1,6 @@
 """The same calls timed on several checkouts of wasmbox, taking turns, in fresh processes.
 
-Run: ./dev python bench/compare.py [--suite core|python] [--rounds N] [--calls N] TREE [TREE ...]
+Run: ./dev python bench/compare.py [--suite core|python|javascript|output] [--rounds N] [--calls N] TREE [TREE ...]
 A TREE is a checkout whose `wasmbox/` package (and, for Python, `wasmbox/_backends/python/`) is timed
 ("." is this one), e.g. the code before a change: `git worktree add /tmp/before <rev>`. Guests
 come from this checkout (build them with ./dev first). Each round runs every tree once, so a
@@ -18,6 +18,9 @@ once; the first round of a new runtime includes nothing of its build):
   call is timed) and back to back, µs
 - a small tool (bench/test_python_bench.py's greet), spaced and back to back, and
   capabilities/csv_stats.toml back to back, µs
+
+--suite javascript, medians: `run_javascript("1 + 2")` back to back, and the trivial core
+call (echo.wat), µs
 
 --suite output (Python printing; fuel is deterministic, so one round tells it):
 - fuel of one iteration of `for i in range(n): pass` in a snippet, and of the same loop
@@ -103,6 +106,15 @@ def output_figures():
 if suite == "python":
     print(json.dumps(python_figures()))
     sys.exit(0)
+if suite == "javascript":
+    with wasmbox.Sandbox() as box:
+        echo = box.load({"name": "echo", "module": root + "/runtimes/examples/wat/echo.wat"})
+        snippet = lambda: box.run_javascript("1 + 2")
+        assert snippet().value == 3
+        for _ in range(500):
+            snippet(), echo.call({"n": 1})
+        print(json.dumps({"js_us": median_us(snippet, calls // 5), "trivial_us": median_us(lambda: echo.call({"n": 1}), calls)}))
+    sys.exit(0)
 if suite == "output":
     with wasmbox.Sandbox() as box:
         print(json.dumps(output_figures()))
@@ -139,6 +151,7 @@ COLUMNS = {
     "python": (("spaced_us", "spaced µs"), ("b2b_us", "back-to-back µs"),
                ("greet_spaced_us", "greet spaced µs"), ("greet_us", "greet b2b µs"),
                ("csv_us", "csv_stats b2b µs")),
+    "javascript": (("js_us", "run_javascript µs"), ("trivial_us", "trivial µs")),
     "output": (("loop_fuel", "loop fuel"), ("print_fuel", "print fuel"), ("write_fuel", "write fuel"),
                ("stringio_fuel", "StringIO fuel"), ("call_fuel", "call fuel"), ("greet_fuel", "greet fuel"),
                ("print_us", "print µs")),

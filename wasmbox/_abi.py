@@ -6,6 +6,7 @@ ARCHITECTURE.md, "Guest contracts", has the whole contract.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -59,17 +60,30 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
 
 def check_depth(value: Any) -> None:
     """Refuse values nested deeper than MAX_DEPTH, and timestamps: msgpack decodes extension
-    type -1 itself, without asking `ext_hook`, and a Timestamp in a value breaks its JSON."""
+    type -1 itself, without asking `ext_hook`, and a Timestamp in a value breaks its JSON.
+    (Every call's args and reply are walked: a plain value is one check.)"""
+    if not isinstance(value, _WALKED):
+        return
     stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
+        item, depth = pop()
         if isinstance(item, msgpack.Timestamp):
             raise FramingError("MessagePack extension type -1 (timestamp) is not allowed")
-        if isinstance(item, (list, dict)):
-            if depth > MAX_DEPTH:
-                raise FramingError(f"nested deeper than {MAX_DEPTH} levels")
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children if isinstance(child, _WALKED))
+        if depth > MAX_DEPTH:  # (only lists and dicts are walked past the first check)
+            raise FramingError(f"nested deeper than {MAX_DEPTH} levels")
+        depth += 1
+        children: Iterable[Any]
+        if isinstance(item, dict):
+            for child in item:
+                if isinstance(child, _WALKED):
+                    push((child, depth))
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            if isinstance(child, _WALKED):
+                push((child, depth))
 
 
 _WALKED = (list, dict, msgpack.Timestamp)

@@ -5,13 +5,12 @@ manifest alone, and turning the outcome into a `CallResult`.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,7 +32,17 @@ from ._wasmtime import store as _store
 from ._wasmtime.engine import EpochTicker
 from ._wasmtime.output import Output, sniff, views
 
-_local = threading.local()
+
+class _Local(threading.local):
+    """This thread's call (`running`), how deeply calls nest on it, and the deadline its host
+    function's calls end by (`ceiling`); the class's values until a call sets them."""
+
+    state: CallState | None = None
+    depth = 0
+    ceiling: float | None = None
+
+
+_local = _Local()
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class CallInput:
         return manifest if self.limits is None else manifest.model_copy(update={"limits": self.limits})
 
 
-@dataclass
+@dataclass(slots=True)
 class CallState:
     """What the host functions of the call running on this thread need to know and record."""
 
@@ -76,7 +85,7 @@ class CallState:
         code) ends no later than the call that made it (`ceiling`)."""
         state = cls(manifest, min(started + manifest.limits.timeout, ceiling() or math.inf))
         if _phases.active:
-            state.phases = _phases.clock(started, getattr(_local, "depth", 0))
+            state.phases = _phases.clock(started, _local.depth)
         return state
 
     def release_files(self) -> None:
@@ -95,17 +104,19 @@ class CallState:
 def ceiling() -> float | None:
     """The latest a call started on this thread now may end: the deadline of the call whose host
     function is running here (None outside one)."""
-    return getattr(_local, "ceiling", None)
+    return _local.ceiling
 
 
 def inside_call() -> bool:
     """Whether this thread is running a call (e.g. inside a host function)."""
-    return getattr(_local, "state", None) is not None
+    return _local.state is not None
 
 
 def current() -> CallState:
     """The state of the call running on this thread (host functions run on the caller's thread)."""
-    state: CallState = _local.state
+    state = _local.state
+    if state is None:  # (a bug of ours: only code running inside a call asks)
+        raise RuntimeError("no call is running on this thread")
     return state
 
 
@@ -116,20 +127,28 @@ def current() -> CallState:
 MAX_NESTED_CALLS = 16
 
 
-@contextlib.contextmanager
-def running(state: CallState) -> Iterator[None]:
-    """Make `state` current for the duration of a call; calls may nest (a host function may
-    call another tool), up to MAX_NESTED_CALLS deep (deeper is a `host_error` Failure)."""
-    outer = getattr(_local, "state", None)
-    depth = getattr(_local, "depth", 0)
-    if depth >= MAX_NESTED_CALLS:
-        message = f"calls nested more than {MAX_NESTED_CALLS} deep (host functions calling tools)"
-        raise Failure(ErrorKind.HOST_ERROR, message)
-    _local.state, _local.depth = state, depth + 1
-    try:
-        yield
-    finally:
-        _local.state, _local.depth = outer, depth
+class running:
+    """Make `state` current for the duration of a call (a `with` block); calls may nest (a host
+    function may call another tool), up to MAX_NESTED_CALLS deep (deeper is a `host_error`
+    Failure, raised on entering). A class rather than a generator's context manager: every
+    call enters one."""
+
+    __slots__ = ("_depth", "_outer", "_state")
+
+    def __init__(self, state: CallState) -> None:
+        self._state = state
+
+    def __enter__(self) -> None:
+        outer = _local.state
+        depth = _local.depth
+        if depth >= MAX_NESTED_CALLS:
+            message = f"calls nested more than {MAX_NESTED_CALLS} deep (host functions calling tools)"
+            raise Failure(ErrorKind.HOST_ERROR, message)
+        self._outer, self._depth = outer, depth
+        _local.state, _local.depth = self._state, depth + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _local.state, _local.depth = self._outer, self._depth
 
 
 def abort(context: _capi.Context | None, kind: ErrorKind, message: str) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 
 import wasmtime
 from wasmtime import _ffi as ffi
+from wasmtime._func import maybe_raise_last_exn
 
 from .. import _abi
 
@@ -30,6 +31,29 @@ if TYPE_CHECKING:  # the C pointer types that raw calls and callbacks take
 HostCallback = ffi.wasmtime_func_unchecked_callback_t
 
 
+def c_function(name: str, restype: Any = None) -> Any:
+    """The C function `name` as ctypes calls it, without wasmtime-py's Python wrapper around
+    it (one frame less a call on the hot path): its argument types are wasmtime-py's; with
+    `restype`, a binding of our own that returns that type instead (e.g. an address as an int)."""
+    shared = getattr(ffi.dll, name)  # (the object wasmtime-py's bindings gave its argtypes)
+    if restype is None:
+        return shared
+    own = ffi.dll[name]  # (indexing makes a new function object: its restype is ours alone)
+    own.argtypes, own.restype = shared.argtypes, restype
+    return own
+
+
+_export_get = c_function("wasmtime_instance_export_get")
+_memory_data = c_function("wasmtime_memory_data", ctypes.c_void_p)
+_memory_data_size = c_function("wasmtime_memory_data_size")
+_func_call_unchecked = c_function("wasmtime_func_call_unchecked", ctypes.c_void_p)
+_instance_pre_instantiate = c_function("wasmtime_instance_pre_instantiate", ctypes.c_void_p)
+RawValue = ffi.wasmtime_val_raw_t  # one cell of a raw call's params and results
+_ErrorPointer = ctypes.POINTER(ffi.wasmtime_error_t)
+_TrapPointer = ctypes.POINTER(ffi.wasm_trap_t)
+_byref = ctypes.byref
+
+
 def caller_context(caller: Caller) -> Context:
     """The store context of the instance calling a host function."""
     return ffi.wasmtime_caller_context(caller)
@@ -42,6 +66,7 @@ class ExportName:
         self.name = name
         self._bytes = name.encode()
         self._buffer = ctypes.create_string_buffer(self._bytes)
+        self._size = len(self._bytes)
 
     def get(self, store: wasmtime.Store, instance: wasmtime.Instance) -> ffi.wasmtime_extern_t:
         return self.lookup(store._context(), instance._instance)
@@ -50,9 +75,7 @@ class ExportName:
         self, context: ctypes._Pointer[ffi.wasmtime_context_t], instance: ffi.wasmtime_instance_t
     ) -> ffi.wasmtime_extern_t:
         item = ffi.wasmtime_extern_t()
-        found = ffi.wasmtime_instance_export_get(
-            context, ctypes.byref(instance), self._buffer, len(self._bytes), ctypes.byref(item)
-        )
+        found = _export_get(context, _byref(instance), self._buffer, self._size, _byref(item))
         if not found:
             raise wasmtime.WasmtimeError(f"instance has no export {self.name!r}")
         return item
@@ -163,9 +186,30 @@ def memory_view(
     context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t
 ) -> tuple[int, int]:
     """`(address, size)` of a memory's bytes now; stale after the guest runs (it may grow)."""
-    data = ffi.wasmtime_memory_data(context, ctypes.byref(item.of.memory))
-    size = ffi.wasmtime_memory_data_size(context, ctypes.byref(item.of.memory))
-    return ctypes.cast(data, ctypes.c_void_p).value or 0, size
+    memory = _byref(item.of.memory)
+    return _memory_data(context, memory) or 0, _memory_data_size(context, memory)
+
+
+def memory_size(context: ctypes._Pointer[ffi.wasmtime_context_t], item: ffi.wasmtime_extern_t) -> int:
+    """The size in bytes of a memory now."""
+    size: int = _memory_data_size(context, _byref(item.of.memory))
+    return size
+
+
+def instantiate(pre: wasmtime.InstancePre, store: wasmtime.Store) -> wasmtime.Instance:
+    """`pre.instantiate(store)`, as one C call (what wasmtime-py's raises on a trap or error)."""
+    instance = ffi.wasmtime_instance_t()
+    trap = _TrapPointer()
+    error = _instance_pre_instantiate(pre.ptr(), store._context(), _byref(instance), _byref(trap))
+    if error:
+        failure: Exception = wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, _ErrorPointer))
+        maybe_raise_last_exn()
+        raise failure
+    if trap:
+        failure = wasmtime.Trap._from_ptr(trap)
+        maybe_raise_last_exn()
+        raise failure
+    return wasmtime.Instance._from_raw(instance)
 
 
 def call_i32(
@@ -227,12 +271,10 @@ def call_raw(
 ) -> int:
     """Call `func` on raw `values` (its params in, its results out; `count` is the larger of
     the two numbers), e.g. a host callback's own array; returns the first result as an i32."""
-    trap = ctypes.POINTER(ffi.wasm_trap_t)()
-    error = ffi.wasmtime_func_call_unchecked(
-        context, ctypes.byref(func.of.func), values, count, ctypes.byref(trap)
-    )
+    trap = _TrapPointer()
+    error = _func_call_unchecked(context, _byref(func.of.func), values, count, _byref(trap))
     if error:
-        raise wasmtime.WasmtimeError._from_ptr(error)
+        raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, _ErrorPointer))
     if trap:
         raise wasmtime.Trap._from_ptr(trap)
     return values[0].i32

@@ -106,7 +106,9 @@ class EpochTicker:
         self._stores = 0  # stores open (`opened`, `close_store`): calls', spares', sessions'
         self._stores_lock = threading.Lock()
         self._longest = 1  # the most ticks any store was given (`ticks`): what `interrupt` passes
-        self._idle = threading.Condition()
+        # (a plain lock under the condition: calls count in and out holding it alone, `_held`)
+        self._held = threading.Lock()
+        self._idle = threading.Condition(self._held)
         self._accepting = True
         self._thread = threading.Thread(
             target=_tick,
@@ -156,13 +158,13 @@ class EpochTicker:
 
     def enter(self) -> None:
         """Count a call in; refused once closing has begun (deadlines need the ticker)."""
-        with self._idle:
+        with self._held:
             if not self._accepting:
                 raise WasmboxError("the Sandbox is closed: deadlines are no longer enforced")
             self._calls += 1
 
     def leave(self) -> None:
-        with self._idle:
+        with self._held:
             self._calls -= 1
             if self._calls == 0:
                 self._idle.notify_all()

@@ -33,7 +33,13 @@ from . import capi as _capi
 _live: _capi.Handles[Output] = _capi.Handles()
 OutputListener = Callable[[str, str], None]
 """`listener(stream, text)`: "stdout" or "stderr", and what the guest wrote (decoded)."""
-_local = threading.local()  # this thread's listener, if any (`streaming`)
+
+
+class _Local(threading.local):
+    listener: OutputListener | None = None  # this thread's listener, if any (`streaming`)
+
+
+_local = _Local()
 _log = logging.getLogger("wasmbox")
 _WriteCallback = ctypes.CFUNCTYPE(
     ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t
@@ -51,7 +57,7 @@ class Output:
         self._id = 0
         self.stream = "stdout"  # set by `attach`
         self._decoder: codecs.IncrementalDecoder | None = None  # made at the first streamed write
-        self._listener: OutputListener | None = getattr(_local, "listener", None)
+        self._listener: OutputListener | None = _local.listener
 
     def reset(self, cap: int) -> None:
         """Empty, with a new cap and this thread's listener: the next call of an instance made
@@ -61,7 +67,7 @@ class Output:
         self.truncated = False
         self._chunks = []
         self._decoder = None
-        self._listener = getattr(_local, "listener", None)
+        self._listener = _local.listener
 
     def write(self, data: bytes) -> int:
         room = self.cap - self.size
@@ -116,14 +122,14 @@ class Output:
 
 def listening() -> bool:
     """Whether a listener is set on this thread (a `streaming` block with one is open)."""
-    return getattr(_local, "listener", None) is not None
+    return _local.listener is not None
 
 
 @contextlib.contextmanager
 def streaming(listener: OutputListener | None) -> Iterator[None]:
     """Send what calls started on this thread write to stdout/stderr to `listener` until the
     block ends (None: to nobody, e.g. for a call a host function makes: its output is its own)."""
-    outer = getattr(_local, "listener", None)
+    outer = _local.listener
     _local.listener = listener
     try:
         yield

@@ -132,7 +132,7 @@ class ModuleRunner:
     def run(self, instance: _call.Instance, state: CallState, call: CallInput) -> Any:
         store = instance.store
         prepared = self._entry.prepare(call.args) if self._entry is not None else ()
-        created = (self._pre if state.tape is None else self._taped).instantiate(store)
+        created = _capi.instantiate(self._pre if state.tape is None else self._taped, store)
         memory = instance.memory = _memory(store, created)
         state.ready()
         if self.kind is ToolKind.COMMAND:
@@ -156,7 +156,7 @@ class ModuleRunner:
     def after(self, instance: _call.Instance, state: CallState, ok: bool) -> None:
         self._explain(state, instance.stderr)  # (a run that trapped or was stopped said nothing yet)
         if instance.memory is not None:
-            instance.peak_memory = _capi.memory_view(_store.context(instance.store), instance.memory)[1]
+            instance.peak_memory = _capi.memory_size(_store.context(instance.store), instance.memory)
 
     dispose = staticmethod(_store.close_store)
 
@@ -185,23 +185,29 @@ class ModuleRunner:
         call: CallInput,
         cap: int,
     ) -> Any:
+        args = call.args
         try:
-            payload = _abi.pack(dict(call.args))
+            payload = _abi.pack(args if type(args) is dict else dict(args))
         except (TypeError, ValueError, OverflowError) as exc:
             raise Failure(ErrorKind.INVALID_ARGUMENTS, f"args cannot be encoded: {exc}") from None
         context = _store.context(store)
         if self._initialize:
             _capi.call_void(context, _INITIALIZE.get(store, instance))
-        ptr = _capi.call_i32(context, _capi.ALLOC.get(store, instance), len(payload))
-        base, size = _capi.memory_view(context, memory)
-        if ptr == 0 or ptr + len(payload) > size:
+        # one array of raw values for both calls: (len) -> ptr, then (ptr, len) -> packed
+        size = len(payload)
+        values = (_capi.RawValue * 2)()
+        values[0].i32 = size
+        ptr = _capi.call_raw(context, _capi.ALLOC.get(store, instance), values, 2) & 0xFFFF_FFFF
+        base, now = _capi.memory_view(context, memory)
+        if ptr == 0 or ptr + size > now:
             raise Failure(ErrorKind.BAD_RESPONSE, "wasmbox_alloc returned an invalid pointer")
-        ctypes.memmove(base + ptr, payload, len(payload))
-        packed = _capi.call_i64(context, _CALL.get(store, instance), ptr, len(payload))
-        rptr, rlen = _abi.split(packed)
+        ctypes.memmove(base + ptr, payload, size)
+        values[0].i32, values[1].i32 = ptr, size
+        _capi.call_raw(context, _CALL.get(store, instance), values, 2)
+        rptr, rlen = _abi.split(values[0].i64)
         _call.check_result_size(rlen, cap)
-        base, size = _capi.memory_view(context, memory)  # the guest may have grown it
-        if rptr + rlen > size:
+        base, now = _capi.memory_view(context, memory)  # the guest may have grown it
+        if rptr + rlen > now:
             raise Failure(ErrorKind.BAD_RESPONSE, "result points outside the guest's memory")
         try:
             is_ok, value = _abi.unpack_reply(ctypes.string_at(base + rptr, rlen))

@@ -181,7 +181,7 @@ class JavaScriptRunner:
 
     def run(self, instance: _call.Instance, state: CallState, request: Request) -> Any:
         store = instance.store
-        created = self.pre(state).instantiate(store)
+        created = _capi.instantiate(self.pre(state), store)
         memory = instance.memory = _capi.MEMORY.get(store, created)
         state.ready()
         manifest = state.manifest
@@ -190,16 +190,18 @@ class JavaScriptRunner:
     def after(self, instance: _call.Instance, state: _call.CallState, ok: bool) -> None:
         memory = instance.memory
         if memory is not None:
-            instance.peak_memory = _capi.memory_view(_store.context(instance.store), memory)[1]
-            if self._stack_overflowed(instance.store, memory):
+            view = _capi.memory_view(_store.context(instance.store), memory)
+            instance.peak_memory = view[1]
+            if self._stack_overflowed(view):
                 instance.overflowed = _STACK_OVERFLOW
 
     dispose = staticmethod(_store.close_store)
 
-    def _stack_overflowed(self, store: wasmtime.Store, memory: _capi.Extern) -> bool:
-        """Whether C's stack ran past its end (over `build.GUARD`): the guest's memory then
-        holds whatever the overflow wrote, so its value or error is not to be trusted."""
-        base, size = _capi.memory_view(_store.context(store), memory)
+    def _stack_overflowed(self, view: tuple[int, int]) -> bool:
+        """Whether C's stack ran past its end (over `build.GUARD`), from the memory's `view`
+        (`capi.memory_view`): the guest's memory then holds whatever the overflow wrote, so its
+        value or error is not to be trusted."""
+        base, size = view
         guard = self._layout.stack_guard
         return (
             guard + len(build.GUARD) > size or ctypes.string_at(base + guard, len(build.GUARD)) != build.GUARD
@@ -223,10 +225,12 @@ class JavaScriptRunner:
         environment read (`env`), the host-call slot filled."""
         layout = self._layout
         context = _store.context(store)
-        guest = _Guest(context, _Exports(store, instance), memory)
-        self.seed(guest, _call.current().tape)
         if env:  # the C library read the set-up's empty environment: read the call's
             _capi.call_void(context, _INITIALIZE_ENVIRON.get(store, instance))
+        # (after that call: the guest's own code ran in it, and a `_Guest` reads views of the
+        # memory only between its own calls)
+        guest = _Guest(context, _Exports(store, instance), memory)
+        self.seed(guest, _call.current().tape)
         _capi.set_table_func(
             context, _TABLE.get(store, instance), layout.host_slot, self._host_type, _host_call, self._handle
         )
@@ -365,7 +369,7 @@ class JavaScriptRunner:
                 return layout.undefined
             state.exports = _Guest(context, funcs, memory)  # type: ignore[arg-type]
         guest: _Guest = state.exports
-        guest.context = context
+        guest.entered(context)
         ctx, argc, argv = (values[0].i32 & 0xFFFF_FFFF, values[2].i32, values[3].i32 & 0xFFFF_FFFF)
         name, packed, problem = "?", b"", None
         try:
@@ -435,7 +439,10 @@ class _Exports(dict[str, Any]):
 
 
 class _Guest:
-    """Raw calls into one instance (types checked by the build: the pinned module's exports)."""
+    """Raw calls into one instance (types checked by the build: the pinned module's exports).
+
+    The memory's address and size are read once between two guest calls (`_view`): only the
+    guest's code can grow its memory, so a view is forgotten as each call starts."""
 
     def __init__(
         self, context: _capi.Context, funcs: Mapping[str, _capi.Extern], memory: _capi.Extern
@@ -443,31 +450,45 @@ class _Guest:
         self.context = context
         self.funcs = funcs
         self.memory = memory
+        self._seen: tuple[int, int] | None = None
+
+    def entered(self, context: _capi.Context) -> None:
+        """Used again from a later host call of the same instance (whose guest has run since)."""
+        self.context = context
+        self._seen = None
+
+    def _view(self) -> tuple[int, int]:
+        """`capi.memory_view` of the memory, read once since the last guest call."""
+        seen = self._seen
+        if seen is None:
+            seen = self._seen = _capi.memory_view(self.context, self.memory)
+        return seen
 
     def call(self, name: str, *params: tuple[str, int]) -> int:
         """The function's one result, unsigned."""
-        results = [I64] if name in _RETURNS_VALUE else [I32]
+        self._seen = None  # (the guest may grow its memory)
+        results = _RESULT_I64 if name in _RETURNS_VALUE else _RESULT_I32
         return _capi.call_typed(self.context, self.funcs[name], params, results)[0] & (
-            _MASK if results[0] == I64 else 0xFFFF_FFFF
+            _MASK if results is _RESULT_I64 else 0xFFFF_FFFF
         )
 
     def copy(self, data: bytes) -> int:
         """`data` in memory the guest's malloc gave; a `memory_limit` Failure when it has none."""
         pointer = self.call("malloc", (I32, len(data)))
-        base, size = _capi.memory_view(self.context, self.memory)
+        base, size = self._view()
         if pointer == 0 or pointer + len(data) > size:
             raise Failure(ErrorKind.MEMORY_LIMIT, f"no memory for {len(data)} bytes of input")
         ctypes.memmove(base + pointer, data, len(data))
         return pointer
 
     def write(self, address: int, data: bytes) -> None:
-        base, size = _capi.memory_view(self.context, self.memory)
+        base, size = self._view()
         if address + len(data) > size:
             raise Failure(ErrorKind.BAD_RESPONSE, "an address outside the guest's memory")
         ctypes.memmove(base + address, data, len(data))
 
     def read(self, address: int, size: int) -> bytes:
-        base, now = _capi.memory_view(self.context, self.memory)
+        base, now = self._view()
         if address + size > now:
             raise Failure(ErrorKind.BAD_RESPONSE, "an address outside the guest's memory")
         return ctypes.string_at(base + address, size)
@@ -510,6 +531,7 @@ class _Guest:
 
 
 # (the others return an i32 or nothing)
+_RESULT_I32, _RESULT_I64 = (I32,), (I64,)
 _RETURNS_VALUE = {"JS_Eval", "JS_Call", "JS_GetException", "JS_PromiseResult", "JS_NewStringLen"}
 _PENDING, _FULFILLED = 0, 1  # JSPromiseStateEnum
 _LOOP_IDLE, _LOOP_ERROR = -1, -2  # js_std_loop_once: else 0 (more to run) or the next timer's ms
