@@ -3,8 +3,8 @@
 Run: ./dev python bench/python_tail.py [--calls N] [--gc-off] [--switch-interval S] [--warm N]
      [--queue N] [--unready]
 Times N back-to-back `run_python("sum(range(100))")` calls as a user's pytest-benchmark run does
-(a fresh Sandbox, the runtime prepared, which readies its pool, each call timed alone) and
-records, for each call:
+(a fresh Sandbox, the runtime prepared with `back_to_back=True`, which readies its pool, each
+call timed alone) and records, for each call:
 - its phases (`wasmbox.testing.record_phases`): instantiate, run, teardown, and whether a spare
   instance made ahead served it;
 - the garbage collector's pauses inside it (`gc.callbacks`, on any thread);
@@ -25,8 +25,8 @@ the slowest 1 %), each column a mean, so that what the slow calls add stands out
 --switch-interval: `sys.setswitchinterval(S)` (default 0.005 s), to see what the GIL's hand-over
 between the caller and the housekeeper is worth. Two stand-ins for changes to the call path,
 made from outside it, to see what they would be worth:
---unready: `prepare_python` loads the runtime but does not ready its pool (the package before
-  `PythonRuntimeRunner.warm`), so early calls meet pool slots' first resets;
+--unready: `prepare_python()` without `back_to_back`: the pool is not readied, so early calls
+  meet pool slots' first resets;
 --warm N: before the timed calls, N more instances made at once and freed, so N pool slots more
   have had their first reset;
 --queue N: the housekeeper's queue bound set to N (its `maxsize`; 4 in the package, 0 for no
@@ -50,7 +50,7 @@ from typing import Any
 from _timing import Summary
 
 import wasmbox
-from wasmbox._backends.python.runner import _INSTANTIATING, PythonRuntimeRunner
+from wasmbox._backends.python.runner import _INSTANTIATING
 from wasmbox._wasmtime import store as _store
 from wasmbox.testing import record_phases
 
@@ -101,8 +101,6 @@ def main() -> int:
     parser.add_argument("--queue", type=int, default=None, metavar="N")
     parser.add_argument("--unready", action="store_true", help="no readying of the pool")
     options = parser.parse_args()
-    if options.unready:
-        PythonRuntimeRunner.warm = lambda self: 0  # type: ignore[method-assign]
     sys.setswitchinterval(options.switch_interval)
     watch = Watch()
     gc.callbacks.append(watch.on_gc)
@@ -112,7 +110,7 @@ def main() -> int:
     rows: list[dict[str, float]] = []
     failures: list[str] = []
     with wasmbox.Sandbox() as box:
-        box.prepare_python()
+        box.prepare_python(back_to_back=not options.unready)
         runner = box._runtimes.python()
         queue = runner._keeper._tasks
         if options.queue is not None:
@@ -150,7 +148,7 @@ def main() -> int:
     summary = Summary.of([r["wall"] for r in rows])
     print(
         f"{options.calls} calls, GC {'off' if options.gc_off else 'on'}, switch interval"
-        f" {options.switch_interval * 1e3:g} ms, pool readied by prepare_python: {runner.warmed or 0}"
+        f" {options.switch_interval * 1e3:g} ms, pool slots readied: {runner.warmed or 0}"
         f" slots (+{options.warm} warmed here), queue bound"
         f" {queue.maxsize or 'none'}: {summary.ms()}"
     )
@@ -182,7 +180,11 @@ def main() -> int:
     )
     for i in faulting[:8]:
         print(f"  call {i}: " + ", ".join(_cell(rows[i], c) for c, _ in COLUMNS))
-    print("slowest 5: " + "; ".join(", ".join(_cell(r, c) for c, _ in COLUMNS) for r in ordered[-5:][::-1]))
+    slowest = sorted(range(len(rows)), key=lambda i: rows[i]["wall"])[-5:][::-1]
+    print(
+        "slowest 5: "
+        + "; ".join(f"call {i}: " + ", ".join(_cell(rows[i], c) for c, _ in COLUMNS) for i in slowest)
+    )
     return 0
 
 

@@ -118,10 +118,9 @@ def test_fixtures_share_one_sandbox_and_cache_for_the_run(pytester: pytest.Pytes
             assert wasmbox_cache_dir == pytestconfig.cache.mkdir("wasmbox")
             assert any(wasmbox_cache_dir.iterdir())  # the compiled module
 
-        def test_snippets(wasmbox_run, wasmbox_sandbox):
+        def test_snippets(wasmbox_run):
             result = wasmbox_run.python("sum(range(10))")
             assert result.value == 45, result
-            assert wasmbox_sandbox._runtimes.python().warmed  # readied for back-to-back calls
         """
     )
     result = pytester.runpytest("-p", "no:randomly", "-k", "not snippets")
@@ -224,13 +223,18 @@ def test_bench_helper_times_python_calls_spaced(pytester: pytest.Pytester, cache
             run = wasmbox_bench(wasmbox_sandbox.interpreter(), {"code": "sum(range(100))"},
                                 spacing="5ms", rounds=5)
             assert run.result.value == 4950 and len(run.calls) == 5
+            assert wasmbox_sandbox._runtimes.python().warmed is None  # spaced: nothing to ready
+
+        def test_back_to_back(wasmbox_sandbox, wasmbox_bench):
+            run = wasmbox_bench(wasmbox_sandbox.interpreter(), {"code": "6 * 7"}, rounds=3)
+            assert run.result.value == 42
             assert wasmbox_sandbox._runtimes.python().warmed  # readied before the timed calls
             assert 0 <= run.phases["made_ahead"] <= 1  # Python calls say whether a spare served them
             assert "a spare instance was ready for" in run.explain()
         """
     )
     result = pytester.runpytest("-p", "no:randomly", _cache_option(cache_dir))
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
 
 
 def test_bench_helper_skips_without_a_benchmark_plugin(pytester: pytest.Pytester) -> None:

@@ -98,13 +98,6 @@ class Runtimes:
                 )
             return self._python
 
-    def warm_python(self) -> None:
-        """Ready the CPython runtime's pool for back-to-back calls if it is loaded
-        (`PythonRuntimeRunner.warm`: once)."""
-        python = self._python
-        if python is not None:
-            python.warm()
-
     @property
     def spares(self) -> int:
         """The Python runtime's spare instances ready (0 before it is built)."""

@@ -71,9 +71,7 @@ class SnippetRunner:
     def python(
         self, code: str, manifest: ManifestSource | None = None, *, runtime: PythonRuntimeName | None = None
     ) -> CallResult:
-        result = self.sandbox.run_python(code, manifest, runtime=runtime)
-        self.sandbox._runtimes.warm_python()  # (once; so later calls meet no slot's first reset)
-        return result
+        return self.sandbox.run_python(code, manifest, runtime=runtime)
 
     def javascript(self, code: str, manifest: ManifestSource | None = None) -> CallResult:
         return self.sandbox.run_javascript(code, manifest)
@@ -175,7 +173,7 @@ class ToolBench:
         if not isinstance(pause, float) or pause < 0:
             raise ValueError(f"spacing={spacing!r} is not a duration")
         first = call()
-        if isinstance(target, Tool):  # (Python's pool readied, so no timed call resets a slot first)
+        if isinstance(target, Tool) and not pause:  # Python's pool readied: no timed call resets a slot first
             target._ready_back_to_back()
         if not first.ok and not allow_errors:
             assert first.error is not None
