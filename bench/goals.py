@@ -197,7 +197,7 @@ def tail_row(calls: int) -> tuple[Row, Summary]:
     as the baseline, a session's runs of the same timed the same way (no store is made or
     freed around them), whose tail is the machine's and the interpreter's alone."""
     with wasmbox.Sandbox() as box, box.session(limits=corpus.UNBOUNDED) as session:
-        box.prepare_python(back_to_back=True)
+        box.prepare_python()
         # the session's block first: right after a block of fresh calls it would meet the
         # housekeeper still freeing their stores
         ways = {"session": lambda: session.run(SNIPPET), "run_python": lambda: box.run_python(SNIPPET)}
@@ -224,7 +224,7 @@ def main() -> int:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     rows: list[Row] = []
     with wasmbox.Sandbox() as box:
-        box.prepare_python(back_to_back=True)
+        box.prepare_python()
         box.prepare_javascript()
         rows += python_rows(box, calls)
         try:

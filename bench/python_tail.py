@@ -1,10 +1,9 @@
 """What the slow calls of back-to-back `run_python` have in common: the tail, call by call.
 
 Run: ./dev python bench/python_tail.py [--calls N] [--gc-off] [--switch-interval S] [--warm N]
-     [--queue N] [--unready]
+     [--queue N]
 Times N back-to-back `run_python("sum(range(100))")` calls as a user's pytest-benchmark run does
-(a fresh Sandbox, the runtime prepared with `back_to_back=True`, which readies its pool, each
-call timed alone) and records, for each call:
+(a fresh Sandbox, the runtime prepared, each call timed alone) and records, for each call:
 - its phases (`wasmbox.testing.record_phases`): instantiate, run, teardown, and whether a spare
   instance made ahead served it;
 - the garbage collector's pauses inside it (`gc.callbacks`, on any thread);
@@ -25,10 +24,8 @@ the slowest 1 %), each column a mean, so that what the slow calls add stands out
 --switch-interval: `sys.setswitchinterval(S)` (default 0.005 s), to see what the GIL's hand-over
 between the caller and the housekeeper is worth. Two stand-ins for changes to the call path,
 made from outside it, to see what they would be worth:
---unready: `prepare_python()` without `back_to_back`: the pool is not readied, so early calls
-  meet pool slots' first resets;
---warm N: before the timed calls, N more instances made at once and freed, so N pool slots more
-  have had their first reset;
+--warm N: before the timed calls, N instances made at once and freed, so N pool slots have had
+  their first reset;
 --queue N: the housekeeper's queue bound set to N (its `maxsize`; 4 in the package, 0 for no
   bound, where the caller never frees a store itself).
 Calls that fail are counted and the first error printed (stores piling up can fill the pool).
@@ -99,7 +96,6 @@ def main() -> int:
     parser.add_argument("--switch-interval", type=float, default=sys.getswitchinterval())
     parser.add_argument("--warm", type=int, default=0, metavar="N")
     parser.add_argument("--queue", type=int, default=None, metavar="N")
-    parser.add_argument("--unready", action="store_true", help="no readying of the pool")
     options = parser.parse_args()
     sys.setswitchinterval(options.switch_interval)
     watch = Watch()
@@ -110,7 +106,7 @@ def main() -> int:
     rows: list[dict[str, float]] = []
     failures: list[str] = []
     with wasmbox.Sandbox() as box:
-        box.prepare_python(back_to_back=not options.unready)
+        box.prepare_python()
         runner = box._runtimes.python()
         queue = runner._keeper._tasks
         if options.queue is not None:
@@ -148,8 +144,7 @@ def main() -> int:
     summary = Summary.of([r["wall"] for r in rows])
     print(
         f"{options.calls} calls, GC {'off' if options.gc_off else 'on'}, switch interval"
-        f" {options.switch_interval * 1e3:g} ms, pool slots readied: {runner.warmed or 0}"
-        f" slots (+{options.warm} warmed here), queue bound"
+        f" {options.switch_interval * 1e3:g} ms, {options.warm} slots warmed, queue bound"
         f" {queue.maxsize or 'none'}: {summary.ms()}"
     )
     if failures:

@@ -839,35 +839,6 @@ def test_spare_instances_are_fresh(box: wasmbox.Sandbox) -> None:
         box.run_python(f"import json\njson.MARK = {i}", manifest)
 
 
-def test_prepare_python_readies_the_pool_once_and_stops_at_its_capacity() -> None:
-    from wasmbox._backends.python.runner import BACK_TO_BACK_SLOTS
-
-    with wasmbox.Sandbox() as box:
-        box.prepare_python()
-        runner = box._runtimes.python()
-        assert runner.warmed is None  # only when asked: each slot readied stays resident
-        box.prepare_python(back_to_back=True)
-        assert runner.warmed == BACK_TO_BACK_SLOTS
-        assert box.stats().stores == 0  # every instance it made is freed
-        made = []
-        make = runner._instances.make
-        runner._instances.make = lambda *a, **k: made.append(1) or make(*a, **k)  # type: ignore[method-assign]
-        box.prepare_python(back_to_back=True)
-        assert made == []  # once per runtime
-    with wasmbox.Sandbox(settings=wasmbox.EngineSettings(pool_components=3)) as small:
-        small.prepare_python(back_to_back=True)
-        assert small._runtimes.python().warmed == 3  # the pool's capacity, and no error
-        assert small.stats().stores == 0
-        assert small.run_python("6 * 7").value == 42
-
-
-def test_calls_in_readied_slots_see_nothing_of_each_other() -> None:
-    with wasmbox.Sandbox() as box:
-        box.prepare_python(back_to_back=True)  # the slots these calls take were readied, not used by a call
-        marker = "import json\nseen = hasattr(json, 'MARK')\njson.MARK = bytearray(8 << 20)\nseen"
-        assert [box.run_python(marker).value for _ in range(12)] == [False] * 12
-
-
 def test_spares_follow_the_manifest_content_not_the_object(box: wasmbox.Sandbox) -> None:
     # a fresh dict each call (as a router would send) still finds the spare made for its twin
     for _ in range(3):

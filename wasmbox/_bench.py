@@ -128,7 +128,7 @@ def run(seconds: float = 1.0, python: bool = True) -> list[tuple[str, str, str]]
         two = throughput(lambda: echo.call(args), 2, seconds)
         rows.append(("trivial core calls/s, 1 → 2 threads", f"{one:,.0f} → {two:,.0f}", f"{two / one:.2f}×"))
         if python:
-            box.prepare_python(back_to_back=True)
+            box.prepare_python()
             fresh = latency(lambda: box.run_python("sum(range(100))"), 300)
             rows.append(("fresh Python interpreter, sum(range(100))", _ms(fresh), "back to back"))
             spaced = latency(lambda: box.run_python("sum(range(100))"), 100, gap_s=0.005)

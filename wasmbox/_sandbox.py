@@ -494,17 +494,11 @@ class Sandbox:
 
     # -- the runtimes ---------------------------------------------------------------------
 
-    def prepare_python(self, progress: Progress | None = None, *, back_to_back: bool = False) -> Path:
+    def prepare_python(self, progress: Progress | None = None) -> Path:
         """Build (on first use, with `progress` lines) or load the CPython runtime now, so the
         first Python tool or `run_python` call does not wait for it; the folder it is built in.
-        With `back_to_back`, also ready its instance pool for calls made back to back, as a
-        benchmark makes them: 16 pool slots reset once (~0.3 s, and ~16 MiB resident each), so
-        that no call meets a slot's first reset (25–35 ms). Raises RuntimeBuildError when it
-        cannot be built, WasmboxError when the Sandbox is closed."""
-        runner = self._runtimes.python(progress)
-        if back_to_back:
-            runner.warm()
-        return runner.folder
+        Raises RuntimeBuildError when it cannot be built, WasmboxError when the Sandbox is closed."""
+        return self._runtimes.python(progress).folder
 
     def prepare_scientific(self) -> Path:
         """Build or load the scientific Python runtime now rather than at its first call

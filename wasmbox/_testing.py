@@ -173,8 +173,6 @@ class ToolBench:
         if not isinstance(pause, float) or pause < 0:
             raise ValueError(f"spacing={spacing!r} is not a duration")
         first = call()
-        if isinstance(target, Tool) and not pause:  # Python's pool readied: no timed call resets a slot first
-            target._ready_back_to_back()
         if not first.ok and not allow_errors:
             assert first.error is not None
             raise AssertionError(

@@ -157,13 +157,6 @@ class Tool:
         Calls are checked against it."""
         return self.manifest.input_schema or self._args_schema or self._signature_schema or {"type": "object"}
 
-    def _ready_back_to_back(self) -> None:
-        """Ready the runtime's instance pool for back-to-back calls, where it has one to ready
-        (Python's: `Sandbox.prepare_python`); for the testing plugin's benchmarks."""
-        warm = getattr(self._runner, "warm", None)
-        if warm is not None:
-            warm()
-
     def spec(self, format: SpecFormat = "generic", *, strict: StrictMode = False) -> dict[str, Any]:
         """The tool's definition in a provider's format: "generic" `{name, description,
         parameters}` (and `output_schema`, `examples`, `defer_loading` when the tool has them),

@@ -83,8 +83,6 @@ class PythonRuntimeRunner:
             self._taped_linker,
         )
         self._spares = _Spares(spares)
-        self._warm_lock = threading.Lock()
-        self.warmed: int | None = None  # pool slots `warm` readied (None: not yet)
         # The thread makes spares from `_instances`, which holds no host function: nothing it
         # does keeps this runner (its host functions, their owners) alive.
         self._keeper = _Housekeeper(self._spares, self._instances.make)
@@ -231,30 +229,6 @@ class PythonRuntimeRunner:
     def instantiate(self, manifest: Manifest, *, taped: bool = False) -> _call.Instance:
         """A store and instance for one call under `manifest`, not yet run (see `_Instances.make`)."""
         return self._instances.make(manifest, taped=taped)
-
-    def warm(self) -> int:
-        """Ready the pool for back-to-back calls, once: `BACK_TO_BACK_SLOTS` instances are made
-        together here, then freed, so that their pool slots have had their first reset. A
-        slot's first reset faults its whole kept-resident memory in (25–35 ms, against ~1 ms
-        after, bench/README.md "The tail of back-to-back calls"), so made here, where the
-        caller asked for it, back-to-back calls meet none. Each slot readied stays resident
-        (~16 MiB). The instances run only the component's start-up, under no grants, and their
-        slots are reset like any call's. Stops early, without error, at the pool's capacity.
-        Returns the slots readied."""
-        with self._warm_lock:
-            if self.warmed is None:
-                held: list[_call.Instance] = []
-                try:
-                    for _ in range(BACK_TO_BACK_SLOTS):
-                        instance = self._instances.make(_INSTANTIATING)
-                        held.append(instance)
-                        if instance.error is not None:  # e.g. the pool is full
-                            break
-                finally:
-                    for instance in held:
-                        instance.discard()
-                self.warmed = sum(instance.error is None for instance in held)
-            return self.warmed
 
     def close(self) -> None:
         """Stop the housekeeping thread, free the spare instances and the linker (which
@@ -418,12 +392,6 @@ _NO_SLEEP = (
 _NO_INPUT = CallInput({})
 # Far above what compiling any real tool's source costs (bench/README.md); they bound a hostile one.
 _COMPILE_LIMITS = Limits(fuel=2_000_000_000, memory=512 * 1024**2, timeout=10.0, output=64 * 1024**2)
-# The pool slots back-to-back calls of one caller go through: the running call's, the spares,
-# the stores queued for the housekeeper and the one it frees, and the slots the pool picks past
-# those (it hands out a slot never used before while it has few warm ones). Measured: with 8
-# readied, half of the runs of 200 back-to-back calls still met one first reset on the caller;
-# with 16, none of them did (bench/python_tail.py).
-BACK_TO_BACK_SLOTS = 16
 _MAX_NAME = 128  # host function names are short; a longer one is a guest playing games
 # The grants an instance is made under: none (the component's start-up calls no host function).
 _INSTANTIATING = Manifest(name="preparing", runtime="python")
@@ -637,10 +605,6 @@ class PythonSnippetRunner:
         self._grants = grants
         self._grants_digest = grants_digest
 
-    def warm(self) -> None:
-        """Ready the runtime's pool for back-to-back calls (`PythonRuntimeRunner.warm`)."""
-        self._runtime.warm()
-
     def call(self, call: CallInput) -> CallResult:
         # the Tool checked the args against `{"code": str}`
         return self._runtime.call(
@@ -672,10 +636,6 @@ class PythonToolRunner:
             "filename": manifest.source.name,
             "entry": manifest.entry,
         }
-
-    def warm(self) -> None:
-        """Ready the runtime's pool for back-to-back calls (`PythonRuntimeRunner.warm`)."""
-        self._runtime.warm()
 
     def call(self, call: CallInput) -> CallResult:
         request = {**self._request, "args": dict(call.args)}
