@@ -206,3 +206,27 @@ def test_instances_made_ahead_and_discarded_leave_no_stream_registered(cache_dir
         made = box.stats().spares
     gc.collect()
     assert len(output._live._items) == before, made
+
+
+def test_a_ticker_never_ticks_an_engine_being_freed() -> None:
+    """An Engine's `__del__` frees its C engine before its weak references are cleared: a
+    ticker that reached its engines through them could tick one being freed and crash the
+    process. Engines dropped by the thousand under tickers ticking every 10 µs, in a child
+    process (a crash there is an exit code here)."""
+    script = """
+import wasmtime
+from wasmbox._wasmtime.engine import EpochTicker
+
+tickers = []
+for _ in range(2000):
+    config = wasmtime.Config()
+    config.epoch_interruption = True
+    engine = wasmtime.Engine(config)
+    tickers.append(EpochTicker(engine, 0.00001))
+    del engine  # the ticker's thread ticks on
+    if len(tickers) > 8:
+        tickers.pop(0).close()
+print("survived")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout.strip()) == (0, "survived"), done.stderr[-2000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import math
@@ -95,13 +96,15 @@ class EpochTicker:
     engines `also` adds: a runtime's engine of its own ticks with the Sandbox's).
 
     A store's deadline of `ticks(timeout)` epochs then traps the guest once the timeout has
-    passed; the thread stops when the ticker is closed or garbage-collected.
+    passed; the thread stops when the ticker is closed or garbage-collected. It ticks each
+    engine through a C reference of its own (`_Engines`), never through the Python `Engine`,
+    whose C engine another thread may be freeing.
     """
 
     def __init__(self, engine: wasmtime.Engine, tick_s: float) -> None:
         self.tick_s = tick_s
         self._stop = threading.Event()
-        self._engines = [weakref.ref(engine)]
+        self._engines = _Engines(engine)
         self._calls = 0  # calls in flight: closing waits for them, or their deadlines lapse
         self._stores = 0  # stores open (`opened`, `close_store`): calls', spares', sessions'
         self._stores_lock = threading.Lock()
@@ -120,8 +123,8 @@ class EpochTicker:
         weakref.finalize(self, self._stop.set)
 
     def also(self, engine: wasmtime.Engine) -> None:
-        """Advance `engine`'s epoch too, from now on (held weakly, as the first)."""
-        self._engines.append(weakref.ref(engine))  # (the thread reads the same list)
+        """Advance `engine`'s epoch too, from now on (its C engine held until the ticker stops)."""
+        self._engines.add(engine)
 
     def ticks(self, timeout_s: float) -> int:
         """Epoch ticks to allow for `timeout_s` (rounded up, plus one for the partial tick)."""
@@ -188,21 +191,40 @@ class EpochTicker:
         """Pass every deadline a store was given now: each guest running wasm traps at once as
         a timeout (a host function it is in finishes first). For a close that does not wait."""
         for _ in range(self._longest + 1):
-            for engine_ref in list(self._engines):
-                engine = engine_ref()
-                if engine is not None:
-                    engine.increment_epoch()
-                del engine
+            self._engines.tick()
 
 
-def _tick(engines: list[weakref.ref[wasmtime.Engine]], tick_s: float, stop: threading.Event) -> None:
-    while not stop.wait(tick_s):
-        alive = 0
-        for engine_ref in list(engines):
-            engine = engine_ref()
-            if engine is not None:  # (a runtime's engine can outlive the Sandbox's: its Tools hold it)
-                engine.increment_epoch()
-                alive += 1
-            del engine
-        if not alive:
-            return
+class _Engines:
+    """The engines a ticker advances, each by a C reference of its own (`wasmtime_engine_clone`),
+    so that an `Engine` freed meanwhile (its `__del__` runs before its weak references are
+    cleared) never leaves the ticker a freed pointer. The references are released, and the C
+    engines freed if nothing else holds them, when the ticker's thread stops (`release`)."""
+
+    def __init__(self, engine: wasmtime.Engine) -> None:
+        self._lock = threading.Lock()
+        self._held: list[ctypes._Pointer[ffi.wasm_engine_t]] | None = []
+        self.add(engine)
+
+    def add(self, engine: wasmtime.Engine) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(ffi.wasmtime_engine_clone(engine.ptr()))
+
+    def tick(self) -> None:
+        with self._lock:
+            for held in self._held or ():
+                ffi.wasmtime_engine_increment_epoch(held)
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+        for engine in held:
+            ffi.wasm_engine_delete(engine)
+
+
+def _tick(engines: _Engines, tick_s: float, stop: threading.Event) -> None:
+    try:
+        while not stop.wait(tick_s):
+            engines.tick()
+    finally:
+        engines.release()
