@@ -20,7 +20,9 @@ from wasmbox import ErrorKind
 from wasmbox._backends.core import hostcall as _hostcall
 from wasmbox._wasmtime import component_io as _component_io
 
-from .conftest import CAPABILITIES, manifest
+from .conftest import CAPABILITIES, WAT, manifest
+
+WAT_ECHO = WAT / "echo.wat"
 
 
 def test_closed_sandbox_refuses_calls(cache_dir: Path) -> None:
@@ -230,3 +232,26 @@ print("survived")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stdout.strip()) == (0, "survived"), done.stderr[-2000:]
+
+
+def test_stores_are_freed_again_once_a_new_engine_is_made_after_exit_hooks(
+    box: wasmbox.Sandbox, cache_dir: Path
+) -> None:
+    """At exit the Python runtime's stores are forgotten, not freed (their resets are moot);
+    a process whose exit hooks ran early and that then makes a Sandbox goes on, so its
+    stores are freed again: 600 calls, past the pool's 512 slots, all served."""
+    box.prepare_python()  # (built in this cache once: the child only loads it)
+    script = f"""
+import atexit
+import wasmbox
+
+box = wasmbox.Sandbox(cache_dir={str(cache_dir)!r})
+assert box.run_python("6 * 7").value == 42  # (the runtime's exit hook is registered)
+atexit._run_exitfuncs()  # e.g. a host framework running exit hooks before it is done
+box = wasmbox.Sandbox(cache_dir={str(cache_dir)!r})
+echo = box.load({{"name": "echo", "module": {str(WAT_ECHO)!r}}})
+failed = [i for i in range(600) if not echo.call({{"n": i}}).ok]
+print(len(failed), box.stats().stores)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["0", "0"], done.stderr[-2000:]

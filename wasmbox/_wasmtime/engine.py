@@ -15,7 +15,7 @@ from wasmtime import _ffi as ffi
 
 from .._dist import version
 from .._errors import WasmboxError
-from . import signals
+from . import signals, store
 
 MAX_MEMORY = 4 * 1024**3  # wasm32 address space
 WASMTIME_VERSION = version("wasmtime")
@@ -61,6 +61,7 @@ def make_engine(settings: EngineSettings) -> wasmtime.Engine:
     if settings.pooling:
         _use_pooling_allocator(config, settings)
     engine = wasmtime.Engine(config)
+    store.exiting(False)  # (a process making engines is not ending: its stores are freed again)
     signals.keep()  # Wasmtime's trap handlers, installed by the process's first Engine
     signals.restore()  # and back in place if a library took them since (faulthandler, Ray)
     return engine

@@ -108,13 +108,14 @@ def on_epoch_deadline(store: wasmtime.Store, callback: Any, handle: int, finaliz
 _exiting = False
 
 
-def exiting() -> None:
+def exiting(now: bool = True) -> None:
     """The process is ending (called from an `atexit` handler): from now on `close_store`
     forgets a store without freeing it. Freeing returns its instances to the engine's pool,
     which first resets their memories (10 ms or more for a Python runtime's), work that the
-    process's end makes moot."""
+    process's end makes moot. `exiting(False)` undoes it: a new engine is being made, so the
+    process goes on after all (its exit handlers were run early)."""
     global _exiting
-    _exiting = True
+    _exiting = now
 
 
 def close_store(store: wasmtime.Store) -> None:
