@@ -802,6 +802,38 @@ def test_call_host_returns_the_host_functions_value(host_box: wasmbox.Sandbox) -
     assert value(host_box, code, HOST_GRANTS) == [4, [1, "x", None], True]
 
 
+def test_memory_grown_in_host_replies_and_between_runs_is_read_right(fresh_box: wasmbox.Sandbox) -> None:
+    """The runner reads a guest's memory through a view it keeps between two guest calls: the
+    guest grows its memory inside host calls' replies, between them and between a session's
+    runs, and every value read after the growth is the right one."""
+
+    @fresh_box.host_function("big.get")
+    def big_get(n: int) -> str:
+        return "y" * n
+
+    roomy = grants(
+        host_functions=["big.get"],
+        limits={"memory": "256MiB", "fuel": 10**12, "timeout": "60s", "output": "64MiB"},
+    )
+    code = (
+        "let parts = []; for (let i = 0; i < 20; i++) {"
+        " parts.push(wasmbox.callHost('big.get', {n: 200000 * (i + 1)}).length);"
+        " globalThis['junk' + i] = new Array(20000).fill(i); }\n"
+        "'z'.repeat(3000000) + parts.join(',')"
+    )
+    result = fresh_box.run_javascript(code, roomy)
+    assert result.ok, result.error
+    assert result.value == "z" * 3_000_000 + ",".join(str(200_000 * (i + 1)) for i in range(20))
+    with fresh_box.session(roomy, runtime="javascript") as session:
+        for i in range(4):
+            run = session.run(
+                f"if ({i}) wasmbox.callHost('big.get', {{n: 3000000}});"
+                f" globalThis.keep{i} = 'k'.repeat({(i + 1) * 5_000_000}); keep{i}.length + ':' + 'q'.repeat(1000000)"
+            )
+            assert run.ok, run.error
+            assert run.value == f"{(i + 1) * 5_000_000}:" + "q" * 1_000_000
+
+
 def test_bytes_from_a_host_function_arrive_as_base64(host_box: wasmbox.Sandbox) -> None:
     assert value(host_box, "wasmbox.callHost('blob.get')", HOST_GRANTS) == "AAH/"
 

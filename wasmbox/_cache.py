@@ -497,7 +497,9 @@ def _trusted(record: object, expected: dict[str, str], size: int, digest: str) -
 
 # An artifact whose full check is noted is trusted while its file is the same one: device,
 # inode, size, modification and change times. Writing to a file, renaming it or setting its
-# times moves its change time to the moment it happens, which no process can set back; a check
+# times moves its change time to the moment it happens, which no process can set back on a
+# filesystem that keeps change times itself (not vfat, network or FUSE ones: SECURITY.md, known
+# gaps); a check
 # is noted only for a file whose change time was at least _SETTLED_NS before the check began,
 # so that a change within the clock's granularity of that time cannot share it.
 _SETTLED_NS = 2 * 10**9

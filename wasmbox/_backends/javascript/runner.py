@@ -466,11 +466,13 @@ class _Guest:
 
     def call(self, name: str, *params: tuple[str, int]) -> int:
         """The function's one result, unsigned."""
-        self._seen = None  # (the guest may grow its memory)
+        self._seen = None  # (the guest may grow its memory, and host calls in it read views)
         results = _RESULT_I64 if name in _RETURNS_VALUE else _RESULT_I32
-        return _capi.call_typed(self.context, self.funcs[name], params, results)[0] & (
-            _MASK if results is _RESULT_I64 else 0xFFFF_FFFF
-        )
+        try:
+            value = _capi.call_typed(self.context, self.funcs[name], params, results)[0]
+        finally:
+            self._seen = None  # (a view read while it ran is not this call's to keep)
+        return value & (_MASK if results is _RESULT_I64 else 0xFFFF_FFFF)
 
     def copy(self, data: bytes) -> int:
         """`data` in memory the guest's malloc gave; a `memory_limit` Failure when it has none."""
