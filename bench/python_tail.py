@@ -17,7 +17,10 @@ Times N back-to-back `run_python("sum(range(100))")` calls as a user's pytest-be
   GIL, a lock, I/O) and its minor page faults;
 - the housekeeper's queue length when it began, and the stores the caller freed itself
   (`close_store` on the calling thread: the queue was full, or a spare was displaced), and
-  for how long.
+  for how long;
+and, for every store freed on either thread whose freeing faulted over 1,000 pages in (a pool
+slot's memory reset for the first time since it was mapped), its number in the order stores
+were made, the thread that made it, how many stores were open then, and the thread that freed it.
 Then prints the typical call (the middle half) beside the slow ones (over 2× the median, and
 the slowest 1 %), each column a mean, so that what the slow calls add stands out.
 --gc-off: `gc.disable()` for the timed calls, to see what the collector's pauses are worth;
@@ -49,6 +52,7 @@ from _timing import Summary
 import wasmbox
 from wasmbox._backends.python.runner import _INSTANTIATING
 from wasmbox._wasmtime import store as _store
+from wasmbox._wasmtime.engine import EpochTicker
 from wasmbox.testing import record_phases
 
 SNIPPET = "sum(range(100))"
@@ -78,15 +82,33 @@ class Watch:
             self.gc_s += pause
             self.pauses.append((pause, info["generation"]))
 
+    made: int = 0  # stores made so far (`EpochTicker.opened`)
+    # stores whose freeing faulted a slot's memory in: (number, thread that made it, stores open
+    # then, thread that freed it, faults)
+    first_resets: list[tuple[int, str, int, str, int]] = field(default_factory=list)
+
     def closing(self, close: Callable[[Any], None]) -> Callable[[Any], None]:
         def timed(store: Any) -> None:
             started = time.perf_counter()
+            faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
             close(store)
+            faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
             if threading.get_ident() == self.caller:
                 self.closes += 1
                 self.close_s += time.perf_counter() - started
+            if faults > 1000 and "_tail_made" in store.__dict__:
+                number, maker, live = store.__dict__["_tail_made"]
+                self.first_resets.append((number, maker, live, threading.current_thread().name, faults))
 
         return timed
+
+    def opening(self, opened: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        def counted(ticker: Any, store: Any) -> None:
+            opened(ticker, store)
+            self.made += 1  # (under the GIL: the two threads' increments do not interleave)
+            store.__dict__["_tail_made"] = (self.made, threading.current_thread().name, ticker.stores)
+
+        return counted
 
 
 def main() -> int:
@@ -100,6 +122,7 @@ def main() -> int:
     sys.setswitchinterval(options.switch_interval)
     watch = Watch()
     gc.callbacks.append(watch.on_gc)
+    EpochTicker.opened = watch.opening(EpochTicker.opened)  # type: ignore[method-assign]
     _store.close_store = watch.closing(
         _store.close_store
     )  # (the runner and Instance.discard call it by module)
@@ -175,6 +198,9 @@ def main() -> int:
     )
     for i in faulting[:8]:
         print(f"  call {i}: " + ", ".join(_cell(rows[i], c) for c, _ in COLUMNS))
+    print(f"stores whose freeing faulted a slot's memory in (on any thread): {len(watch.first_resets)}")
+    for number, maker, live, freer, faults in watch.first_resets[:12]:
+        print(f"  store {number}, made on {maker} with {live} open, freed on {freer}: {faults} faults")
     slowest = sorted(range(len(rows)), key=lambda i: rows[i]["wall"])[-5:][::-1]
     print(
         "slowest 5: "
