@@ -40,6 +40,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any, TypeGuard
 
 import wasmtime
 from wasmtime import component
@@ -424,17 +425,19 @@ class ArtifactCache:
 
     def _checked(self, record: object, expected: dict[str, str], fd: int, meta: str) -> bool:
         """Whether the open artifact `fd` is what its metadata `record` names: the file a
-        full check passed before, unchanged since (`_unchanged`), or else its size and digest
+        full check passed before, unchanged since (its `_identity`), or else its size and digest
         read now. A full check that passes on a file whose change time has settled is noted in
         the metadata (`checked`), so later processes skip the digest (tens of MiB for the
         Python runtime) until the file changes. Raises OSError, ValueError."""
         seen = os.fstat(fd)
-        if _unchanged(record, seen) and _names(record, expected):
+        if not _names(record, expected):
+            return False
+        if record.get("checked") == _identity(seen):  # the file a full check passed, unchanged
             return True
         started = time.time_ns()
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
             size, digest = len(data), artifact_digest(data)  # no copy into Python
-        if not (_trusted(record, expected, size, digest) and isinstance(record, dict)):
+        if not _trusted(record, expected, size, digest):
             return False
         if _identity(os.fstat(fd)) == _identity(seen) and seen.st_ctime_ns <= started - _SETTLED_NS:
             with contextlib.suppress(OSError):  # a read-only cache checks in full every time
@@ -480,42 +483,27 @@ class ArtifactCache:
             raise
 
 
-def _names(record: object, expected: dict[str, str]) -> bool:
+def _names(record: object, expected: dict[str, str]) -> TypeGuard[dict[str, Any]]:
     """Whether an entry's metadata `record` names what is wanted (its key's inputs)."""
     return isinstance(record, dict) and all(record.get(k) == v for k, v in expected.items())
 
 
 def _trusted(record: object, expected: dict[str, str], size: int, digest: str) -> bool:
     """Whether an entry's metadata `record` names what is wanted and the data read back."""
-    return (
-        _names(record, expected)
-        and isinstance(record, dict)
-        and record.get("size") == size
-        and record.get("digest") == digest
-    )
+    return _names(record, expected) and record.get("size") == size and record.get("digest") == digest
 
 
 # An artifact whose full check is noted is trusted while its file is the same one: device,
 # inode, size, modification and change times. Writing to a file, renaming it or setting its
 # times moves its change time to the moment it happens, which no process can set back on a
 # filesystem that keeps change times itself (not vfat, network or FUSE ones: SECURITY.md, known
-# gaps); a check
-# is noted only for a file whose change time was at least _SETTLED_NS before the check began,
-# so that a change within the clock's granularity of that time cannot share it.
+# gaps); a check is noted only for a file whose change time was at least _SETTLED_NS before
+# the check began, so that a change within the clock's granularity of that time cannot share it.
 _SETTLED_NS = 2 * 10**9
 
 
 def _identity(info: os.stat_result) -> list[int]:
     return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
-
-
-def _unchanged(record: object, info: os.stat_result) -> bool:
-    """Whether `record` notes a full check of the file `info` describes, unchanged since."""
-    return (
-        isinstance(record, dict)
-        and record.get("checked") == _identity(info)
-        and record.get("size") == info.st_size
-    )
 
 
 _PIECE = 16 * 1024 * 1024

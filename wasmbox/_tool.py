@@ -252,15 +252,11 @@ class Tool:
     def _budgeted(self, asked: _Asked, budget: Budget | None) -> CallResult:
         """The call if the Sandbox admits it (first: its bound protects the host) and then its
         budget does."""
-        gate = self._gate
-        if budget is None and (gate is None or not gate.on):  # (the common case: nothing to hold)
-            return self._call(asked)
         call = partial(self._call, asked)
         if budget is not None:
             call = partial(budget.run, self.name, call)
-        if gate is None:
-            return call()
-        return gate.run(self.name, call)
+        gate = self._gate
+        return call() if gate is None else gate.run(self.name, call)
 
     def _call(self, asked: _Asked) -> CallResult:
         start = time.perf_counter()
@@ -340,9 +336,7 @@ class Tool:
     def _check(self, args: object, argv: object, stdin: object) -> str | None:
         if args is not None and not isinstance(args, Mapping):
             return f"args must be a mapping, got {type(args).__name__}"
-        if not isinstance(argv, (list, tuple)):
-            return "argv must be a list of strings"
-        if argv and not all(isinstance(a, str) for a in argv):
+        if not isinstance(argv, (list, tuple)) or (argv and not all(isinstance(a, str) for a in argv)):
             return "argv must be a list of strings"
         if argv and any("\0" in a for a in argv):
             return "argv contains a NUL byte"

@@ -219,13 +219,6 @@ def call_i32(
     return _call(context, func, args).i32 & 0xFFFF_FFFF
 
 
-def call_i64(
-    context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t, *args: int
-) -> int:
-    """Call a checked function of i32 params and one i64 result."""
-    return _call(context, func, args).i64
-
-
 def call_void(context: ctypes._Pointer[ffi.wasmtime_context_t], func: ffi.wasmtime_extern_t) -> None:
     """Call a checked `() -> ()` function."""
     _call(context, func, ())

@@ -30,8 +30,8 @@ def new_store(
     """A Store whose memories may hold `memory` bytes in all (-1: no such store limit). It has
     no fuel and an expired deadline until `renew`.
 
-    Made as `wasmtime.Store(engine)` makes one with no data (a Store made on every call: its
-    argument checks and wrappers skipped, about 1.5 µs)."""
+    Made as `wasmtime.Store(engine)` makes one with no data, without its argument checks and
+    wrappers (a Store is made on every call)."""
     store = _Store.__new__(_Store)
     pointer = _store_new(engine.ptr(), None, _NO_DATA)
     store._set_ptr(pointer)

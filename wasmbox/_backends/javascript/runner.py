@@ -442,7 +442,7 @@ class _Guest:
     """Raw calls into one instance (types checked by the build: the pinned module's exports).
 
     The memory's address and size are read once between two guest calls (`_view`): only the
-    guest's code can grow its memory, so a view is forgotten as each call starts."""
+    guest's code can grow its memory, so a view is forgotten as each call ends."""
 
     def __init__(
         self, context: _capi.Context, funcs: Mapping[str, _capi.Extern], memory: _capi.Extern
@@ -466,12 +466,11 @@ class _Guest:
 
     def call(self, name: str, *params: tuple[str, int]) -> int:
         """The function's one result, unsigned."""
-        self._seen = None  # (the guest may grow its memory, and host calls in it read views)
         results = _RESULT_I64 if name in _RETURNS_VALUE else _RESULT_I32
         try:
             value = _capi.call_typed(self.context, self.funcs[name], params, results)[0]
         finally:
-            self._seen = None  # (a view read while it ran is not this call's to keep)
+            self._seen = None  # (the guest may have grown its memory)
         return value & (_MASK if results is _RESULT_I64 else 0xFFFF_FFFF)
 
     def copy(self, data: bytes) -> int:

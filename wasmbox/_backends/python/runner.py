@@ -366,6 +366,15 @@ def _taped_clock(kind: str, read: Callable[[], int]) -> int:
 
 @_guarded
 def _random_bytes(context: _component_io.Context, size: int) -> bytes:
+    return _draw_random(context, size)
+
+
+@_guarded
+def _random_u64(context: _component_io.Context) -> int:
+    return int.from_bytes(_draw_random(context, 8), "little")
+
+
+def _draw_random(context: _component_io.Context, size: int) -> bytes:
     state = _call.current()
     if size > state.manifest.limits.memory:  # (its memory could not take them)
         message = f"asked for {size} random bytes, more than the memory cap"
@@ -373,11 +382,6 @@ def _random_bytes(context: _component_io.Context, size: int) -> bytes:
         raise wasmtime.WasmtimeError(message)
     tape = state.tape
     return os.urandom(size) if tape is None else tape.random(size, partial(os.urandom, size))
-
-
-@_guarded
-def _random_u64(context: _component_io.Context) -> int:
-    return int.from_bytes(_random_bytes(context, 8), "little")
 
 
 def _refuse_sleep(store: wasmtime.StoreContext, *_: object) -> None:
