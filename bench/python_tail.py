@@ -20,7 +20,8 @@ Times N back-to-back `run_python("sum(range(100))")` calls as a user's pytest-be
   for how long;
 and, for every store freed on either thread whose freeing faulted over 1,000 pages in (a pool
 slot's memory reset for the first time since it was mapped), its number in the order stores
-were made, the thread that made it, how many stores were open then, and the thread that freed it.
+were made, the thread that made it, how many stores were open then, and the thread that freed it;
+and the process's resident set at the end (Linux).
 Then prints the typical call (the middle half) beside the slow ones (over 2× the median, and
 the slowest 1 %), each column a mean, so that what the slow calls add stands out.
 --gc-off: `gc.disable()` for the timed calls, to see what the collector's pauses are worth;
@@ -45,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from _timing import Summary
@@ -198,6 +200,12 @@ def main() -> int:
     )
     for i in faulting[:8]:
         print(f"  call {i}: " + ", ".join(_cell(rows[i], c) for c, _ in COLUMNS))
+    rss = next(
+        line.split()[1]
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmRSS")
+    )
+    print(f"resident set at the end: {int(rss) // 1024} MiB")
     print(f"stores whose freeing faulted a slot's memory in (on any thread): {len(watch.first_resets)}")
     for number, maker, live, freer, faults in watch.first_resets[:12]:
         print(f"  store {number}, made on {maker} with {live} open, freed on {freer}: {faults} faults")
