@@ -8,8 +8,8 @@ built and read with strided byte slicing instead (what it saves: bench/README.md
 calls"). Only for the two functions of the runtime's world, whose types are fixed
 (`wasmbox/_backends/python/wit/world.wit`).
 
-wasmtime-py also reads a host function's types back from Wasmtime at every call, which costs
-a clock reading tens of times what reading the clock does; the clock and random functions
+wasmtime-py also reads a host function's types back from Wasmtime at every call, which
+outweighs a call as small as a clock reading; the clock and random functions
 the runner serves itself are defined here instead (`add_u64_func`, `add_datetime_func`,
 `add_random_bytes_func`), each by its WASI signature.
 """

@@ -658,7 +658,7 @@ def _flush() -> None:
 
 
 # Whether this instance's `random` state has been drawn from WASI's randomness. The snapshot's
-# state was fixed at build time, the same in every instance, so the module's functions draw a
+# state is the one drawn at build time, the same in every instance, so the module's functions draw a
 # fresh one when first used (`_draw_random_state_when_first_used`): a call that uses no random
 # number does not pay for the Mersenne Twister's set-up (bench/README.md, "Python: fresh calls").
 _random_drawn = False
